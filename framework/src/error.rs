@@ -1,0 +1,52 @@
+//! The framework's errors. Every error a record caused names its topic-partition and offset.
+
+use crate::event::TopicPartition;
+use crate::state::StateError;
+
+/// Why a batch could not be processed. The batch then fails as a whole and the event
+/// source delivers it again; nothing is lost.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    /// The event's JSON is malformed.
+    #[error(transparent)]
+    Decode(#[from] crate::event::DecodeError),
+    /// A key or value could not be deserialized (a poison record).
+    #[error("record {tp} offset {offset}: cannot deserialize the {side}: {reason}")]
+    Deserialize {
+        /// Where the record came from.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// `"key"` or `"value"`.
+        side: &'static str,
+        /// What the serde said.
+        reason: String,
+    },
+    /// The event holds records of a topic the topology does not read.
+    #[error("record {tp} offset {offset}: the topology has no source for topic {topic:?}", topic = tp.topic)]
+    UnknownTopic {
+        /// Where the record came from.
+        tp: TopicPartition,
+        /// The first record's offset.
+        offset: i64,
+    },
+    /// A user function failed on a record.
+    #[error("record {tp} offset {offset}: {reason}")]
+    User {
+        /// Where the record came from.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// What the user function reported.
+        reason: String,
+    },
+    /// Writing or reading state failed.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// Producing output records failed.
+    #[error(transparent)]
+    Sink(#[from] crate::sink::SinkError),
+    /// A setting is missing or invalid.
+    #[error("configuration: {0}")]
+    Config(String),
+}

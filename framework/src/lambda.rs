@@ -1,0 +1,233 @@
+//! The Lambda adapter: a function's `main` is one call to [`run`].
+//!
+//! ```no_run
+//! # fn topology() -> lambda_streams::Topology { lambda_streams::StreamsBuilder::new().build() }
+//! #[tokio::main]
+//! async fn main() -> Result<(), lambda_runtime::Error> {
+//!     lambda_streams::lambda::run(topology()).await
+//! }
+//! ```
+//!
+//! Configuration comes from the environment ([`Config::from_env`]):
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `LAMBDA_STREAMS_TABLE` | the DynamoDB table of the function's state | required when the topology has a store |
+//! | `LAMBDA_STREAMS_BOOTSTRAP_SERVERS` | brokers to produce output to | the event's `bootstrapServers` |
+//! | `LAMBDA_STREAMS_GUARANTEE` | `exactly_once` or `at_least_once` | `exactly_once` |
+//!
+//! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use tokio::sync::OnceCell;
+
+use crate::dsl::Topology;
+use crate::error::StreamError;
+use crate::event::KafkaEvent;
+use crate::runtime::BatchReport;
+use crate::sink::{KafkaSink, Sink};
+use crate::state::dynamodb::DynamoStore;
+use crate::state::{Guarantee, Store};
+
+/// A function's settings, read from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// The DynamoDB state table.
+    pub table: Option<String>,
+    /// Brokers for the output; `None` uses the event's `bootstrapServers`.
+    pub bootstrap_servers: Option<String>,
+    /// The processing guarantee.
+    pub guarantee: Guarantee,
+}
+
+impl Config {
+    /// Reads `LAMBDA_STREAMS_TABLE`, `LAMBDA_STREAMS_BOOTSTRAP_SERVERS` and
+    /// `LAMBDA_STREAMS_GUARANTEE`; an invalid value is an error naming the variable.
+    pub fn from_env() -> Result<Config, StreamError> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let guarantee = match var("LAMBDA_STREAMS_GUARANTEE") {
+            Some(g) => g
+                .parse()
+                .map_err(|e| StreamError::Config(format!("LAMBDA_STREAMS_GUARANTEE: {e}")))?,
+            None => Guarantee::default(),
+        };
+        Ok(Config {
+            table: var("LAMBDA_STREAMS_TABLE"),
+            bootstrap_servers: var("LAMBDA_STREAMS_BOOTSTRAP_SERVERS"),
+            guarantee,
+        })
+    }
+}
+
+/// Executes a topology on Lambda Kafka events, with its store and its Kafka output.
+/// Built once per container; every invocation borrows it.
+pub struct Handler {
+    topology: Topology,
+    store: Arc<dyn Store>,
+    sink: SinkChoice,
+}
+
+enum SinkChoice {
+    Given(Arc<dyn Sink>),
+    /// Created on first use, for the configured brokers or the event's own.
+    Kafka {
+        bootstrap_servers: Option<String>,
+        producer: OnceCell<Arc<KafkaSink>>,
+    },
+}
+
+impl Handler {
+    /// A handler writing output to `sink`.
+    pub fn new(topology: Topology, store: Arc<dyn Store>, sink: Arc<dyn Sink>) -> Self {
+        Handler {
+            topology,
+            store,
+            sink: SinkChoice::Given(sink),
+        }
+    }
+
+    /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
+    /// cluster the event came from. The producer is created on the first batch with
+    /// output and reused by every later invocation of the container.
+    pub fn with_kafka_output(
+        topology: Topology,
+        store: Arc<dyn Store>,
+        bootstrap_servers: Option<String>,
+    ) -> Self {
+        Handler {
+            topology,
+            store,
+            sink: SinkChoice::Kafka {
+                bootstrap_servers,
+                producer: OnceCell::new(),
+            },
+        }
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Processes one decoded event.
+    pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchReport, StreamError> {
+        let sink: Arc<dyn Sink> = match &self.sink {
+            SinkChoice::Given(sink) => Arc::clone(sink),
+            SinkChoice::Kafka {
+                bootstrap_servers,
+                producer,
+            } => {
+                let servers = bootstrap_servers
+                    .as_deref()
+                    .unwrap_or(&event.bootstrap_servers);
+                let producer = producer
+                    .get_or_try_init(|| async { KafkaSink::new(servers, &[]).map(Arc::new) })
+                    .await?;
+                Arc::clone(producer) as Arc<dyn Sink>
+            }
+        };
+        let report = self
+            .topology
+            .process(event, self.store.as_ref(), sink.as_ref())
+            .await?;
+        tracing::info!(
+            partitions = %event.partitions.iter().map(|p| format!("{}@{}..{}", p.tp,
+                p.records.first().map_or(-1, |r| r.offset), p.records.last().map_or(-1, |r| r.offset)))
+                .collect::<Vec<_>>().join(","),
+            records_in = report.records_in,
+            records_out = report.records_out,
+            items = report.items_touched,
+            requests = report.state.requests,
+            conditional_failures = report.state.conditional_failures,
+            write_units = report.state.consumed_write_units,
+            "batch processed"
+        );
+        Ok(report)
+    }
+
+    /// Decodes an event's JSON and processes it.
+    pub async fn handle_json(&self, payload: &[u8]) -> Result<BatchReport, StreamError> {
+        let event = KafkaEvent::decode(payload)?;
+        self.handle_event(&event).await
+    }
+}
+
+/// Runs `topology` as a Lambda function: reads [`Config`] from the environment, builds
+/// the DynamoDB client (the SDK's default chain: in Lambda, the function's role) and the
+/// Kafka producer once, then serves invocations until the runtime stops. Every batch
+/// either succeeds whole or fails whole (the event source retries it; the state's
+/// watermarks make the retry exact).
+pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
+    init_tracing();
+    let config = Config::from_env()?;
+    let store: Arc<dyn Store> = if topology.store_names().is_empty() {
+        Arc::new(crate::state::memory::MemoryStore::new())
+    } else {
+        let table = config.table.clone().ok_or_else(|| {
+            StreamError::Config(
+                "LAMBDA_STREAMS_TABLE is not set: name the DynamoDB table of the function's state"
+                    .into(),
+            )
+        })?;
+        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let client = aws_sdk_dynamodb::Client::new(&sdk);
+        Arc::new(DynamoStore::new(client, table, config.guarantee))
+    };
+    let handler = Arc::new(Handler::with_kafka_output(
+        topology,
+        store,
+        config.bootstrap_servers,
+    ));
+    lambda_runtime::run(lambda_runtime::service_fn(
+        move |event: lambda_runtime::LambdaEvent<Box<RawValue>>| {
+            let handler = Arc::clone(&handler);
+            async move {
+                handler
+                    .handle_json(event.payload.get().as_bytes())
+                    .await
+                    .map_err(|e| {
+                        tracing::error!(error = %e, "batch failed");
+                        e
+                    })?;
+                Ok::<_, StreamError>(serde_json::json!({ "batchItemFailures": [] }))
+            }
+        },
+    ))
+    .await
+}
+
+/// Logs through `tracing`: JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`, level from `RUST_LOG`
+/// (default `info`). Safe to call more than once.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let _ = if std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"))
+    {
+        builder.json().without_time().try_init()
+    } else {
+        builder.without_time().try_init()
+    };
+}
+
+impl From<StreamError> for lambda_runtime::Diagnostic {
+    fn from(error: StreamError) -> Self {
+        let kind = match &error {
+            StreamError::Decode(_) => "MalformedEvent",
+            StreamError::Deserialize { .. } => "PoisonRecord",
+            StreamError::UnknownTopic { .. } => "UnknownTopic",
+            StreamError::User { .. } => "UserFunctionError",
+            StreamError::State(_) => "StateError",
+            StreamError::Sink(_) => "SinkError",
+            StreamError::Config(_) => "ConfigurationError",
+        };
+        lambda_runtime::Diagnostic {
+            error_type: kind.to_owned(),
+            error_message: error.to_string(),
+        }
+    }
+}

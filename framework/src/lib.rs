@@ -1,0 +1,70 @@
+//! # lambda-streams
+//!
+//! Kafka Streams-style stream processing that runs **per batch** inside an AWS Lambda
+//! function invoked by a Kafka event source (Amazon MSK or a self-managed cluster),
+//! with state in DynamoDB written with an **exactly-once effect**.
+//!
+//! The model:
+//! - a [`Topology`](dsl::Topology) is written once with the [`dsl`] ([`KStream`](dsl::KStream),
+//!   [`KTable`](dsl::KTable), grouped aggregations);
+//! - each Lambda invocation brings a batch of records ([`event::KafkaEvent`]); stateless
+//!   operators run inline; aggregations fold the batch in memory and write each touched
+//!   state item **once**, with a condition on per-partition offset watermarks
+//!   ([`state`]), so a redelivered or retried batch never counts twice;
+//! - output records go to Kafka through an idempotent producer ([`sink`]);
+//! - [`lambda::run`] turns a topology into a Lambda function in a few lines.
+//!
+//! ```
+//! use lambda_streams::dsl::StreamsBuilder;
+//! use lambda_streams::event::KafkaEvent;
+//! use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+//! use lambda_streams::sink::MemorySink;
+//! use lambda_streams::state::memory::MemoryStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // Kafka Streams' WordCount.
+//! let builder = StreamsBuilder::new();
+//! builder
+//!     .stream("text-lines", Unit, Utf8)
+//!     .flat_map_values(|line: String| {
+//!         line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>()
+//!     })
+//!     .group_by(|_, word| word.clone(), Utf8)
+//!     .count("counts")
+//!     .to_stream()
+//!     .to("word-counts", Utf8, DecimalI64);
+//! let topology = builder.build();
+//!
+//! // One batch, as the Kafka event source delivers it ("the fox" and "The end").
+//! let event = KafkaEvent::decode(br#"{
+//!   "eventSource": "SelfManagedKafka", "bootstrapServers": "127.0.0.1:9092",
+//!   "records": {"text-lines-0": [
+//!     {"topic": "text-lines", "partition": 0, "offset": 0, "timestamp": 1, "timestampType": "CREATE_TIME",
+//!      "key": null, "value": "dGhlIGZveA==", "headers": []},
+//!     {"topic": "text-lines", "partition": 0, "offset": 1, "timestamp": 2, "timestampType": "CREATE_TIME",
+//!      "key": null, "value": "VGhlIGVuZA==", "headers": []}]}}"#).unwrap();
+//!
+//! let (store, sink) = (MemoryStore::new(), MemorySink::new());
+//! topology.process(&event, &store, &sink).await.unwrap();
+//! // The same batch again (a redelivery) changes nothing.
+//! topology.process(&event, &store, &sink).await.unwrap();
+//! assert_eq!(
+//!     store.items("counts"),
+//!     vec![(b"end".to_vec(), 1, 1), (b"fox".to_vec(), 1, 1), (b"the".to_vec(), 2, 1)]
+//! );
+//! # });
+//! ```
+
+pub mod dsl;
+pub mod error;
+pub mod event;
+pub mod lambda;
+pub(crate) mod runtime;
+pub mod serdes;
+pub mod sink;
+pub mod state;
+
+pub use dsl::{StreamsBuilder, Topology};
+pub use error::StreamError;
+pub use runtime::BatchReport;
+pub use state::Guarantee;

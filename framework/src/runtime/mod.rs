@@ -1,0 +1,6 @@
+//! The runtime: executes a [`Topology`](crate::dsl::Topology) on one batch.
+
+pub(crate) mod batch;
+pub(crate) mod context;
+
+pub use batch::BatchReport;

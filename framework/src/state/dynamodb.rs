@@ -1,0 +1,496 @@
+//! The DynamoDB store: exactly-once effect with one conditional write per touched item
+//! per batch in the common case (design notes, section 4).
+//!
+//! # Item layout
+//! One table holds every store of a function (on-demand billing). An item:
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `pk` | S | `<store>#<key as unpadded base64url>`; store names exclude `#`, so no two (store, key) pairs collide |
+//! | `sk` | N | `0` for a key's item (windowed items will use the window start) |
+//! | `v` | N | the aggregate |
+//! | `ver` | N | the version, +1 per write that changes the item |
+//! | `k` | B | the raw key, for queries and scans |
+//! | `fv` | N | the item format version (`1`) |
+//! | `w:<topic>-<partition>` | N | watermark: the highest source offset of that partition whose effect `v` holds |
+//!
+//! Watermarks are top-level attributes rather than entries of one map attribute: an
+//! update can then create the item and set a watermark in the same request
+//! (`SET wm.#p` fails on an item without `wm`), which keeps the first write of a key to
+//! one request.
+//!
+//! # Write path
+//! *Fast path*: `ADD v :delta, ver :1 SET w:<tp> = :last, …` on the condition
+//! `attribute_not_exists(w:<tp>) OR w:<tp> < :first` for every partition the batch
+//! contributes from, with `ReturnValues=UPDATED_NEW` (the new value for emission,
+//! without a read). *Fallback*, when the condition fails (a redelivery, a retry with
+//! other boundaries, a zombie): DynamoDB returns the current item with the failure
+//! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`, no extra read), the store keeps
+//! only the contributions above the stored watermarks and writes them on the
+//! condition `ver = :read`, retrying with backoff and jitter on conflict.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    TimeToLiveSpecification,
+};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use super::{
+    Guarantee, ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats,
+    above_watermarks, offset_ranges,
+};
+
+/// The item format this release writes and reads.
+pub const FORMAT_VERSION: i64 = 1;
+/// Prefix of the watermark attributes.
+pub const WATERMARK_PREFIX: &str = "w:";
+/// The TTL attribute of windowed items (epoch seconds).
+pub const TTL_ATTRIBUTE: &str = "ttl";
+
+/// How many times the fallback path retries a conflicting write before giving up.
+const MAX_CONFLICT_ATTEMPTS: u32 = 16;
+
+/// A [`Store`] on a DynamoDB table (see the module docs for the layout).
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    guarantee: Guarantee,
+}
+
+impl DynamoStore {
+    /// A store on `table`, through `client`, with the given guarantee.
+    pub fn new(client: Client, table: impl Into<String>, guarantee: Guarantee) -> Self {
+        DynamoStore {
+            client,
+            table: table.into(),
+            guarantee,
+        }
+    }
+
+    /// The table name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn update(&self, store: &str, key: &[u8]) -> UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(item_key(store, key)))
+            .key("sk", AttributeValue::N("0".into()))
+            .return_values(ReturnValue::UpdatedNew)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .expression_attribute_names("#v", "v")
+            .expression_attribute_names("#ver", "ver")
+            .expression_attribute_names("#k", "k")
+            .expression_attribute_names("#fv", "fv")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
+            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()))
+    }
+
+    /// Sends one update; `Ok(Err(item))` is a failed condition with the current item.
+    async fn send(
+        &self,
+        request: UpdateItemFluentBuilder,
+        write: &ItemWrite<'_>,
+        stats: &mut WriteStats,
+    ) -> Result<Result<ItemState, Option<HashMap<String, AttributeValue>>>, StateError> {
+        stats.requests += 1;
+        match request.send().await {
+            Ok(out) => {
+                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
+                    stats.consumed_write_units += units;
+                }
+                let attrs = out.attributes().cloned().unwrap_or_default();
+                parse_state(&attrs).map(Ok).map_err(|e| {
+                    StateError::new(write.store, write.key, StateErrorKind::Corrupt(e))
+                })
+            }
+            Err(SdkError::ServiceError(e)) => match e.into_err() {
+                UpdateItemError::ConditionalCheckFailedException(failed) => {
+                    stats.conditional_failures += 1;
+                    Ok(Err(failed.item))
+                }
+                other => Err(StateError::new(write.store, write.key, classify(&other))),
+            },
+            Err(other) => Err(StateError::new(
+                write.store,
+                write.key,
+                StateErrorKind::Request(describe_sdk_error(&other)),
+            )),
+        }
+    }
+
+    async fn apply_at_least_once(
+        &self,
+        write: &ItemWrite<'_>,
+    ) -> Result<(ItemState, WriteStats), StateError> {
+        let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
+        let request = self
+            .update(write.store, write.key)
+            .update_expression("ADD #v :d, #ver :one SET #k = :k, #fv = :fv")
+            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        let mut stats = WriteStats::default();
+        match self.send(request, write, &mut stats).await? {
+            Ok(state) => Ok((state, stats)),
+            Err(_) => Err(StateError::new(
+                write.store,
+                write.key,
+                StateErrorKind::Request(
+                    "an unconditional write reported a failed condition".into(),
+                ),
+            )),
+        }
+    }
+
+    /// The fallback: merge what the stored item does not hold, conditioned on its version.
+    async fn merge(
+        &self,
+        write: &ItemWrite<'_>,
+        mut current: Option<HashMap<String, AttributeValue>>,
+        stats: &mut WriteStats,
+    ) -> Result<ItemState, StateError> {
+        let corrupt =
+            |e: String| StateError::new(write.store, write.key, StateErrorKind::Corrupt(e));
+        for attempt in 0..MAX_CONFLICT_ATTEMPTS {
+            let item = current.take().unwrap_or_default();
+            let watermarks = parse_watermarks(&item).map_err(corrupt)?;
+            let (delta, marks) = above_watermarks(write, &watermarks);
+            let stored = if item.is_empty() {
+                None
+            } else {
+                Some(parse_state(&item).map_err(corrupt)?)
+            };
+            if marks.is_empty() {
+                // The item holds every contribution already (a redelivery).
+                return Ok(stored.unwrap_or(ItemState {
+                    value: 0,
+                    version: 0,
+                }));
+            }
+            let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+            let mut request = self
+                .update(write.store, write.key)
+                .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+            for (i, (tp, last)) in marks.iter().enumerate() {
+                let tp = &write.partitions[*tp as usize];
+                request = request
+                    .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
+                    .expression_attribute_values(
+                        format!(":l{i}"),
+                        AttributeValue::N(last.to_string()),
+                    );
+                set.push(format!("#w{i} = :l{i}"));
+            }
+            request = match stored {
+                Some(state) => request
+                    .condition_expression("#ver = :read")
+                    .expression_attribute_values(
+                        ":read",
+                        AttributeValue::N(state.version.to_string()),
+                    ),
+                None => request.condition_expression("attribute_not_exists(#ver)"),
+            };
+            let request =
+                request.update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")));
+            if attempt > 0 {
+                stats.retries += 1;
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            match self.send(request, write, stats).await? {
+                Ok(state) => return Ok(state),
+                Err(item) => current = item,
+            }
+        }
+        Err(StateError::new(
+            write.store,
+            write.key,
+            StateErrorKind::Conflict(MAX_CONFLICT_ATTEMPTS),
+        ))
+    }
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        if self.guarantee == Guarantee::AtLeastOnce {
+            return self.apply_at_least_once(&write).await;
+        }
+        let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
+        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+        let mut conditions = Vec::new();
+        let mut request = self
+            .update(write.store, write.key)
+            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        for (i, (tp, first, last)) in offset_ranges(&write).into_iter().enumerate() {
+            let tp = &write.partitions[tp as usize];
+            request = request
+                .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
+                .expression_attribute_values(format!(":f{i}"), AttributeValue::N(first.to_string()))
+                .expression_attribute_values(format!(":l{i}"), AttributeValue::N(last.to_string()));
+            set.push(format!("#w{i} = :l{i}"));
+            conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
+        }
+        let request = request
+            .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
+            .condition_expression(conditions.join(" AND "));
+        let mut stats = WriteStats::default();
+        let state = match self.send(request, &write, &mut stats).await? {
+            Ok(state) => state,
+            Err(current) => self.merge(&write, current, &mut stats).await?,
+        };
+        Ok((state, stats))
+    }
+
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(item_key(store, key)))
+            .key("sk", AttributeValue::N("0".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| {
+                StateError::new(store, key, StateErrorKind::Request(describe_sdk_error(&e)))
+            })?;
+        out.item()
+            .map(parse_state)
+            .transpose()
+            .map_err(|e| StateError::new(store, key, StateErrorKind::Corrupt(e)))
+    }
+}
+
+impl DynamoStore {
+    /// Every item of `store` as `(key, value, version)`, in no particular order (an
+    /// interactive query; it scans the table, so it is for tools, not for batches).
+    pub async fn scan(&self, store: &str) -> Result<Vec<(Vec<u8>, i64, u64)>, StateError> {
+        let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
+        let mut items = Vec::new();
+        let mut pages = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .filter_expression("begins_with(pk, :prefix)")
+            .expression_attribute_values(":prefix", AttributeValue::S(format!("{store}#")))
+            .consistent_read(true)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            for item in page.items() {
+                let key = match item.get("k") {
+                    Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
+                    _ => return Err(err("an item has no key attribute k".into())),
+                };
+                let state = parse_state(item)
+                    .map_err(|e| StateError::new(store, &key, StateErrorKind::Corrupt(e)))?;
+                items.push((key, state.value, state.version));
+            }
+        }
+        Ok(items)
+    }
+}
+
+/// The partition key of `key` in `store`.
+pub fn item_key(store: &str, key: &[u8]) -> String {
+    format!("{store}#{}", URL_SAFE_NO_PAD.encode(key))
+}
+
+fn number<T: std::str::FromStr>(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+) -> Result<T, String> {
+    match item.get(name) {
+        Some(AttributeValue::N(n)) => n
+            .parse()
+            .map_err(|_| format!("attribute {name} = {n} is out of range")),
+        Some(_) => Err(format!("attribute {name} is not a number")),
+        None => Err(format!("attribute {name} is missing")),
+    }
+}
+
+fn parse_state(item: &HashMap<String, AttributeValue>) -> Result<ItemState, String> {
+    if let Some(AttributeValue::N(fv)) = item.get("fv") {
+        if fv.parse::<i64>().ok() != Some(FORMAT_VERSION) {
+            return Err(format!(
+                "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
+            ));
+        }
+    }
+    Ok(ItemState {
+        value: number(item, "v")?,
+        version: number(item, "ver")?,
+    })
+}
+
+fn parse_watermarks(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<HashMap<String, i64>, String> {
+    item.iter()
+        .filter_map(|(name, _)| name.strip_prefix(WATERMARK_PREFIX).map(|tp| (name, tp)))
+        .map(|(name, tp)| Ok((tp.to_owned(), number(item, name)?)))
+        .collect()
+}
+
+fn classify(error: &UpdateItemError) -> StateErrorKind {
+    let message = error.message().unwrap_or_default();
+    if error.code() == Some("ValidationException") && message.contains("size") {
+        StateErrorKind::ItemTooLarge
+    } else {
+        StateErrorKind::Request(format!(
+            "{}: {message}",
+            error.code().unwrap_or("unknown error")
+        ))
+    }
+}
+
+/// A one-line description of an SDK error, with the service's code and message when
+/// there is one, and the cause chain otherwise (e.g. an unreachable endpoint).
+pub fn describe_sdk_error<E, R>(error: &SdkError<E, R>) -> String
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    if let Some(code) = error.code() {
+        return format!("{code}: {}", error.message().unwrap_or_default());
+    }
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+fn backoff(attempt: u32) -> Duration {
+    let base = 10u64 << attempt.min(6);
+    Duration::from_millis(base / 2 + rand::random_range(0..=base / 2))
+}
+
+/// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`) if it does not exist.
+/// For local runs and tests; in AWS, `template.yaml` creates it.
+pub async fn create_table(client: &Client, table: &str) -> Result<(), StateError> {
+    let err = |e: String| StateError::new("<table>", table.as_bytes(), StateErrorKind::Request(e));
+    let created = client
+        .create_table()
+        .table_name(table)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("pk", ScalarAttributeType::S))
+        .attribute_definitions(attr("sk", ScalarAttributeType::N))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .send()
+        .await;
+    match created {
+        Ok(_) => {}
+        Err(e) if e.code() == Some("ResourceInUseException") => return Ok(()),
+        Err(e) => return Err(err(describe_sdk_error(&e))),
+    }
+    let ttl = TimeToLiveSpecification::builder()
+        .enabled(true)
+        .attribute_name(TTL_ATTRIBUTE)
+        .build()
+        .map_err(|e| err(e.to_string()))?;
+    client
+        .update_time_to_live()
+        .table_name(table)
+        .time_to_live_specification(ttl)
+        .send()
+        .await
+        .map_err(|e| err(describe_sdk_error(&e)))?;
+    Ok(())
+}
+
+fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
+    AttributeDefinition::builder()
+        .attribute_name(name)
+        .attribute_type(kind)
+        .build()
+        .expect("name and type are set")
+}
+
+fn key(name: &str, kind: KeyType) -> KeySchemaElement {
+    KeySchemaElement::builder()
+        .attribute_name(name)
+        .key_type(kind)
+        .build()
+        .expect("name and type are set")
+}
+
+/// A client for a local emulator at `endpoint` (e.g. dynoxide), with static dummy
+/// credentials and a fixed region: it never consults the default credential chain
+/// (which would query the instance metadata service).
+pub fn emulator_client(endpoint: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "lambda-streams-local",
+            "lambda-streams-local",
+            None,
+            None,
+            "lambda-streams-emulator",
+        ))
+        .build();
+    Client::from_conf(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_keys_do_not_collide_across_stores() {
+        // ("a", "b#c") and ("a#b", "c") must differ: the store name may not hold '#',
+        // and the key is base64url, whose alphabet has no '#'.
+        assert_ne!(item_key("a", b"b#c"), item_key("a-b", b"c"));
+        assert_eq!(item_key("counts", b"fox"), "counts#Zm94");
+        assert_eq!(item_key("counts", b""), "counts#");
+    }
+
+    #[test]
+    fn parses_watermarks_and_rejects_future_formats() {
+        let item = HashMap::from([
+            ("v".to_owned(), AttributeValue::N("5".into())),
+            ("ver".to_owned(), AttributeValue::N("2".into())),
+            ("w:text-lines-0".to_owned(), AttributeValue::N("41".into())),
+        ]);
+        assert_eq!(
+            parse_state(&item),
+            Ok(ItemState {
+                value: 5,
+                version: 2
+            })
+        );
+        assert_eq!(
+            parse_watermarks(&item),
+            Ok(HashMap::from([("text-lines-0".to_owned(), 41)]))
+        );
+        let mut future = item.clone();
+        future.insert("fv".into(), AttributeValue::N("2".into()));
+        assert!(
+            parse_state(&future)
+                .unwrap_err()
+                .contains("format version 2")
+        );
+    }
+}

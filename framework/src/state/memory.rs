@@ -1,0 +1,83 @@
+//! An in-memory store with the same exactly-once semantics as the DynamoDB store.
+//! For unit tests of a topology and for the test driver; not durable.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use async_trait::async_trait;
+
+use super::{ItemState, ItemWrite, StateError, Store, WriteStats, above_watermarks};
+
+#[derive(Debug, Clone, Default)]
+struct Item {
+    value: i64,
+    version: u64,
+    watermarks: HashMap<String, i64>,
+}
+
+/// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    items: Mutex<HashMap<(String, Vec<u8>), Item>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Every item of `store`, sorted by key: `(key, value, version)`.
+    pub fn items(&self, store: &str) -> Vec<(Vec<u8>, i64, u64)> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, _), _)| s == store)
+            .map(|((_, k), item)| (k.clone(), item.value, item.version))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let item = items
+            .entry((write.store.to_owned(), write.key.to_vec()))
+            .or_default();
+        let (delta, marks) = above_watermarks(&write, &item.watermarks);
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        if marks.is_empty() {
+            stats.conditional_failures = 1;
+        } else {
+            item.value += delta;
+            item.version += 1;
+            for (tp, offset) in marks {
+                item.watermarks
+                    .insert(write.partitions[tp as usize].to_string(), offset);
+            }
+        }
+        Ok((
+            ItemState {
+                value: item.value,
+                version: item.version,
+            },
+            stats,
+        ))
+    }
+
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(items
+            .get(&(store.to_owned(), key.to_vec()))
+            .map(|i| ItemState {
+                value: i.value,
+                version: i.version,
+            }))
+    }
+}

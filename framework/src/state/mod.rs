@@ -1,0 +1,281 @@
+//! State: where aggregations keep their values, with an exactly-once effect.
+//!
+//! A batch folds its records per state item in memory, then asks the [`Store`] to apply
+//! each item's contributions once ([`ItemWrite`]). Every item keeps a *watermark* per
+//! source topic-partition: the highest source offset whose effect it already holds.
+//! A store applies a contribution only if its offset is above the item's watermark for
+//! its partition, so a batch delivered twice, retried with other boundaries, or racing
+//! a zombie invocation changes the item once (design notes, section 4).
+//!
+//! Two stores ship: [`DynamoStore`](dynamodb::DynamoStore) for Lambda, and
+//! [`MemoryStore`](memory::MemoryStore) for unit tests. [`fault::FaultyStore`] wraps
+//! either to inject failures in tests and demos.
+
+pub mod dynamodb;
+pub mod fault;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::fmt;
+
+use async_trait::async_trait;
+
+use crate::event::TopicPartition;
+
+/// The contribution of one source record to one state item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contribution {
+    /// Index of the record's topic-partition in [`ItemWrite::partitions`].
+    pub tp: u32,
+    /// The record's offset.
+    pub offset: i64,
+    /// What it adds to the item (for a count: how many times it was counted).
+    pub delta: i64,
+}
+
+/// One state item's contributions from one batch, in offset order per partition.
+#[derive(Debug, Clone, Copy)]
+pub struct ItemWrite<'a> {
+    /// The store (named by the aggregation) the item belongs to.
+    pub store: &'a str,
+    /// The item's key, as the aggregation's key serde encoded it.
+    pub key: &'a [u8],
+    /// The contributions of the batch's records, by source record.
+    pub contributions: &'a [Contribution],
+    /// The batch's topic-partitions, indexed by [`Contribution::tp`].
+    pub partitions: &'a [TopicPartition],
+}
+
+/// An item's value after a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ItemState {
+    /// The aggregate (for a count: the count).
+    pub value: i64,
+    /// The item's version: it grows by one with every write that changes it.
+    pub version: u64,
+}
+
+/// What writes cost: requests, conflicts, retries and write units.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct WriteStats {
+    /// Requests sent to the store.
+    pub requests: u64,
+    /// Conditional writes the store refused (duplicates, retries, zombies, races).
+    pub conditional_failures: u64,
+    /// Requests sent again after a conflict.
+    pub retries: u64,
+    /// Write capacity units consumed, as the store reported them.
+    pub consumed_write_units: f64,
+}
+
+impl WriteStats {
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &WriteStats) {
+        self.requests += other.requests;
+        self.conditional_failures += other.conditional_failures;
+        self.retries += other.retries;
+        self.consumed_write_units += other.consumed_write_units;
+    }
+}
+
+/// A state store with exactly-once application of contributions.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Applies the contributions the item does not hold yet and returns its new state.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError>;
+
+    /// Reads an item (strongly consistent); `None` when it does not exist.
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
+}
+
+/// The processing guarantee a topology runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Guarantee {
+    /// Every record's effect is applied once, whatever the redeliveries (the default).
+    /// Costs one conditional write per touched item per batch, plus a retry on conflict.
+    #[default]
+    ExactlyOnce,
+    /// Writes without conditions: cheaper, but a redelivered record counts again.
+    AtLeastOnce,
+}
+
+impl std::str::FromStr for Guarantee {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "exactly_once" => Ok(Guarantee::ExactlyOnce),
+            "at_least_once" => Ok(Guarantee::AtLeastOnce),
+            other => Err(format!(
+                "unknown processing guarantee {other:?}: use exactly_once or at_least_once"
+            )),
+        }
+    }
+}
+
+/// Whether `name` can name a store: 1 to 64 characters of `[A-Za-z0-9_.-]`. The
+/// restriction keeps the store name and the key apart in an item key (`#` separates them).
+pub fn valid_store_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// A state operation that failed, naming the store and the key.
+#[derive(Debug, thiserror::Error)]
+#[error("state store {store:?}, key {key}: {kind}")]
+pub struct StateError {
+    /// The store.
+    pub store: String,
+    /// The key, printable (text in quotes, or hex).
+    pub key: String,
+    /// What went wrong.
+    pub kind: StateErrorKind,
+}
+
+impl StateError {
+    /// An error about `key` of `store`.
+    pub fn new(store: &str, key: &[u8], kind: StateErrorKind) -> Self {
+        StateError {
+            store: store.to_owned(),
+            key: printable_key(key),
+            kind,
+        }
+    }
+}
+
+/// Why a state operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateErrorKind {
+    /// The store could not be reached or refused the request.
+    #[error("request failed: {0}")]
+    Request(String),
+    /// The item would exceed DynamoDB's 400 KB item limit; nothing was written.
+    #[error("the item would exceed the 400 KB item size limit; nothing was written")]
+    ItemTooLarge,
+    /// The stored item is not in a format this release reads.
+    #[error("stored item is unreadable: {0}")]
+    Corrupt(String),
+    /// Concurrent writers kept changing the item.
+    #[error("gave up after {0} conflicting attempts")]
+    Conflict(u32),
+    /// A failure injected on purpose (tests, demos).
+    #[error("injected failure: {0}")]
+    Injected(String),
+}
+
+/// Renders a key for messages: UTF-8 text in quotes, otherwise hex.
+pub fn printable_key(key: &[u8]) -> String {
+    match std::str::from_utf8(key) {
+        Ok(s) if !s.chars().any(char::is_control) => format!("{s:?}"),
+        _ => key.iter().fold(String::from("0x"), |mut out, b| {
+            use fmt::Write;
+            let _ = write!(out, "{b:02x}");
+            out
+        }),
+    }
+}
+
+/// Per topic-partition of an item write: the first and last offsets it contributes.
+pub(crate) fn offset_ranges(write: &ItemWrite<'_>) -> Vec<(u32, i64, i64)> {
+    let mut ranges: Vec<(u32, i64, i64)> = Vec::new();
+    for c in write.contributions {
+        match ranges.iter_mut().find(|r| r.0 == c.tp) {
+            Some(r) => {
+                r.1 = r.1.min(c.offset);
+                r.2 = r.2.max(c.offset);
+            }
+            None => ranges.push((c.tp, c.offset, c.offset)),
+        }
+    }
+    ranges
+}
+
+/// The part of a write the item does not hold yet, given its stored watermarks:
+/// the sum of the new contributions, and the new watermark of each partition that
+/// has any (empty when the item already holds everything).
+pub(crate) fn above_watermarks(
+    write: &ItemWrite<'_>,
+    watermarks: &HashMap<String, i64>,
+) -> (i64, Vec<(u32, i64)>) {
+    let mut delta = 0;
+    let mut marks: Vec<(u32, i64)> = Vec::new();
+    for c in write.contributions {
+        let tp = write.partitions[c.tp as usize].to_string();
+        if watermarks.get(&tp).is_some_and(|&wm| c.offset <= wm) {
+            continue;
+        }
+        delta += c.delta;
+        match marks.iter_mut().find(|m| m.0 == c.tp) {
+            Some(m) => m.1 = m.1.max(c.offset),
+            None => marks.push((c.tp, c.offset)),
+        }
+    }
+    (delta, marks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tps() -> Vec<TopicPartition> {
+        vec![
+            TopicPartition {
+                topic: "t".into(),
+                partition: 0,
+            },
+            TopicPartition {
+                topic: "t".into(),
+                partition: 1,
+            },
+        ]
+    }
+
+    #[test]
+    fn store_names() {
+        assert!(valid_store_name("word-counts_v1.2"));
+        assert!(!valid_store_name(""));
+        assert!(!valid_store_name("a#b"));
+        assert!(!valid_store_name(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn merges_only_above_the_stored_watermark() {
+        let partitions = tps();
+        let contributions = [
+            Contribution {
+                tp: 0,
+                offset: 3,
+                delta: 1,
+            },
+            Contribution {
+                tp: 0,
+                offset: 7,
+                delta: 2,
+            },
+            Contribution {
+                tp: 1,
+                offset: 5,
+                delta: 1,
+            },
+        ];
+        let write = ItemWrite {
+            store: "s",
+            key: b"k",
+            contributions: &contributions,
+            partitions: &partitions,
+        };
+        let stored = HashMap::from([("t-0".to_owned(), 3)]);
+        // t-0@3 is held already; t-0@7 (2) and t-1@5 (1) are new.
+        assert_eq!(above_watermarks(&write, &stored), (3, vec![(0, 7), (1, 5)]));
+        let all = HashMap::from([("t-0".to_owned(), 9), ("t-1".to_owned(), 5)]);
+        assert_eq!(above_watermarks(&write, &all), (0, vec![]));
+        assert_eq!(offset_ranges(&write), vec![(0, 3, 7), (1, 5, 5)]);
+    }
+
+    #[test]
+    fn printable_keys() {
+        assert_eq!(printable_key(b"fox"), "\"fox\"");
+        assert_eq!(printable_key(&[0xff, 0x01]), "0xff01");
+    }
+}

@@ -1,0 +1,15 @@
+//! The functions of this workspace that the runner can run in-process, by name.
+
+use lambda_streams::Topology;
+
+/// The names `--function` accepts.
+pub const NAMES: &[&str] = &["wordcount"];
+
+/// The topology of the workspace function `name` (configured from the environment,
+/// as in Lambda).
+pub fn topology(name: &str) -> Option<Topology> {
+    match name {
+        "wordcount" => Some(wordcount::topology_from_env()),
+        _ => None,
+    }
+}
