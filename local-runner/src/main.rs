@@ -228,7 +228,11 @@ async fn open_store(
     default_table: &str,
     guarantee: Guarantee,
 ) -> Result<(DynamoStore, Option<EmbeddedDynamo>), String> {
-    let (endpoint, embedded) = match &state.dynamodb_endpoint {
+    let (endpoint, embedded) = match state
+        .dynamodb_endpoint
+        .as_ref()
+        .filter(|e| !e.trim().is_empty())
+    {
         Some(endpoint) => (endpoint.clone(), None),
         None => {
             let embedded = EmbeddedDynamo::start(&state.state_db).await?;

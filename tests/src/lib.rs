@@ -1,1 +1,264 @@
-//! placeholder
+//! Shared helpers of the end-to-end tests: where the real services are, unique names,
+//! and readers of Kafka topics and DynamoDB state that do not go through the code under
+//! test.
+//!
+//! The tests need a Kafka broker and a DynamoDB emulator (dynoxide) on loopback; start
+//! them with `scripts/services up`. `KAFKA_BOOTSTRAP_SERVERS` and
+//! `AWS_ENDPOINT_URL_DYNAMODB` point elsewhere.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The broker the tests use.
+pub fn bootstrap() -> String {
+    std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// The DynamoDB emulator the tests use.
+pub fn dynamo_endpoint() -> String {
+    std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
+}
+
+/// Panics with the fix when a service is not listening.
+pub fn require_services() {
+    let endpoint = dynamo_endpoint();
+    let dynamo = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    for (name, address) in [("Kafka", bootstrap()), ("DynamoDB emulator", dynamo)] {
+        let first = address.split(',').next().unwrap_or_default().to_owned();
+        let reachable = first
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
+        assert!(
+            reachable,
+            "{name} is not reachable at {first}: start the services with `scripts/services up`"
+        );
+    }
+}
+
+/// A name unique to this test process and call: `<prefix>-<pid>-<time>-<n>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let millis = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() % 100_000_000);
+    format!(
+        "{prefix}-{}-{millis}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// Deterministic text: `lines` lines of 1..=8 words from a 40-word vocabulary with
+/// mixed case, from a fixed seed (a 64-bit LCG, independent of any library).
+pub fn sample_text(lines: usize, seed: u64) -> Vec<String> {
+    const WORDS: [&str; 40] = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "lazy",
+        "dog",
+        "Kafka",
+        "streams",
+        "lambda",
+        "state",
+        "exactly",
+        "once",
+        "batch",
+        "offset",
+        "partition",
+        "record",
+        "The",
+        "FOX",
+        "table",
+        "window",
+        "join",
+        "count",
+        "key",
+        "value",
+        "topic",
+        "broker",
+        "commit",
+        "retry",
+        "zombie",
+        "watermark",
+        "version",
+        "item",
+        "emit",
+        "sink",
+        "source",
+        "event",
+        "lag",
+        "group",
+    ];
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut next = move || {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (x >> 33) as usize
+    };
+    (0..lines)
+        .map(|_| {
+            let n = 1 + next() % 8;
+            (0..n)
+                .map(|_| WORDS[next() % WORDS.len()])
+                .collect::<Vec<_>>()
+                .join(if next() % 5 == 0 { "  " } else { " " })
+        })
+        .collect()
+}
+
+/// The reference word count: lowercase words split on whitespace, counted.
+pub fn reference_counts<'a>(lines: impl IntoIterator<Item = &'a String>) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for line in lines {
+        for word in line.split_whitespace() {
+            *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// A record read back from Kafka.
+#[derive(Debug, Clone)]
+pub struct Consumed {
+    /// Partition.
+    pub partition: i32,
+    /// Key.
+    pub key: Option<Vec<u8>>,
+    /// Value.
+    pub value: Option<Vec<u8>>,
+    /// Headers.
+    pub headers: HashMap<String, Vec<u8>>,
+}
+
+/// Every record of `topic` from the start to its current end, read with a plain
+/// assigned consumer (no group).
+pub fn read_topic(topic: &str) -> Vec<Consumed> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("metadata");
+    let partitions: Vec<i32> = metadata.topics()[0]
+        .partitions()
+        .iter()
+        .map(|p| p.id())
+        .collect();
+    let mut ends = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for &p in &partitions {
+        let (_, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("watermarks");
+        ends.insert(p, high);
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .expect("assign");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut positions: HashMap<i32, i64> = partitions.iter().map(|&p| (p, 0)).collect();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while partitions.iter().any(|p| positions[p] < ends[p]) {
+        assert!(Instant::now() < deadline, "timed out reading {topic}");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("message");
+            positions.insert(message.partition(), message.offset() + 1);
+            let headers = message
+                .headers()
+                .map(|hs| {
+                    hs.iter()
+                        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.push(Consumed {
+                partition: message.partition(),
+                key: message.key().map(<[u8]>::to_vec),
+                value: message.payload().map(<[u8]>::to_vec),
+                headers,
+            });
+        }
+    }
+    out
+}
+
+/// Per key, the value of the record with the highest `lambda-streams-version` header.
+pub fn latest_by_version(records: &[Consumed]) -> BTreeMap<String, (u64, String)> {
+    let mut latest: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    for r in records {
+        let key = String::from_utf8(r.key.clone().expect("keyed output")).expect("utf-8 key");
+        let version: u64 = std::str::from_utf8(&r.headers["lambda-streams-version"])
+            .expect("utf-8 version")
+            .parse()
+            .expect("numeric version");
+        let value = String::from_utf8(r.value.clone().expect("value")).expect("utf-8 value");
+        let entry = latest.entry(key).or_insert((0, String::new()));
+        if version > entry.0 {
+            *entry = (version, value);
+        }
+    }
+    latest
+}
+
+/// A DynamoDB client for the emulator, with static dummy credentials.
+pub fn dynamo_client() -> aws_sdk_dynamodb::Client {
+    lambda_streams::state::dynamodb::emulator_client(&dynamo_endpoint())
+}
+
+/// Reads the counts of `store` in `table` straight from DynamoDB (a scan of the raw
+/// items: `k` is the key, `v` the count), not through the store under test.
+pub async fn table_counts(table: &str, store: &str) -> BTreeMap<String, i64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = dynamo_client();
+    let mut counts = BTreeMap::new();
+    let mut pages = client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page.expect("scan").items() {
+            let Some(AttributeValue::S(pk)) = item.get("pk") else {
+                panic!("item without pk")
+            };
+            if !pk.starts_with(&format!("{store}#")) {
+                continue;
+            }
+            let Some(AttributeValue::B(key)) = item.get("k") else {
+                panic!("item without k")
+            };
+            let Some(AttributeValue::N(v)) = item.get("v") else {
+                panic!("item without v")
+            };
+            counts.insert(
+                String::from_utf8(key.as_ref().to_vec()).expect("utf-8"),
+                v.parse().expect("number"),
+            );
+        }
+    }
+    counts
+}

@@ -49,7 +49,7 @@ impl Ctx {
                 Category::Data | Category::Io => DecodeErrorKind::Invalid(message),
             }
         });
-        error::DecodeError {
+        DecodeError::new(error::Details {
             kind,
             key: self.key,
             index: self.index,
@@ -57,7 +57,7 @@ impl Ctx {
             offset: self.offset,
             field: self.field,
             line_column,
-        }
+        })
     }
 
     /// Leaves the `records` map: later errors are not in a partition.

@@ -11,7 +11,11 @@ use super::TopicPartition;
 /// `malformed Kafka event at records["text-lines-0"][1] (text-lines-0 offset 1), field "key":
 /// invalid base64: Invalid symbol 36, offset 3. (line 12, column 27)`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct DecodeError {
+pub struct DecodeError(Box<Details>);
+
+/// The contents of a [`DecodeError`], boxed so that `Result<_, DecodeError>` stays small.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Details {
     pub(super) kind: DecodeErrorKind,
     pub(super) key: Option<String>,
     pub(super) index: Option<usize>,
@@ -85,16 +89,20 @@ pub enum DecodeErrorKind {
 }
 
 impl DecodeError {
+    pub(super) fn new(details: Details) -> Self {
+        DecodeError(Box::new(details))
+    }
+
     /// The reason.
     pub fn kind(&self) -> &DecodeErrorKind {
-        &self.kind
+        &self.0.kind
     }
 
     /// Where in the event: a JSON path such as `records["text-lines-0"][1]` or
     /// `records["text-lines-0"]`, or `event` for the top level. The field, if any, is
     /// [`field`](Self::field).
     pub fn location(&self) -> String {
-        match (&self.key, self.index) {
+        match (&self.0.key, self.0.index) {
             (Some(key), Some(index)) => format!("records[{key:?}][{index}]"),
             (Some(key), None) => format!("records[{key:?}]"),
             (None, _) => "event".to_owned(),
@@ -103,39 +111,40 @@ impl DecodeError {
 
     /// The topic-partition of the `records` entry the error is in, when known.
     pub fn topic_partition(&self) -> Option<&TopicPartition> {
-        self.tp.as_ref()
+        self.0.tp.as_ref()
     }
 
     /// The offset of the record the error is in, when it was read before the error.
     pub fn offset(&self) -> Option<i64> {
-        self.offset
+        self.0.offset
     }
 
     /// The JSON field the error is in (`"key"`, `"headers"`, `"eventSource"`, ...), if any.
     pub fn field(&self) -> Option<&str> {
-        self.field
+        self.0.field
     }
 
     /// The 1-based line and column in the input where `serde_json` stopped, if known.
     pub fn line_column(&self) -> Option<(usize, usize)> {
-        self.line_column
+        self.0.line_column
     }
 }
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("malformed Kafka event")?;
-        if self.key.is_some() {
+        let d = &self.0;
+        if d.key.is_some() {
             write!(f, " at {}", self.location())?;
-            if let (Some(tp), Some(offset)) = (&self.tp, self.offset) {
+            if let (Some(tp), Some(offset)) = (&d.tp, d.offset) {
                 write!(f, " ({tp} offset {offset})")?;
             }
         }
-        if let Some(field) = self.field {
+        if let Some(field) = d.field {
             write!(f, ", field {field:?}")?;
         }
-        write!(f, ": {}", self.kind)?;
-        if let Some((line, column)) = self.line_column {
+        write!(f, ": {}", d.kind)?;
+        if let Some((line, column)) = d.line_column {
             write!(f, " (line {line}, column {column})")?;
         }
         Ok(())

@@ -87,7 +87,7 @@ pub struct KafkaEvent {
     pub source: EventSource,
     /// The cluster's bootstrap servers, one comma-separated string as in the event.
     pub bootstrap_servers: String,
-    /// One entry per "<topic>-<partition>" key, in the order they appear in the JSON.
+    /// One entry per `"<topic>-<partition>"` key, in the order they appear in the JSON.
     pub partitions: Vec<PartitionRecords>,
 }
 

@@ -260,18 +260,24 @@ impl<'de> Visitor<'de> for BytesSeed<'_> {
     }
 
     fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        d.deserialize_str(self)
+        // `deserialize_bytes` hands over the string's raw bytes (escapes resolved) without
+        // the UTF-8 check `deserialize_str` does: base64 decoding checks every byte anyway.
+        d.deserialize_bytes(self)
     }
 
     // Borrowed or not (a string with escapes comes through serde_json's scratch buffer),
     // the text is only read here: no intermediate `String`.
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
         match STANDARD.decode(v) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(err) => Err(self
                 .ctx
                 .fail(DecodeErrorKind::InvalidBase64(err.to_string()))),
         }
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        self.visit_bytes(v.as_bytes())
     }
 }
 

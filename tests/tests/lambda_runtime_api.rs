@@ -1,0 +1,156 @@
+//! The Lambda path for real: `cargo lambda watch` builds and serves the `wordcount`
+//! function on the Lambda runtime API, `cargo lambda invoke --data-file` sends a fixture
+//! event, twice. The counts in DynamoDB (the emulator) must equal the counts computed
+//! here from the fixture, after the first invocation and still after the second (a
+//! redelivery changes nothing); the output topic on the real broker holds them too.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use lambda_streams_e2e::*;
+
+/// Kills the whole process group of `cargo lambda watch` (it runs the function as a child).
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(format!("-{}", self.0.id()))
+            .status();
+        let _ = self.0.wait();
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn fixture_counts(path: &Path) -> BTreeMap<String, i64> {
+    let event: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(path).expect("fixture")).expect("json");
+    let mut lines = Vec::new();
+    for records in event["records"].as_object().expect("records").values() {
+        for record in records.as_array().expect("list") {
+            let value = STANDARD
+                .decode(record["value"].as_str().expect("value"))
+                .expect("base64");
+            lines.push(String::from_utf8(value).expect("utf-8"));
+        }
+    }
+    reference_counts(&lines)
+}
+
+fn invoke(port: u16, fixture: &Path) -> String {
+    let output = Command::new("cargo")
+        .args([
+            "lambda",
+            "invoke",
+            "--invoke-port",
+            &port.to_string(),
+            "wordcount",
+            "--data-file",
+        ])
+        .arg(fixture)
+        .current_dir(workspace())
+        .output()
+        .expect("cargo lambda invoke runs (is cargo-lambda installed? scripts/tools)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "invoke failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
+    require_services();
+    let table = unique("lambda-api");
+    let output_topic = unique("lambda-api-counts");
+    lambda_streams::state::dynamodb::create_table(&dynamo_client(), &table)
+        .await
+        .expect("table");
+    local_runner::admin::create_topic(&bootstrap(), &output_topic, 2)
+        .await
+        .expect("topic");
+
+    let port = 9310;
+    let env = [
+        format!("LAMBDA_STREAMS_TABLE={table}"),
+        format!("WORDCOUNT_OUTPUT_TOPIC={output_topic}"),
+        "WORDCOUNT_INPUT_TOPIC=text-lines".to_owned(),
+        format!("AWS_ENDPOINT_URL_DYNAMODB={}", dynamo_endpoint()),
+        "AWS_ACCESS_KEY_ID=test".to_owned(),
+        "AWS_SECRET_ACCESS_KEY=test".to_owned(),
+        "AWS_REGION=us-east-1".to_owned(),
+        "AWS_EC2_METADATA_DISABLED=true".to_owned(),
+    ];
+    let mut command = Command::new("cargo");
+    command
+        .args([
+            "lambda",
+            "watch",
+            "--ignore-changes",
+            "--invoke-port",
+            &port.to_string(),
+            "-p",
+            "wordcount",
+        ])
+        .current_dir(workspace())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for var in &env {
+        command.args(["--env-var", var]);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let watch = Watch(
+        command
+            .spawn()
+            .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not listen on {port}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    let fixture = workspace().join("tests/fixtures/wordcount-event.json");
+    let expected = fixture_counts(&fixture);
+    let response = invoke(port, &fixture);
+    assert!(
+        response.contains("batchItemFailures"),
+        "a success response: {response}"
+    );
+    assert_eq!(
+        table_counts(&table, wordcount::STORE).await,
+        expected,
+        "counts after one invocation"
+    );
+
+    invoke(port, &fixture);
+    assert_eq!(
+        table_counts(&table, wordcount::STORE).await,
+        expected,
+        "a redelivery changes nothing"
+    );
+
+    let emitted: BTreeMap<String, i64> = latest_by_version(&read_topic(&output_topic))
+        .into_iter()
+        .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
+        .collect();
+    assert_eq!(emitted, expected, "the highest-version output per word");
+    drop(watch);
+}
