@@ -13,15 +13,14 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lambda_streams_e2e::*;
 
-/// Kills the whole process group of `cargo lambda watch` (it runs the function as a child).
+/// Stops `cargo lambda watch` (the function it runs exits once its runtime API is gone).
+/// No process-group kill: `kill -TERM -<pgid>` from procps-ng 4.0.2 misparses the
+/// negative pid and signals every process (`kill(-1)`).
 struct Watch(Child);
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(format!("-{}", self.0.id()))
-            .status();
+        let _ = self.0.kill();
         let _ = self.0.wait();
     }
 }
@@ -53,12 +52,15 @@ fn invoke(port: u16, fixture: &Path) -> String {
         .args([
             "lambda",
             "invoke",
+            "--invoke-address",
+            "127.0.0.1",
             "--invoke-port",
             &port.to_string(),
             "wordcount",
             "--data-file",
         ])
         .arg(fixture)
+        .stdin(Stdio::null())
         .current_dir(workspace())
         .output()
         .expect("cargo lambda invoke runs (is cargo-lambda installed? scripts/tools)");
@@ -99,6 +101,8 @@ async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
         .args([
             "lambda",
             "watch",
+            "--invoke-address",
+            "127.0.0.1",
             "--ignore-changes",
             "--invoke-port",
             &port.to_string(),
@@ -106,12 +110,12 @@ async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
             "wordcount",
         ])
         .current_dir(workspace())
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
     for var in &env {
         command.args(["--env-var", var]);
     }
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let watch = Watch(
         command
             .spawn()

@@ -11,6 +11,7 @@ fn template_passes_cfn_lint() {
         .expect("workspace root");
     let output = Command::new("cfn-lint")
         .arg("template.yaml")
+        .stdin(std::process::Stdio::null())
         .current_dir(root)
         .output()
         .expect("cfn-lint runs (install it with scripts/tools, and put its bin dir on PATH)");
