@@ -55,6 +55,8 @@
 //! # });
 //! ```
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod dsl;
 pub mod error;
 pub mod event;

@@ -219,7 +219,7 @@ impl Runner {
         summary: &mut RunSummary,
     ) -> Result<(), String> {
         let faults = &self.config.faults;
-        let every = |n: Option<u64>| n.is_some_and(|n| n > 0 && number % n == 0);
+        let every = |n: Option<u64>| n.is_some_and(|n| n > 0 && number.is_multiple_of(n));
         let mut limit = self.config.batch_size;
         let mut extend = every(faults.extend_retry_every);
         let mut attempt = 0u32;

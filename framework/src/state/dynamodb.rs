@@ -326,12 +326,12 @@ fn number<T: std::str::FromStr>(
 }
 
 fn parse_state(item: &HashMap<String, AttributeValue>) -> Result<ItemState, String> {
-    if let Some(AttributeValue::N(fv)) = item.get("fv") {
-        if fv.parse::<i64>().ok() != Some(FORMAT_VERSION) {
-            return Err(format!(
-                "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
-            ));
-        }
+    if let Some(AttributeValue::N(fv)) = item.get("fv")
+        && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
+    {
+        return Err(format!(
+            "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
+        ));
     }
     Ok(ItemState {
         value: number(item, "v")?,
@@ -342,8 +342,8 @@ fn parse_state(item: &HashMap<String, AttributeValue>) -> Result<ItemState, Stri
 fn parse_watermarks(
     item: &HashMap<String, AttributeValue>,
 ) -> Result<HashMap<String, i64>, String> {
-    item.iter()
-        .filter_map(|(name, _)| name.strip_prefix(WATERMARK_PREFIX).map(|tp| (name, tp)))
+    item.keys()
+        .filter_map(|name| name.strip_prefix(WATERMARK_PREFIX).map(|tp| (name, tp)))
         .map(|(name, tp)| Ok((tp.to_owned(), number(item, name)?)))
         .collect()
 }
