@@ -300,12 +300,13 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     let runner = Runner::new(config, Arc::new(InProcess::new(handler)))?;
     let summary = runner.run().await?;
     println!(
-        "processed {} records in {} batches ({} invocations, {} failed and retried) in {:.2} s: {:.0} records/s",
+        "processed {} records in {} batches ({} invocations, {} failed and retried) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
         summary.records,
         summary.batches,
         summary.invocations,
         summary.failures,
         summary.elapsed.as_secs_f64(),
+        summary.active.as_secs_f64(),
         summary.records_per_second()
     );
     if let Some(top) = args.print_top {

@@ -102,12 +102,15 @@ pub struct RunSummary {
     pub failures: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
+    /// Time from the first record received to the end of the run (excludes the
+    /// consumer group's join): what throughput is measured over.
+    pub active: Duration,
 }
 
 impl RunSummary {
-    /// Records per second over the run.
+    /// Records per second from the first record received to the end of the run.
     pub fn records_per_second(&self) -> f64 {
-        self.records as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        self.records as f64 / self.active.as_secs_f64().max(1e-9)
     }
 }
 
@@ -181,11 +184,13 @@ impl Runner {
         let mut buffers = Buffers::new();
         let mut last_progress = Instant::now();
         let mut batch_number = 0u64;
+        let mut first_record: Option<Instant> = None;
         loop {
             let limit = self.config.batch_size;
             let got = self.fill(&consumer, &mut buffers, limit).await?;
+            first_record = first_record.or(got);
             if buffered(&buffers) == 0 {
-                if self.config.until_idle && !got && self.caught_up(&consumer)? {
+                if self.config.until_idle && got.is_none() && self.caught_up(&consumer)? {
                     break;
                 }
                 continue;
@@ -195,7 +200,7 @@ impl Runner {
                 .await?;
             if self.config.progress && last_progress.elapsed() >= Duration::from_secs(1) {
                 last_progress = Instant::now();
-                summary.elapsed = started.elapsed();
+                summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
                 eprintln!(
                     "[local-runner] {} records, {} batches, {} retries, {:.0} records/s",
                     summary.records,
@@ -206,6 +211,7 @@ impl Runner {
             }
         }
         summary.elapsed = started.elapsed();
+        summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
         Ok(summary)
     }
 
@@ -276,13 +282,13 @@ impl Runner {
     }
 
     /// Reads records until `limit` are buffered or the batching window closes. Returns
-    /// whether any record arrived.
+    /// when the first record of this call arrived, if any did.
     async fn fill(
         &self,
         consumer: &StreamConsumer,
         buffers: &mut Buffers,
         limit: usize,
-    ) -> Result<bool, String> {
+    ) -> Result<Option<Instant>, String> {
         let window_start = Instant::now();
         let window = if buffered(buffers) == 0 {
             self.config
@@ -291,7 +297,7 @@ impl Runner {
         } else {
             self.config.batching_window
         };
-        let mut got = false;
+        let mut got = None;
         while buffered(buffers) < limit {
             let Some(remaining) = window.checked_sub(window_start.elapsed()) else {
                 break;
@@ -303,7 +309,7 @@ impl Runner {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(Ok(message)) => {
-                    got = true;
+                    got = got.or_else(|| Some(Instant::now()));
                     let tp = TopicPartition::new(message.topic(), message.partition());
                     buffers
                         .entry(tp)
