@@ -262,3 +262,59 @@ pub async fn table_counts(table: &str, store: &str) -> BTreeMap<String, i64> {
     }
     counts
 }
+
+/// A TCP proxy in front of a service, that can be taken down and brought back: a real
+/// network fault (connections refused and cut), for outage tests.
+pub struct Proxy {
+    /// The proxy's loopback port.
+    pub port: u16,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Proxy {
+    /// Starts a proxy on a free loopback port forwarding to `target` (`host:port`).
+    pub async fn start(target: &str) -> Proxy {
+        use std::sync::atomic::AtomicBool;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let down = std::sync::Arc::new(AtomicBool::new(false));
+        let cut = std::sync::Arc::new(tokio::sync::Notify::new());
+        let (target, down2, cut2) = (target.to_owned(), down.clone(), cut.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut client, _)) = listener.accept().await else {
+                    return;
+                };
+                if down2.load(Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let (target, cut) = (target.clone(), cut2.clone());
+                tokio::spawn(async move {
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.notified() => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, down, cut }
+    }
+
+    /// Refuses new connections and cuts the open ones.
+    pub fn set_down(&self) {
+        self.down.store(true, Ordering::SeqCst);
+        self.cut.notify_waiters();
+    }
+
+    /// Accepts connections again.
+    pub fn set_up(&self) {
+        self.down.store(false, Ordering::SeqCst);
+    }
+}

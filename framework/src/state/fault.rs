@@ -1,38 +1,104 @@
-//! A store layer that injects failures, for tests and demos of the exactly-once
-//! guarantee: it makes an invocation fail part-way through its state writes, as a
-//! crash or a timeout would.
+//! A store layer that injects faults, for tests and demos of the exactly-once guarantee:
+//! an invocation that crashes part-way through its state writes (as a timeout or an out-of-
+//! memory kill would), and random delays that make concurrent invocations (zombies, several
+//! partitions on one key) interleave their writes at the store.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::{ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats};
 
-/// Wraps a store; the write after the first `after` successful ones fails, once.
+/// What happens once the first `after` writes went through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Crash {
+    /// No crash.
+    Never,
+    /// The next write fails; later writes go through (a transient fault).
+    Once,
+    /// Every later write fails (the invocation is dead).
+    Dead,
+}
+
+/// Wraps a store to inject faults. Each write either goes through (after an optional
+/// random delay) or fails with [`StateErrorKind::Injected`].
 pub struct FaultyStore<S> {
     inner: S,
+    crash: Crash,
     remaining: AtomicI64,
+    max_delay: Duration,
+    rng: Mutex<StdRng>,
 }
 
 impl<S: Store> FaultyStore<S> {
-    /// Lets `after` item writes through, fails the next one, then behaves normally.
-    pub fn fail_once_after(inner: S, after: u64) -> Self {
+    /// A transparent layer (add faults with the builder methods).
+    pub fn new(inner: S) -> Self {
         FaultyStore {
             inner,
-            remaining: AtomicI64::new(i64::try_from(after).unwrap_or(i64::MAX)),
+            crash: Crash::Never,
+            remaining: AtomicI64::new(i64::MAX),
+            max_delay: Duration::ZERO,
+            rng: Mutex::new(StdRng::seed_from_u64(0)),
         }
     }
 
-    /// Whether the failure has been injected yet.
+    /// Lets `after` item writes through, fails the next one, then behaves normally.
+    pub fn fail_once_after(inner: S, after: u64) -> Self {
+        let mut store = Self::new(inner);
+        store.crash = Crash::Once;
+        store.remaining = AtomicI64::new(i64::try_from(after).unwrap_or(i64::MAX));
+        store
+    }
+
+    /// Lets `after` item writes through, then fails every later one: the invocation
+    /// crashed after `after` writes.
+    pub fn crash_after(mut self, after: u64) -> Self {
+        self.crash = Crash::Dead;
+        self.remaining = AtomicI64::new(i64::try_from(after).unwrap_or(i64::MAX));
+        self
+    }
+
+    /// Delays every write by a random duration up to `max` (from `seed`, so a failing
+    /// scenario can be replayed; the interleaving itself still depends on the scheduler).
+    pub fn with_delays(mut self, max: Duration, seed: u64) -> Self {
+        self.max_delay = max;
+        self.rng = Mutex::new(StdRng::seed_from_u64(seed));
+        self
+    }
+
+    /// Whether a failure has been injected yet.
     pub fn fired(&self) -> bool {
-        self.remaining.load(Ordering::SeqCst) < 0
+        self.crash != Crash::Never && self.remaining.load(Ordering::SeqCst) < 0
     }
 }
 
 #[async_trait]
 impl<S: Store> Store for FaultyStore<S> {
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        if self.remaining.fetch_sub(1, Ordering::SeqCst) == 0 {
+        if !self.max_delay.is_zero() {
+            let micros = {
+                let mut rng = self
+                    .rng
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                rng.random_range(0..=self.max_delay.as_micros() as u64)
+            };
+            tokio::time::sleep(Duration::from_micros(micros)).await;
+        }
+        let left = match self.crash {
+            Crash::Never => 0,
+            _ => self.remaining.fetch_sub(1, Ordering::SeqCst),
+        };
+        let fails = match self.crash {
+            Crash::Never => false,
+            Crash::Once => left == 0,
+            Crash::Dead => left <= 0,
+        };
+        if fails {
             return Err(StateError::new(
                 write.store,
                 write.key,

@@ -88,6 +88,28 @@ pub trait Store: Send + Sync {
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
 }
 
+#[async_trait]
+impl<T: Store + ?Sized> Store for &T {
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        (**self).apply(write).await
+    }
+
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        (**self).get(store, key).await
+    }
+}
+
+#[async_trait]
+impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        (**self).apply(write).await
+    }
+
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        (**self).get(store, key).await
+    }
+}
+
 /// The processing guarantee a topology runs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Guarantee {
@@ -164,8 +186,17 @@ pub enum StateErrorKind {
     Injected(String),
 }
 
-/// Renders a key for messages: UTF-8 text in quotes, otherwise hex.
+/// Renders a key for messages: UTF-8 text in quotes, otherwise hex; keys over 64 bytes
+/// are cut, with their length.
 pub fn printable_key(key: &[u8]) -> String {
+    const SHOWN: usize = 64;
+    if key.len() > SHOWN {
+        let mut cut = SHOWN;
+        while std::str::from_utf8(&key[..cut]).is_err() && cut > SHOWN - 4 {
+            cut -= 1;
+        }
+        return format!("{}… ({} bytes)", printable_key(&key[..cut]), key.len());
+    }
     match std::str::from_utf8(key) {
         Ok(s) if !s.chars().any(char::is_control) => format!("{s:?}"),
         _ => key.iter().fold(String::from("0x"), |mut out, b| {
@@ -277,5 +308,10 @@ mod tests {
     fn printable_keys() {
         assert_eq!(printable_key(b"fox"), "\"fox\"");
         assert_eq!(printable_key(&[0xff, 0x01]), "0xff01");
+        let long = "x".repeat(3000);
+        assert_eq!(
+            printable_key(long.as_bytes()),
+            format!("{:?}… (3000 bytes)", "x".repeat(64))
+        );
     }
 }

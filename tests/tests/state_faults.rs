@@ -1,0 +1,431 @@
+//! The exactly-once write path under every fault the Kafka event source allows (design
+//! notes, sections 3 and 4), driven through the real `Topology::process` and the real
+//! DynamoDB store on the emulator: redeliveries, retries with other boundaries, crashes
+//! after k of n item writes, zombies whose writes interleave with newer invocations,
+//! commits lost or going backwards, several partitions writing one key at once, the
+//! emulator going away mid-batch, and a poison record. Every final state is compared with
+//! counts computed here from the input log, independently of the code under test.
+
+// Partition numbers index several parallel vectors (log, committed offsets).
+#![allow(clippy::needless_range_loop)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lambda_streams::event::{
+    EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+};
+use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+use lambda_streams::sink::{MemorySink, VERSION_HEADER};
+use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::state::{ItemState, ItemWrite, StateError, Store, WriteStats};
+use lambda_streams::{Guarantee, StreamError, StreamsBuilder, Topology};
+use lambda_streams_e2e::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const TOPIC: &str = "events";
+const STORE: &str = "counts";
+
+/// Counts records per value, re-keyed (direct mode): every partition writes every key.
+fn topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(|_, value| value.clone(), Utf8)
+        .count(STORE)
+        .to_stream()
+        .to("counts-out", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// The input: per partition, the value (= the key counted) at each offset.
+struct Log(Vec<Vec<String>>);
+
+impl Log {
+    fn random(rng: &mut StdRng, partitions: usize, len: usize, keys: usize) -> Log {
+        Log((0..partitions)
+            .map(|_| {
+                (0..len)
+                    .map(|_| format!("k{}", rng.random_range(0..keys)))
+                    .collect()
+            })
+            .collect())
+    }
+
+    fn truth(&self) -> BTreeMap<String, i64> {
+        let mut counts = BTreeMap::new();
+        for value in self.0.iter().flatten() {
+            *counts.entry(value.clone()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The event of a batch: per partition, offsets `lo..hi`.
+    fn event(&self, batch: &[(usize, usize, usize)]) -> KafkaEvent {
+        let partitions = batch
+            .iter()
+            .map(|&(p, lo, hi)| PartitionRecords {
+                tp: TopicPartition::new(TOPIC, p as i32),
+                records: (lo..hi)
+                    .map(|o| Record {
+                        offset: o as i64,
+                        timestamp: 1_764_460_800_000 + o as i64,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: None,
+                        value: Some(self.0[p][o].clone().into_bytes()),
+                        headers: Vec::new(),
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    })
+                    .collect(),
+            })
+            .collect();
+        KafkaEvent {
+            source: EventSource::SelfManaged,
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            partitions,
+        }
+    }
+}
+
+/// Per key, the value of the emitted update with the highest version.
+fn latest_emitted(sink: &MemorySink) -> BTreeMap<String, i64> {
+    let mut latest: BTreeMap<String, (u64, i64)> = BTreeMap::new();
+    for record in sink.records() {
+        let key = String::from_utf8(record.key.clone().expect("key")).expect("utf-8");
+        let version: u64 =
+            std::str::from_utf8(record.header(VERSION_HEADER).expect("version header"))
+                .expect("utf-8")
+                .parse()
+                .expect("number");
+        let value: i64 = std::str::from_utf8(record.value.as_deref().expect("value"))
+            .expect("utf-8")
+            .parse()
+            .expect("n");
+        let entry = latest.entry(key).or_insert((0, 0));
+        if version > entry.0 {
+            *entry = (version, value);
+        }
+    }
+    latest.into_iter().map(|(k, (_, v))| (k, v)).collect()
+}
+
+/// One random scenario after the model in shared/models/exactly_once_direct.py: rounds of
+/// 1 to 3 concurrent invocations (the older ones are zombies), each on some partitions from
+/// the committed offsets, some crashing after k writes, writes delayed at random so that
+/// they interleave; commits sometimes lost or moved back. Then a fault-free drain.
+async fn scenario(seed: u64, store: Arc<dyn Store>, read: impl AsyncFn() -> BTreeMap<String, i64>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (parts, len) = (3, rng.random_range(5..40));
+    let keys = rng.random_range(1..6);
+    let log = Log::random(&mut rng, parts, len, keys);
+    let topology = topology();
+    let sink = MemorySink::new();
+    let mut committed = vec![0usize; parts];
+    for round in 0..rng.random_range(3..25) {
+        let mut invocations = Vec::new();
+        for i in 0..rng.random_range(1..=3) {
+            let mut batch = Vec::new();
+            for p in 0..parts {
+                if committed[p] < len && rng.random_bool(0.6) {
+                    batch.push((
+                        p,
+                        committed[p],
+                        (committed[p] + rng.random_range(1..12)).min(len),
+                    ));
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let mut layer = FaultyStore::new(Arc::clone(&store))
+                .with_delays(Duration::from_millis(3), seed * 1000 + round * 10 + i);
+            if rng.random_bool(0.3) {
+                layer = layer.crash_after(rng.random_range(0..4));
+            }
+            invocations.push((batch, layer));
+        }
+        let results = futures::future::join_all(invocations.iter().map(|(batch, layer)| {
+            let (topology, sink, event) = (&topology, &sink, log.event(batch));
+            async move { topology.process(&event, layer, sink).await }
+        }))
+        .await;
+        for ((batch, _), result) in invocations.iter().zip(results) {
+            if result.is_err() {
+                continue;
+            }
+            for &(p, lo, hi) in batch {
+                if rng.random_bool(0.9) {
+                    committed[p] = committed[p].max(hi);
+                }
+                if rng.random_bool(0.05) {
+                    committed[p] = rng.random_range(0..=lo);
+                }
+            }
+        }
+    }
+    for p in 0..parts {
+        while committed[p] < len {
+            let hi = (committed[p] + rng.random_range(1..12)).min(len);
+            topology
+                .process(&log.event(&[(p, committed[p], hi)]), &store, &sink)
+                .await
+                .expect("fault-free batch");
+            committed[p] = hi;
+        }
+    }
+    let truth = log.truth();
+    assert_eq!(
+        read().await,
+        truth,
+        "seed {seed}: state equals the exactly-once reference"
+    );
+    assert_eq!(
+        latest_emitted(&sink),
+        truth,
+        "seed {seed}: highest-version update per key equals the reference"
+    );
+}
+
+fn seeds(default: u64) -> u64 {
+    std::env::var("LAMBDA_STREAMS_FAULT_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_the_emulator_are_exact() {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    for seed in 0..seeds(30) {
+        let table = unique("faults");
+        create_table(&client, &table).await.expect("table");
+        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+            client.clone(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        scenario(seed, store, async || table_counts(&table, STORE).await).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_in_memory_are_exact() {
+    for seed in 0..seeds(300) {
+        let memory = Arc::new(MemoryStore::new());
+        let read = {
+            let memory = Arc::clone(&memory);
+            async move || {
+                memory
+                    .items(STORE)
+                    .into_iter()
+                    .map(|(k, v, _)| (String::from_utf8(k).expect("utf-8"), v))
+                    .collect()
+            }
+        };
+        scenario(seed, memory, read).await;
+    }
+}
+
+async fn dynamo_table() -> (aws_sdk_dynamodb::Client, String) {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    let table = unique("faults");
+    create_table(&client, &table).await.expect("table");
+    (client, table)
+}
+
+/// Scenario 4: two partitions write the same keys at the same time, many times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_partitions_writing_the_same_keys_concurrently_are_exact() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let mut rng = StdRng::seed_from_u64(4);
+    let log = Log::random(&mut rng, 2, 400, 3);
+    let (topology, sink) = (topology(), MemorySink::new());
+    for (round, lo) in (0..400).step_by(8).enumerate() {
+        let layer = |i: u64| {
+            FaultyStore::new(&store).with_delays(Duration::from_millis(2), round as u64 * 2 + i)
+        };
+        let (a, b) = (layer(0), layer(1));
+        let (ea, eb) = (log.event(&[(0, lo, lo + 8)]), log.event(&[(1, lo, lo + 8)]));
+        let (ra, rb) = tokio::join!(
+            topology.process(&ea, &a, &sink),
+            topology.process(&eb, &b, &sink)
+        );
+        ra.expect("partition 0");
+        rb.expect("partition 1");
+    }
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+    assert_eq!(latest_emitted(&sink), log.truth());
+}
+
+/// Scenario 5: a zombie (an old invocation of 0..10) finishes after its retry (0..20).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_finishing_after_its_retry_changes_nothing() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let mut rng = StdRng::seed_from_u64(5);
+    let log = Log::random(&mut rng, 1, 20, 4);
+    let (topology, sink) = (topology(), MemorySink::new());
+    let slow = FaultyStore::new(&store).with_delays(Duration::from_millis(300), 1);
+    let zombie = log.event(&[(0, 0, 10)]);
+    let retry = log.event(&[(0, 0, 20)]);
+    let (old, new) = tokio::join!(topology.process(&zombie, &slow, &sink), async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        topology.process(&retry, &store, &sink).await
+    });
+    old.expect("zombie");
+    new.expect("retry");
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+    // The zombie's writes, late as they are, found the watermark: nothing was written twice,
+    // and the last update per key still carries the exact count.
+    assert_eq!(latest_emitted(&sink), log.truth());
+}
+
+/// Cuts the network to the emulator after `after` item writes: a store outage mid-batch.
+struct CutAfter<'a> {
+    inner: &'a DynamoStore,
+    proxy: &'a Proxy,
+    after: u64,
+    writes: AtomicU64,
+}
+
+#[async_trait]
+impl Store for CutAfter<'_> {
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        if self.writes.fetch_add(1, Ordering::SeqCst) == self.after {
+            self.proxy.set_down();
+        }
+        self.inner.apply(write).await
+    }
+    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        self.inner.get(store, key).await
+    }
+}
+
+/// Scenario 6: the emulator is unreachable for a few seconds mid-batch. The batch fails
+/// with an error naming the store and key; once the emulator is back, the redelivered batch
+/// completes and the state is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_emulator_going_away_mid_batch_fails_the_batch_and_loses_nothing() {
+    let (_, table) = dynamo_table().await;
+    let proxy = Proxy::start(dynamo_endpoint().trim_start_matches("http://")).await;
+    let store = DynamoStore::new(
+        emulator_client(&format!("http://127.0.0.1:{}", proxy.port)),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    let mut rng = StdRng::seed_from_u64(6);
+    let log = Log::random(&mut rng, 2, 60, 30);
+    let (topology, sink) = (topology(), MemorySink::new());
+    let event = log.event(&[(0, 0, 60), (1, 0, 60)]);
+    let cutting = CutAfter {
+        inner: &store,
+        proxy: &proxy,
+        after: 7,
+        writes: AtomicU64::new(0),
+    };
+    let error = topology
+        .process(&event, &cutting, &sink)
+        .await
+        .expect_err("the outage fails the batch");
+    let message = error.to_string();
+    assert!(
+        matches!(error, StreamError::State(_)),
+        "a state error: {message}"
+    );
+    assert!(
+        message.contains("state store \"counts\", key \"k"),
+        "names the store and key: {message}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.set_up();
+    topology
+        .process(&event, &store, &sink)
+        .await
+        .expect("the redelivery succeeds");
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
+
+/// Scenario 8: a poison record mid-batch fails the batch with an error naming its
+/// topic-partition and offset, before any state is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_record_mid_batch_names_itself_and_writes_nothing() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let log = Log(vec![(0..10).map(|i| format!("k{}", i % 3)).collect()]);
+    let mut event = log.event(&[(0, 0, 10)]);
+    event.partitions[0].records[4].value = Some(vec![0xff, 0xfe]);
+    let error = topology()
+        .process(&event, &store, &MemorySink::new())
+        .await
+        .expect_err("poison");
+    assert_eq!(
+        error.to_string(),
+        "record events-0 offset 4: cannot deserialize the value: invalid UTF-8: invalid utf-8 sequence of 1 bytes from index 0"
+    );
+    assert!(
+        table_counts(&table, STORE).await.is_empty(),
+        "nothing was written"
+    );
+}
+
+/// A key beyond DynamoDB's key size limit fails the batch with an error naming the store
+/// and (the start of) the key, instead of a panic or a silent drop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversize_key_is_a_clear_error() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let log = Log(vec![vec!["x".repeat(3000)]]);
+    let error = topology()
+        .process(&log.event(&[(0, 0, 1)]), &store, &MemorySink::new())
+        .await
+        .expect_err("too large");
+    let message = error.to_string();
+    assert!(
+        message.contains("state store \"counts\", key \"xxxx"),
+        "{message}"
+    );
+    assert!(message.contains("(3000 bytes)"), "{message}");
+}
+
+/// The cost claim: a clean batch sends one request per touched item, and a redelivery of
+/// it one more per item (the refused condition), writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_request_per_touched_item_per_batch() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let mut rng = StdRng::seed_from_u64(7);
+    let log = Log::random(&mut rng, 2, 200, 50);
+    let event = log.event(&[(0, 0, 200), (1, 0, 200)]);
+    let keys = log.truth().len() as u64;
+    let report = topology()
+        .process(&event, &store, &MemorySink::new())
+        .await
+        .expect("batch");
+    assert_eq!(
+        (
+            report.items_touched,
+            report.state.requests,
+            report.state.conditional_failures
+        ),
+        (keys, keys, 0)
+    );
+    let again = topology()
+        .process(&event, &store, &MemorySink::new())
+        .await
+        .expect("redelivery");
+    assert_eq!(
+        (again.state.requests, again.state.conditional_failures),
+        (keys, keys)
+    );
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
