@@ -15,6 +15,9 @@
 //! | `LAMBDA_STREAMS_TABLE` | the DynamoDB table of the function's state | required when the topology has a store |
 //! | `LAMBDA_STREAMS_BOOTSTRAP_SERVERS` | brokers to produce output to | the event's `bootstrapServers` |
 //! | `LAMBDA_STREAMS_GUARANTEE` | `exactly_once` or `at_least_once` | `exactly_once` |
+//! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
+//! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
+//! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
 //!
 //! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
 
@@ -26,7 +29,7 @@ use tokio::sync::OnceCell;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
-use crate::runtime::BatchReport;
+use crate::runtime::{BatchOptions, BatchOutcome, PoisonPolicy};
 use crate::sink::{KafkaSink, Sink};
 use crate::state::dynamodb::DynamoStore;
 use crate::state::{Guarantee, Store};
@@ -40,6 +43,10 @@ pub struct Config {
     pub bootstrap_servers: Option<String>,
     /// The processing guarantee.
     pub guarantee: Guarantee,
+    /// Poison records and partial batch responses.
+    pub batch: BatchOptions,
+    /// The function name put in metrics; `None`: no metrics.
+    pub metrics_function: Option<String>,
 }
 
 impl Config {
@@ -53,10 +60,41 @@ impl Config {
                 .map_err(|e| StreamError::Config(format!("LAMBDA_STREAMS_GUARANTEE: {e}")))?,
             None => Guarantee::default(),
         };
+        let poison: PoisonPolicy = match var("LAMBDA_STREAMS_POISON_POLICY") {
+            Some(p) => p
+                .parse()
+                .map_err(|e| StreamError::Config(format!("LAMBDA_STREAMS_POISON_POLICY: {e}")))?,
+            None => PoisonPolicy::default(),
+        };
+        let partial_batch_response = match var("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE: {other:?} is not true or false"
+                )));
+            }
+        };
+        let function = var("AWS_LAMBDA_FUNCTION_NAME");
+        let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
+            Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
+            Some("off") => None,
+            None => function,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_METRICS: {other:?} is not emf or off"
+                )));
+            }
+        };
         Ok(Config {
             table: var("LAMBDA_STREAMS_TABLE"),
             bootstrap_servers: var("LAMBDA_STREAMS_BOOTSTRAP_SERVERS"),
             guarantee,
+            batch: BatchOptions {
+                poison,
+                partial_batch_response,
+            },
+            metrics_function,
         })
     }
 }
@@ -67,6 +105,8 @@ pub struct Handler {
     topology: Topology,
     store: Arc<dyn Store>,
     sink: SinkChoice,
+    options: BatchOptions,
+    metrics_function: Option<String>,
 }
 
 enum SinkChoice {
@@ -85,6 +125,8 @@ impl Handler {
             topology,
             store,
             sink: SinkChoice::Given(sink),
+            options: BatchOptions::default(),
+            metrics_function: None,
         }
     }
 
@@ -103,7 +145,21 @@ impl Handler {
                 bootstrap_servers,
                 producer: OnceCell::new(),
             },
+            options: BatchOptions::default(),
+            metrics_function: None,
         }
+    }
+
+    /// Sets how batches are executed (poison policy, partial batch responses).
+    pub fn with_options(mut self, options: BatchOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Prints CloudWatch EMF metrics for every batch, under this function name.
+    pub fn with_metrics(mut self, function: impl Into<String>) -> Self {
+        self.metrics_function = Some(function.into());
+        self
     }
 
     /// The topology.
@@ -112,7 +168,7 @@ impl Handler {
     }
 
     /// Processes one decoded event.
-    pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchReport, StreamError> {
+    pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
         let sink: Arc<dyn Sink> = match &self.sink {
             SinkChoice::Given(sink) => Arc::clone(sink),
             SinkChoice::Kafka {
@@ -128,10 +184,11 @@ impl Handler {
                 Arc::clone(producer) as Arc<dyn Sink>
             }
         };
-        let report = self
+        let outcome = self
             .topology
-            .process(event, self.store.as_ref(), sink.as_ref())
+            .process_with(event, self.store.as_ref(), sink.as_ref(), &self.options)
             .await?;
+        let report = &outcome.report;
         tracing::info!(
             partitions = %event.partitions.iter().map(|p| format!("{}@{}..{}", p.tp,
                 p.records.first().map_or(-1, |r| r.offset), p.records.last().map_or(-1, |r| r.offset)))
@@ -142,15 +199,28 @@ impl Handler {
             requests = report.state.requests,
             conditional_failures = report.state.conditional_failures,
             write_units = report.state.consumed_write_units,
+            poison = report.poison_records,
+            failed_partitions = outcome.failures.len(),
             "batch processed"
         );
-        Ok(report)
+        if let Some(function) = &self.metrics_function {
+            for document in crate::metrics::emf_documents(function, event, report) {
+                println!("{document}");
+            }
+        }
+        Ok(outcome)
     }
 
     /// Decodes an event's JSON and processes it.
-    pub async fn handle_json(&self, payload: &[u8]) -> Result<BatchReport, StreamError> {
+    pub async fn handle_json(&self, payload: &[u8]) -> Result<BatchOutcome, StreamError> {
         let event = KafkaEvent::decode(payload)?;
         self.handle_event(&event).await
+    }
+
+    /// Decodes an event's JSON, processes it, and returns the Lambda response JSON
+    /// (`{"batchItemFailures":[...]}`): what the function answers to the event source.
+    pub async fn invoke_json(&self, payload: &[u8]) -> Result<serde_json::Value, StreamError> {
+        Ok(self.handle_json(payload).await?.response())
     }
 }
 

@@ -61,6 +61,7 @@ pub mod dsl;
 pub mod error;
 pub mod event;
 pub mod lambda;
+pub mod metrics;
 pub(crate) mod runtime;
 pub mod serdes;
 pub mod sink;
@@ -68,5 +69,5 @@ pub mod state;
 
 pub use dsl::{StreamsBuilder, Topology};
 pub use error::StreamError;
-pub use runtime::BatchReport;
+pub use runtime::{BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, PoisonPolicy};
 pub use state::Guarantee;

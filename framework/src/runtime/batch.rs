@@ -1,73 +1,204 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
+
 use futures::{StreamExt, TryStreamExt};
 
 use super::context::{Ctx, Origin, PendingItem};
 use crate::dsl::Topology;
 use crate::error::StreamError;
-use crate::event::KafkaEvent;
-use crate::sink::Sink;
+use crate::event::{KafkaEvent, Record, TopicPartition};
+use crate::sink::{OutputRecord, SOURCE_HEADER, Sink};
 use crate::state::{ItemState, ItemWrite, Store, WriteStats};
 
 /// How many state writes a batch keeps in flight at once: DynamoDB answers in
 /// milliseconds, so a batch must not pay that latency once per item in series.
 pub(crate) const WRITE_CONCURRENCY: usize = 32;
 
+/// Header of a dead-lettered record carrying the error that sent it there.
+pub const ERROR_HEADER: &str = "lambda-streams-error";
+
+/// What to do with a *poison* record: one whose key or value does not deserialize, or
+/// whose user function returns an error or panics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PoisonPolicy {
+    /// Fail: the partition stops at the record (the event source's default behaviour).
+    /// With partial batch responses, only that partition stops, from that record;
+    /// without, the whole batch fails and is retried.
+    #[default]
+    Fail,
+    /// Skip the record and count it (`BatchReport::poison_records`).
+    Skip,
+    /// Produce the record, unchanged, to this topic, with the error in the
+    /// `lambda-streams-error` header and its source in `lambda-streams-source`; go on.
+    DeadLetter {
+        /// The dead-letter topic.
+        topic: String,
+    },
+}
+
+impl std::str::FromStr for PoisonPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fail" => Ok(PoisonPolicy::Fail),
+            "skip" => Ok(PoisonPolicy::Skip),
+            _ => match s.strip_prefix("dead-letter:") {
+                Some(topic) if !topic.is_empty() => Ok(PoisonPolicy::DeadLetter {
+                    topic: topic.to_owned(),
+                }),
+                _ => Err(format!(
+                    "unknown poison policy {s:?}: use fail, skip or dead-letter:<topic>"
+                )),
+            },
+        }
+    }
+}
+
+/// How a batch is executed.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOptions {
+    /// What to do with poison records.
+    pub poison: PoisonPolicy,
+    /// Report failed records as a partial batch response (`batchItemFailures`) instead of
+    /// failing the whole batch. Enable it only together with the event source mapping's
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`: without it, Lambda ignores the
+    /// response and would commit the failed records.
+    pub partial_batch_response: bool,
+}
+
 /// What one batch did: counts for logs, metrics and benchmarks.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct BatchReport {
     /// Source records processed.
     pub records_in: u64,
-    /// Records produced to sinks.
+    /// Records produced to sinks (dead letters included).
     pub records_out: u64,
     /// Distinct state items the batch touched (one write each in the common case).
     pub items_touched: u64,
     /// Records not aggregated because their key serialized to null.
     pub dropped_null_keys: u64,
+    /// Poison records met (skipped, dead-lettered or failed).
+    pub poison_records: u64,
+    /// Poison records produced to the dead-letter topic.
+    pub dead_lettered: u64,
     /// The cost of the state writes.
     pub state: WriteStats,
+    /// Wall time of the batch.
+    pub duration: Duration,
+}
+
+/// The result of a batch that did not fail as a whole.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchOutcome {
+    /// What the batch did.
+    pub report: BatchReport,
+    /// With partial batch responses: per failed partition, the offset to resume from.
+    pub failures: Vec<(TopicPartition, i64)>,
+}
+
+impl BatchOutcome {
+    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"partition":"<topic>-<p>","offset":N}}]}`.
+    pub fn response(&self) -> serde_json::Value {
+        let failures: Vec<_> = self
+            .failures
+            .iter()
+            .map(|(tp, offset)| serde_json::json!({ "itemIdentifier": { "partition": tp.to_string(), "offset": offset } }))
+            .collect();
+        serde_json::json!({ "batchItemFailures": failures })
+    }
 }
 
 impl Topology {
-    /// Processes one event: every record through the topology, then each touched state
-    /// item written once (exactly-once per the store), then the resulting table updates
-    /// through their downstream operators, then all output records produced and
-    /// acknowledged. An error fails the whole batch; the event source delivers it again
-    /// and the watermarks make the retry exact.
+    /// Processes one event with the default options (poison records fail the batch).
+    /// See [`process_with`](Self::process_with).
     pub async fn process(
         &self,
         event: &KafkaEvent,
         store: &dyn Store,
         sink: &dyn Sink,
     ) -> Result<BatchReport, StreamError> {
+        self.process_with(event, store, sink, &BatchOptions::default())
+            .await
+            .map(|outcome| outcome.report)
+    }
+
+    /// Processes one event: every record through the topology, then each touched state
+    /// item written once (exactly-once per the store), then the resulting table updates
+    /// through their downstream operators, then all output records produced and
+    /// acknowledged. A poison record is handled by `options`; any other error fails the
+    /// whole batch, which the event source delivers again (the watermarks make the
+    /// retry exact). A panic in user code is a poison record, not a crash.
+    pub async fn process_with(
+        &self,
+        event: &KafkaEvent,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        options: &BatchOptions,
+    ) -> Result<BatchOutcome, StreamError> {
+        let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
-        let mut report = BatchReport::default();
-        for (index, batch) in event.partitions.iter().enumerate() {
+        let mut outcome = BatchOutcome::default();
+        let mut dead_letters = Vec::new();
+        'partitions: for (index, batch) in event.partitions.iter().enumerate() {
             let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
                 return Err(StreamError::UnknownTopic {
                     tp: batch.tp.clone(),
                     offset: batch.records.first().map_or(-1, |r| r.offset),
                 });
             };
+            let tp_index = u32::try_from(index).unwrap_or(u32::MAX);
             for record in &batch.records {
+                let mark = ctx.outputs.len();
                 ctx.origin = Origin::Record {
-                    tp: u32::try_from(index).unwrap_or(u32::MAX),
+                    tp: tp_index,
                     offset: record.offset,
                     timestamp: record.timestamp,
                 };
-                for source in sources {
-                    source(&mut ctx, record)?;
+                let result = catch_unwind(AssertUnwindSafe(|| {
+                    sources
+                        .iter()
+                        .try_for_each(|source| source(&mut ctx, record))
+                }));
+                let error = match result {
+                    Ok(Ok(())) => {
+                        outcome.report.records_in += 1;
+                        continue;
+                    }
+                    Ok(Err(e @ (StreamError::Deserialize { .. } | StreamError::User { .. }))) => e,
+                    Ok(Err(other)) => return Err(other),
+                    Err(panic) => StreamError::User {
+                        tp: batch.tp.clone(),
+                        offset: record.offset,
+                        reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
+                    },
+                };
+                // Undo what the record did before it failed; the batch goes on without it.
+                ctx.outputs.truncate(mark);
+                ctx.forget(tp_index, record.offset);
+                outcome.report.poison_records += 1;
+                tracing::warn!(error = %error, policy = ?options.poison, "poison record");
+                match &options.poison {
+                    PoisonPolicy::Skip => {}
+                    PoisonPolicy::DeadLetter { topic } => {
+                        dead_letters.push(dead_letter(topic, &batch.tp, record, &error))
+                    }
+                    PoisonPolicy::Fail if options.partial_batch_response => {
+                        outcome.failures.push((batch.tp.clone(), record.offset));
+                        continue 'partitions;
+                    }
+                    PoisonPolicy::Fail => return Err(error),
                 }
-                report.records_in += 1;
             }
         }
         for index in 0..self.inner.stores.len() {
             let pending = std::mem::take(&mut ctx.pending[index]);
-            report.items_touched += pending.len() as u64;
+            outcome.report.items_touched += pending.len() as u64;
             let updates = self
-                .write_store(index, pending, &ctx, store, &mut report.state)
+                .write_store(index, pending, &ctx, store, &mut outcome.report.state)
                 .await?;
             let spec = &self.inner.stores[index];
             for (key, timestamp, state) in updates {
@@ -78,12 +209,16 @@ impl Topology {
                 (spec.on_update)(&mut ctx, &key, state.value)?;
             }
         }
-        report.dropped_null_keys = ctx.dropped_null_keys;
-        report.records_out = ctx.outputs.len() as u64;
-        if !ctx.outputs.is_empty() {
-            sink.send(std::mem::take(&mut ctx.outputs)).await?;
+        outcome.report.dropped_null_keys = ctx.dropped_null_keys;
+        outcome.report.dead_lettered = dead_letters.len() as u64;
+        let mut outputs = std::mem::take(&mut ctx.outputs);
+        outputs.extend(dead_letters);
+        outcome.report.records_out = outputs.len() as u64;
+        if !outputs.is_empty() {
+            sink.send(outputs).await?;
         }
-        Ok(report)
+        outcome.report.duration = started.elapsed();
+        Ok(outcome)
     }
 
     /// Writes one store's touched items, concurrently, and returns their new states
@@ -121,4 +256,38 @@ impl Topology {
             })
             .collect())
     }
+}
+
+/// The record as it came, to the dead-letter topic, with the error and its source.
+fn dead_letter(
+    topic: &str,
+    tp: &TopicPartition,
+    record: &Record,
+    error: &StreamError,
+) -> OutputRecord {
+    let mut headers: Vec<(String, Vec<u8>)> = record
+        .headers
+        .iter()
+        .map(|h| (h.name.clone(), h.value.clone()))
+        .collect();
+    headers.push((ERROR_HEADER.to_owned(), error.to_string().into_bytes()));
+    headers.push((
+        SOURCE_HEADER.to_owned(),
+        format!("{}:{}:{}", tp.topic, tp.partition, record.offset).into_bytes(),
+    ));
+    OutputRecord {
+        topic: topic.to_owned(),
+        key: record.key.clone(),
+        value: record.value.clone(),
+        headers,
+        timestamp: Some(record.timestamp),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -72,6 +72,18 @@ impl Ctx {
         }
     }
 
+    /// Forgets what the record at `offset` of partition `tp` contributed to pending state
+    /// (after it failed part-way), so that the batch can go on without it.
+    pub(crate) fn forget(&mut self, tp: u32, offset: i64) {
+        for store in &mut self.pending {
+            store.retain(|_, item| {
+                item.contributions
+                    .retain(|c| !(c.tp == tp && c.offset == offset));
+                !item.contributions.is_empty()
+            });
+        }
+    }
+
     /// The topic-partition and offset of the current record, for error messages.
     pub(crate) fn record_coordinates(&self) -> Option<(TopicPartition, i64)> {
         match self.origin {

@@ -3,4 +3,4 @@
 pub(crate) mod batch;
 pub(crate) mod context;
 
-pub use batch::BatchReport;
+pub use batch::{BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, PoisonPolicy};
