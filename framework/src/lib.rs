@@ -57,6 +57,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod driver;
 pub mod dsl;
 pub mod error;
 pub mod event;

@@ -4,8 +4,26 @@
 //! a `null` key is common (text lines), and a `null` value is a tombstone. The
 //! built-in serdes reject null unless they say otherwise; wrap one in [`Nullable`]
 //! to receive `Option<T>`, or use [`Unit`] for a side you do not read.
+//!
+//! | serde | Rust type | bytes |
+//! |---|---|---|
+//! | [`Bytes`] | `Vec<u8>` | unchanged |
+//! | [`Utf8`] | `String` | UTF-8 text (Kafka's `StringSerde`) |
+//! | [`DecimalI64`] | `i64` | decimal text, `"42"` |
+//! | [`BigEndianI64`] | `i64` | 8 bytes, big-endian (Kafka's `LongSerde`) |
+//! | [`Json`] | any `T: Serialize + DeserializeOwned` | JSON via `serde_json` |
+//! | [`Unit`] | `()` | anything in, null out |
+//! | [`Nullable`] | `Option<T>` | null is `None` |
+//!
+//! A user format implements [`Serde`]; a decode failure is a [`SerdeError`] message, and the
+//! framework turns it into [`StreamError::Deserialize`](crate::StreamError::Deserialize)
+//! naming the record's topic-partition and offset.
 
 use std::fmt;
+use std::marker::PhantomData;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 /// Converts values of type `T` to Kafka bytes and back.
 ///
@@ -16,6 +34,12 @@ pub trait Serde<T>: Send + Sync + 'static {
     fn serialize(&self, value: &T) -> Option<Vec<u8>>;
     /// Decodes a Kafka key or value (`None` is a Kafka null).
     fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError>;
+    /// Encodes a value, or says why it cannot be encoded. Serdes whose encoding can
+    /// fail ([`Json`]) override it; the framework's sinks call it, so such a failure
+    /// fails the batch with an error naming the record instead of writing a null.
+    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
+        Ok(self.serialize(value))
+    }
 }
 
 /// Why bytes could not be decoded. The framework wraps it with the record's coordinates.
@@ -83,6 +107,102 @@ impl Serde<i64> for DecimalI64 {
     }
 }
 
+/// A signed 64-bit integer as 8 big-endian bytes: the format of Kafka's `LongSerde`
+/// (`Serdes.Long()`), for topics shared with Java applications.
+///
+/// ```
+/// use lambda_streams::serdes::{BigEndianI64, Serde};
+///
+/// assert_eq!(BigEndianI64.serialize(&258), Some(vec![0, 0, 0, 0, 0, 0, 1, 2]));
+/// assert_eq!(BigEndianI64.deserialize(Some(&[0xff; 8])), Ok(-1));
+/// assert!(BigEndianI64.deserialize(Some(b"42")).is_err()); // not 8 bytes
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BigEndianI64;
+
+impl Serde<i64> for BigEndianI64 {
+    fn serialize(&self, value: &i64) -> Option<Vec<u8>> {
+        Some(value.to_be_bytes().to_vec())
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<i64, SerdeError> {
+        let bytes = non_null(data, "BigEndianI64")?;
+        let array: [u8; 8] = bytes.try_into().map_err(|_| {
+            SerdeError(format!(
+                "a big-endian 64-bit integer has 8 bytes, got {}",
+                bytes.len()
+            ))
+        })?;
+        Ok(i64::from_be_bytes(array))
+    }
+}
+
+/// JSON through `serde_json`, for any type that derives `Serialize` and `Deserialize`.
+///
+/// A value that is not valid JSON for `T` is a [`SerdeError`] with `serde_json`'s message
+/// (line and column included); the framework adds the record's topic-partition and offset.
+///
+/// ```
+/// use lambda_streams::serdes::{Json, Serde};
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// struct PageView { page: String, user: u64 }
+///
+/// let serde = Json::<PageView>::new();
+/// let view = PageView { page: "/home".into(), user: 7 };
+/// let bytes = serde.serialize(&view).unwrap();
+/// assert_eq!(bytes, br#"{"page":"/home","user":7}"#);
+/// assert_eq!(serde.deserialize(Some(&bytes)), Ok(view));
+/// let err = serde.deserialize(Some(br#"{"page":"/home"}"#)).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid JSON: missing field `user` at line 1 column 16");
+/// ```
+pub struct Json<T>(PhantomData<fn() -> T>);
+
+impl<T> Json<T> {
+    /// The JSON serde of `T`.
+    pub fn new() -> Self {
+        Json(PhantomData)
+    }
+}
+
+impl<T> Default for Json<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Clone for Json<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Json<T> {}
+
+impl<T> fmt::Debug for Json<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Json<{}>", std::any::type_name::<T>())
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Json<T> {
+    /// Encodes `value`; `None` only if `serde_json` cannot encode it (a map with
+    /// non-string keys, or a failing `Serialize` implementation): the sinks call
+    /// [`try_serialize`](Serde::try_serialize), which reports that as an error.
+    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
+        serde_json::to_vec(value).ok()
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
+        let bytes = non_null(data, "Json")?;
+        serde_json::from_slice(bytes).map_err(|e| SerdeError(format!("invalid JSON: {e}")))
+    }
+    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
+        serde_json::to_vec(value)
+            .map(Some)
+            .map_err(|e| SerdeError(format!("cannot encode as JSON: {e}")))
+    }
+}
+
 /// A side that is not read: deserializes anything (null included) to `()`, writes null.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unit;
@@ -110,6 +230,24 @@ impl<T, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
             Some(_) => self.0.deserialize(data).map(Some),
         }
     }
+    fn try_serialize(&self, value: &Option<T>) -> Result<Option<Vec<u8>>, SerdeError> {
+        match value {
+            None => Ok(None),
+            Some(v) => self.0.try_serialize(v),
+        }
+    }
+}
+
+impl<T, S: Serde<T> + ?Sized> Serde<T> for Box<S> {
+    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
+        (**self).serialize(value)
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
+        (**self).deserialize(data)
+    }
+    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
+        (**self).try_serialize(value)
+    }
 }
 
 #[cfg(test)]
@@ -136,6 +274,84 @@ mod tests {
             Some("a".to_owned())
         );
         assert_eq!(Nullable(Utf8).serialize(&None), None);
+    }
+
+    #[test]
+    fn big_endian_i64_is_kafkas_long_serde() {
+        // Java: ByteBuffer.allocate(8).putLong(-2) = ff ff ff ff ff ff ff fe.
+        let minus_two = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe];
+        assert_eq!(BigEndianI64.serialize(&-2), Some(minus_two.to_vec()));
+        assert_eq!(BigEndianI64.deserialize(Some(&minus_two)).unwrap(), -2);
+        let max = [0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff];
+        assert_eq!(BigEndianI64.deserialize(Some(&max)).unwrap(), i64::MAX);
+        assert_eq!(
+            BigEndianI64.deserialize(Some(&[1, 2, 3])).unwrap_err().0,
+            "a big-endian 64-bit integer has 8 bytes, got 3"
+        );
+        assert!(
+            BigEndianI64
+                .deserialize(None)
+                .unwrap_err()
+                .0
+                .contains("null")
+        );
+    }
+
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Order {
+        id: u32,
+        items: Vec<String>,
+        note: Option<String>,
+    }
+
+    #[test]
+    fn json_round_trips_and_reports_bad_input() {
+        let serde = Json::<Order>::new();
+        let order = Order {
+            id: 3,
+            items: vec!["tea".into()],
+            note: None,
+        };
+        let bytes = br#"{"id":3,"items":["tea"],"note":null}"#;
+        assert_eq!(serde.serialize(&order), Some(bytes.to_vec()));
+        assert_eq!(serde.deserialize(Some(bytes)).unwrap(), order);
+        let err = serde.deserialize(Some(b"{\"id\":")).unwrap_err();
+        assert_eq!(
+            err.0,
+            "invalid JSON: EOF while parsing a value at line 1 column 6"
+        );
+        let err = serde
+            .deserialize(Some(br#"{"id":"x","items":[]}"#))
+            .unwrap_err();
+        assert!(
+            err.0
+                .starts_with("invalid JSON: invalid type: string \"x\", expected u32")
+        );
+        assert!(serde.deserialize(None).unwrap_err().0.contains("null"));
+        assert_eq!(
+            Nullable(Json::<Order>::new()).deserialize(None).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn json_encoding_failure_is_an_error_not_a_null() {
+        use std::collections::HashMap;
+        // JSON object keys must be strings: a map keyed by a tuple cannot be encoded.
+        let serde = Json::<HashMap<(u8, u8), u8>>::new();
+        let value = HashMap::from([((1, 2), 3)]);
+        assert_eq!(serde.serialize(&value), None);
+        assert!(
+            serde
+                .try_serialize(&value)
+                .unwrap_err()
+                .0
+                .starts_with("cannot encode as JSON: key must be a string")
+        );
+        assert_eq!(
+            Utf8.try_serialize(&"a".to_owned()).unwrap(),
+            Some(b"a".to_vec())
+        );
     }
 
     #[test]

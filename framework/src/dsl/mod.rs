@@ -10,6 +10,7 @@
 //! Internally every operator is a node that pushes records to its children, as in
 //! Kafka Streams: a record flows once through the graph, however many branches read it.
 
+mod describe;
 mod grouped;
 mod stream;
 mod table;
@@ -17,8 +18,9 @@ mod table;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
-pub use stream::KStream;
+pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
 
 use crate::error::StreamError;
@@ -83,7 +85,8 @@ pub(crate) struct TopologyInner {
     pub(crate) sources: HashMap<String, Vec<SourceFn>>,
     pub(crate) stores: Vec<StoreSpec>,
     pub(crate) sink_topics: BTreeSet<String>,
-    pub(crate) description: Vec<String>,
+    /// The node graph [`Topology::describe`] renders (one node per operator).
+    pub(crate) description: describe::Graph,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;
@@ -135,9 +138,12 @@ impl StreamsBuilder {
             .entry(topic.to_owned())
             .or_default()
             .push(source);
-        inner.description.push(format!("Source: {topic}"));
+        let topics = vec![topic.to_owned()];
+        let node = inner
+            .description
+            .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
         drop(inner);
-        KStream::new(Arc::clone(&self.shared), downstream)
+        KStream::from_node(Arc::clone(&self.shared), downstream, node)
     }
 
     /// Freezes the topology.
@@ -190,8 +196,52 @@ impl Topology {
         self.inner.stores.iter().map(|s| s.name.clone()).collect()
     }
 
-    /// A text description: one line per node, in the order they were declared.
-    pub fn describe(&self) -> String {
-        self.inner.description.join("\n")
+    /// The topology's shape, in the spirit of Kafka Streams' `TopologyDescription`:
+    /// sub-topologies, sources with their topics, processors with their stores, sinks
+    /// with their topic, each node with its neighbours. `Display` writes the text form.
+    ///
+    /// ```
+    /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::serdes::{Unit, Utf8};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("lines", Unit, Utf8)
+    ///     .filter(|_, line| !line.is_empty())
+    ///     .to("non-empty", Unit, Utf8);
+    /// assert_eq!(
+    ///     builder.build().describe().to_string(),
+    ///     "Topologies:
+    ///    Sub-topology: 0
+    ///     Source: KSTREAM-SOURCE-0000000000 (topics: [lines])
+    ///       --> KSTREAM-FILTER-0000000001
+    ///     Processor: KSTREAM-FILTER-0000000001 (stores: [])
+    ///       --> KSTREAM-SINK-0000000002
+    ///       <-- KSTREAM-SOURCE-0000000000
+    ///     Sink: KSTREAM-SINK-0000000002 (topic: non-empty)
+    ///       <-- KSTREAM-FILTER-0000000001
+    /// "
+    /// );
+    /// ```
+    pub fn describe(&self) -> TopologyDescription {
+        self.inner.description.describe()
+    }
+
+    /// The topology as a Mermaid `graph TD` diagram (see
+    /// [`TopologyDescription::to_mermaid`]), e.g. for a README.
+    ///
+    /// ```
+    /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::serdes::{Unit, Utf8};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream("lines", Unit, Utf8).to("copy", Unit, Utf8);
+    /// let mermaid = builder.build().to_mermaid();
+    /// assert!(mermaid.starts_with("graph TD\n"));
+    /// assert!(mermaid.contains("n0([\"KSTREAM-SOURCE-0000000000\"])"));
+    /// assert!(mermaid.contains("n1 --> t1")); // the sink writes to topic "copy"
+    /// ```
+    pub fn to_mermaid(&self) -> String {
+        self.describe().to_mermaid()
     }
 }
