@@ -12,7 +12,9 @@
 //!   state item **once**, with a condition on per-partition offset watermarks
 //!   ([`state`]), so a redelivered or retried batch never counts twice;
 //! - output records go to Kafka through an idempotent producer ([`sink`]);
-//! - [`lambda::run`] turns a topology into a Lambda function in a few lines.
+//! - [`lambda::run`] turns a topology into a Lambda function in a few lines;
+//! - [`driver::TestDriver`] runs a topology in memory, deterministically, for unit tests
+//!   (the analogue of Kafka Streams' `TopologyTestDriver`).
 //!
 //! ```
 //! use lambda_streams::dsl::StreamsBuilder;
