@@ -29,6 +29,7 @@ async fn embedded_state_survives_a_restart() {
         key: b"fox",
         contributions: &contributions,
         partitions: &partitions,
+        fold: None,
     };
 
     let first = EmbeddedDynamo::start(&path)
@@ -38,13 +39,7 @@ async fn embedded_state_survives_a_restart() {
     create_table(&client, "state").await.expect("table");
     let store = DynamoStore::new(client, "state", Guarantee::ExactlyOnce);
     let (state, stats) = store.apply(write).await.expect("write");
-    assert_eq!(
-        state,
-        ItemState {
-            value: 3,
-            version: 1
-        }
-    );
+    assert_eq!(state, ItemState::number(3, 1));
     assert_eq!(
         (stats.requests, stats.conditional_failures),
         (1, 0),
@@ -64,20 +59,11 @@ async fn embedded_state_survives_a_restart() {
     );
     assert_eq!(
         store.get("counts", b"fox").await.expect("read"),
-        Some(ItemState {
-            value: 3,
-            version: 1
-        })
+        Some(ItemState::number(3, 1))
     );
     // The same contributions again (a redelivery after the restart) change nothing.
     let (state, stats) = store.apply(write).await.expect("redelivery");
-    assert_eq!(
-        state,
-        ItemState {
-            value: 3,
-            version: 1
-        }
-    );
+    assert_eq!(state, ItemState::number(3, 1));
     assert_eq!(
         stats.conditional_failures, 1,
         "the watermark refused the duplicate"

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
-use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
@@ -94,6 +94,192 @@ impl Log {
     }
 }
 
+/// A general aggregate that shows every duplicate and every loss: per key, the sorted
+/// list of the (unique) values it was given.
+fn seen_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(
+            |_, value: &String| value.split('@').next().unwrap_or_default().to_owned(),
+            Utf8,
+        )
+        .aggregate(
+            SEEN,
+            Vec::new,
+            |_, value: String, mut seen: Vec<String>| {
+                seen.push(value);
+                seen.sort();
+                seen
+            },
+            Json::<Vec<String>>::default(),
+        )
+        .to_stream()
+        .to("seen-out", Utf8, Json::<Vec<String>>::default());
+    builder.build()
+}
+
+const SEEN: &str = "seen";
+
+/// The reference of [`seen_topology`]: per key, its sorted values.
+fn seen_truth(log: &Log) -> BTreeMap<String, Vec<String>> {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for value in log.0.iter().flatten() {
+        let key = value.split('@').next().unwrap_or_default().to_owned();
+        seen.entry(key).or_default().push(value.clone());
+    }
+    seen.values_mut().for_each(|v| v.sort());
+    seen
+}
+
+/// The `seen` aggregates straight from the table (attribute `a`, JSON).
+async fn table_seen(table: &str) -> BTreeMap<String, Vec<String>> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = emulator_client(&dynamo_endpoint());
+    let mut out = BTreeMap::new();
+    let mut pages = client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page.expect("scan").items() {
+            let (Some(AttributeValue::B(key)), Some(AttributeValue::B(a))) =
+                (item.get("k"), item.get("a"))
+            else {
+                panic!("an aggregate item without k or a: {item:?}");
+            };
+            let key = String::from_utf8(key.as_ref().to_vec()).expect("utf-8");
+            out.insert(
+                key,
+                serde_json::from_slice(a.as_ref()).expect("json aggregate"),
+            );
+        }
+    }
+    out
+}
+
+/// Per key, the aggregate of the emitted update with the highest version.
+fn latest_seen(sink: &MemorySink) -> BTreeMap<String, Vec<String>> {
+    let mut latest: BTreeMap<String, (u64, Vec<String>)> = BTreeMap::new();
+    for record in sink.records() {
+        let key = String::from_utf8(record.key.clone().expect("key")).expect("utf-8");
+        let version: u64 = std::str::from_utf8(record.header(VERSION_HEADER).expect("version"))
+            .expect("utf-8")
+            .parse()
+            .expect("n");
+        let value: Vec<String> =
+            serde_json::from_slice(record.value.as_deref().expect("value")).expect("json");
+        let entry = latest.entry(key).or_insert((0, Vec::new()));
+        if version > entry.0 {
+            *entry = (version, value);
+        }
+    }
+    latest.into_iter().map(|(k, (_, v))| (k, v)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_a_general_aggregate_on_the_emulator_are_exact() {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    for seed in 0..seeds(30) {
+        let table = unique("seen");
+        create_table(&client, &table).await.expect("table");
+        // One store per run, as one container's: its cache of written items is exercised
+        // by the zombies and retries, and refused when stale.
+        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+            client.clone(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        let (log, sink) = faulty_run(seed, store, seen_topology(), true).await;
+        let truth = seen_truth(&log);
+        assert_eq!(
+            table_seen(&table).await,
+            truth,
+            "seed {seed}: every value once, none lost"
+        );
+        assert_eq!(
+            latest_seen(&sink),
+            truth,
+            "seed {seed}: highest-version update per key"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_a_general_aggregate_in_memory_are_exact() {
+    for seed in 0..seeds(300) {
+        let memory = Arc::new(MemoryStore::new());
+        let (log, sink) = faulty_run(seed, memory.clone(), seen_topology(), true).await;
+        let stored: BTreeMap<String, Vec<String>> = memory
+            .states(SEEN)
+            .into_iter()
+            .map(|(k, s)| {
+                let value = serde_json::from_slice(s.aggregate.as_deref().expect("aggregate"))
+                    .expect("json");
+                (String::from_utf8(k).expect("utf-8"), value)
+            })
+            .collect();
+        assert_eq!(stored, seen_truth(&log), "seed {seed}");
+        assert_eq!(latest_seen(&sink), seen_truth(&log), "seed {seed}");
+    }
+}
+
+/// A general aggregate costs one request per touched key per batch once the container
+/// has written the key: the cached version makes the conditional write succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_general_aggregate_writes_once_per_item_when_warm() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let mut log = Log(vec![(0..60).map(|o| format!("k{}@0:{o}", o % 5)).collect()]);
+    log.0[0].truncate(60);
+    let topology = seen_topology();
+    let first = topology
+        .process(&log.event(&[(0, 0, 30)]), &store, &MemorySink::new())
+        .await
+        .expect("cold");
+    assert_eq!(
+        (
+            first.items_touched,
+            first.state.requests,
+            first.state.conditional_failures
+        ),
+        (5, 5, 0)
+    );
+    let warm = topology
+        .process(&log.event(&[(0, 30, 60)]), &store, &MemorySink::new())
+        .await
+        .expect("warm");
+    assert_eq!(
+        (
+            warm.items_touched,
+            warm.state.requests,
+            warm.state.conditional_failures
+        ),
+        (5, 5, 0)
+    );
+    // Another container (a new store: cold cache) on the same table: one refused write
+    // per item returns the current item, then one write.
+    let other = DynamoStore::new(
+        emulator_client(&dynamo_endpoint()),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    let mut more = Log(vec![(0..70).map(|o| format!("k{}@0:{o}", o % 5)).collect()]);
+    more.0[0].truncate(70);
+    let cold = topology
+        .process(&more.event(&[(0, 60, 70)]), &other, &MemorySink::new())
+        .await
+        .expect("other container");
+    assert_eq!(
+        (cold.state.requests, cold.state.conditional_failures),
+        (10, 5)
+    );
+    assert_eq!(table_seen(&table).await, seen_truth(&more));
+}
+
 /// Per key, the value of the emitted update with the highest version.
 fn latest_emitted(sink: &MemorySink) -> BTreeMap<String, i64> {
     let mut latest: BTreeMap<String, (u64, i64)> = BTreeMap::new();
@@ -121,11 +307,39 @@ fn latest_emitted(sink: &MemorySink) -> BTreeMap<String, i64> {
 /// the committed offsets, some crashing after k writes, writes delayed at random so that
 /// they interleave; commits sometimes lost or moved back. Then a fault-free drain.
 async fn scenario(seed: u64, store: Arc<dyn Store>, read: impl AsyncFn() -> BTreeMap<String, i64>) {
+    let (log, sink) = faulty_run(seed, store, topology(), false).await;
+    let truth = log.truth();
+    assert_eq!(
+        read().await,
+        truth,
+        "seed {seed}: state equals the exactly-once reference"
+    );
+    assert_eq!(
+        latest_emitted(&sink),
+        truth,
+        "seed {seed}: highest-version update per key equals the reference"
+    );
+}
+
+/// Runs the random fault model of [`scenario`] on `topology`; `tagged` makes every value
+/// unique (`<key>@<partition>:<offset>`). Returns the input and everything emitted.
+async fn faulty_run(
+    seed: u64,
+    store: Arc<dyn Store>,
+    topology: Topology,
+    tagged: bool,
+) -> (Log, MemorySink) {
     let mut rng = StdRng::seed_from_u64(seed);
     let (parts, len) = (3, rng.random_range(5..40));
     let keys = rng.random_range(1..6);
-    let log = Log::random(&mut rng, parts, len, keys);
-    let topology = topology();
+    let mut log = Log::random(&mut rng, parts, len, keys);
+    if tagged {
+        for (p, values) in log.0.iter_mut().enumerate() {
+            for (o, value) in values.iter_mut().enumerate() {
+                *value = format!("{value}@{p}:{o}");
+            }
+        }
+    }
     let sink = MemorySink::new();
     let mut committed = vec![0usize; parts];
     for round in 0..rng.random_range(3..25) {
@@ -180,17 +394,7 @@ async fn scenario(seed: u64, store: Arc<dyn Store>, read: impl AsyncFn() -> BTre
             committed[p] = hi;
         }
     }
-    let truth = log.truth();
-    assert_eq!(
-        read().await,
-        truth,
-        "seed {seed}: state equals the exactly-once reference"
-    );
-    assert_eq!(
-        latest_emitted(&sink),
-        truth,
-        "seed {seed}: highest-version update per key equals the reference"
-    );
+    (log, sink)
 }
 
 fn seeds(default: u64) -> u64 {

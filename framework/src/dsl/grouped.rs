@@ -2,15 +2,80 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KTable, Shared, StoreSpec, lock};
+use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
+use crate::runtime::context::{Ctx, PendingFold};
 use crate::serdes::Serde;
+use crate::state::{Fold, ItemState};
 
 /// A stream grouped by key; its aggregations keep one state item per key.
 pub struct KGroupedStream<K, V> {
     shared: Shared,
     downstream: Downstream<K, V>,
     key_serde: Arc<dyn Serde<K>>,
+}
+
+/// A general aggregation's adder: `(key, value, aggregate) -> aggregate`.
+type Adder<K, V, A> = Box<dyn Fn(&K, V, A) -> A + Send + Sync>;
+
+/// The user's functions of a general aggregation.
+struct Aggregation<K, V, A> {
+    init: Box<dyn Fn() -> A + Send + Sync>,
+    adder: Adder<K, V, A>,
+    serde: Arc<dyn Serde<A>>,
+}
+
+/// One item's values of a general aggregation in one batch, typed.
+struct TypedFold<K, V, A> {
+    key: K,
+    values: Vec<(u32, i64, V)>,
+    aggregation: Arc<Aggregation<K, V, A>>,
+}
+
+impl<K, V, A> Fold for TypedFold<K, V, A>
+where
+    K: Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    A: 'static,
+{
+    fn fold(
+        &self,
+        current: Option<&[u8]>,
+        include: &dyn Fn(u32, i64) -> bool,
+    ) -> Result<Vec<u8>, String> {
+        let agg = &self.aggregation;
+        let mut acc = match current {
+            Some(bytes) => agg
+                .serde
+                .deserialize(Some(bytes))
+                .map_err(|e| format!("the stored aggregate does not decode: {e}"))?,
+            None => (agg.init)(),
+        };
+        for (tp, offset, value) in &self.values {
+            if include(*tp, *offset) {
+                acc = (agg.adder)(&self.key, value.clone(), acc);
+            }
+        }
+        agg.serde
+            .try_serialize(&acc)
+            .map_err(|e| format!("the aggregate does not encode: {e}"))?
+            .ok_or_else(|| "the aggregate serialized to null".to_owned())
+    }
+}
+
+impl<K, V, A> PendingFold for TypedFold<K, V, A>
+where
+    K: Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    A: 'static,
+{
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn forget(&mut self, tp: u32, offset: i64) {
+        self.values.retain(|(t, o, _)| !(*t == tp && *o == offset));
+    }
 }
 
 impl<K, V> KGroupedStream<K, V>
@@ -30,41 +95,69 @@ where
         }
     }
 
-    /// Counts the records per key in the state store `store` (names are `[A-Za-z0-9_.-]`,
-    /// unique in the topology). The table's updates are the counts after each batch.
-    ///
-    /// Records whose key serializes to null are not counted (as in Kafka Streams): they
-    /// are reported in the batch report's `dropped_null_keys`.
-    ///
-    /// # Panics
-    /// When `store` is not a valid store name or is already used: a programming error in
-    /// the topology, caught when the topology is built.
-    pub fn count(&self, store: &str) -> KTable<K, i64> {
+    /// Declares the store `store` and returns its index and the table of its updates;
+    /// `value` turns a written item's state into the table's value.
+    fn register<T>(
+        &self,
+        store: &str,
+        operator: &str,
+        value: impl Fn(&ItemState) -> Result<T, String> + Send + Sync + 'static,
+    ) -> (usize, KTable<K, T>)
+    where
+        T: Clone + Send + Sync + 'static,
+    {
         assert!(
             crate::state::valid_store_name(store),
             "invalid store name {store:?}: use 1-64 characters of [A-Za-z0-9_.-]"
         );
-        let updates = Downstream::<K, i64>::new();
+        let updates = Downstream::<K, T>::new();
         let mut inner = lock(&self.shared);
         assert!(
             inner.stores.iter().all(|s| s.name != store),
             "store name {store:?} is used twice in the topology"
         );
         let index = inner.stores.len();
-        let (key_serde, out) = (Arc::clone(&self.key_serde), updates.clone());
+        let (key_serde, out, name) = (
+            Arc::clone(&self.key_serde),
+            updates.clone(),
+            store.to_owned(),
+        );
+        let on_update: UpdateFn = Arc::new(move |ctx, key, state| {
+            let corrupt = |what: &str, e: String| {
+                StreamError::Config(format!(
+                    "store {name:?}: a stored {what} does not decode: {e}"
+                ))
+            };
+            let key = key_serde
+                .deserialize(Some(key))
+                .map_err(|e| corrupt("key", e.0))?;
+            let value = value(state).map_err(|e| corrupt("value", e))?;
+            out.forward(ctx, key, value)
+        });
         inner.stores.push(StoreSpec {
             name: store.to_owned(),
-            on_update: Arc::new(move |ctx, key, count| {
-                let key = key_serde.deserialize(Some(key)).map_err(|e| {
-                    StreamError::Config(format!("store {index}: stored key does not decode: {e}"))
-                })?;
-                out.forward(ctx, key, count)
-            }),
+            on_update,
         });
         inner
             .description
-            .push(format!("  Processor: count (store: {store})"));
+            .push(format!("  Processor: {operator} (store: {store})"));
         drop(inner);
+        (index, KTable::new(self.shared.clone(), updates))
+    }
+
+    /// Counts the records per key in the state store `store` (names are `[A-Za-z0-9_.-]`,
+    /// unique in the topology). The table's updates are the counts after each batch.
+    ///
+    /// Records whose key serializes to null are not counted (as in Kafka Streams): they
+    /// are reported in the batch report's `dropped_null_keys`.
+    ///
+    /// Cost: one conditional DynamoDB `UpdateItem` (`ADD`) per touched key per batch.
+    ///
+    /// # Panics
+    /// When `store` is not a valid store name or is already used: a programming error in
+    /// the topology, caught when the topology is built.
+    pub fn count(&self, store: &str) -> KTable<K, i64> {
+        let (index, table) = self.register(store, "count", |state| Ok(state.value));
         let key_serde = Arc::clone(&self.key_serde);
         self.downstream.add(Arc::new(move |ctx, key, _value| {
             match key_serde.serialize(&key) {
@@ -73,6 +166,118 @@ where
             }
             Ok(())
         }));
-        KTable::new(self.shared.clone(), updates)
+        table
+    }
+
+    /// Aggregates the records per key, as Kafka Streams' `aggregate`: the aggregate of a
+    /// new key starts as `init()`, and each record's value is added with
+    /// `adder(key, value, aggregate)`. The aggregate is kept in `store`, encoded with
+    /// `aggregate_serde` (it must fit DynamoDB's 400 KB item limit: a larger one fails the
+    /// batch with an error naming the store and key).
+    ///
+    /// The adder runs once per record and item in the common case; on a redelivery or a
+    /// conflict it runs again on the values the stored item does not hold yet, so it must
+    /// be a pure function of its arguments.
+    ///
+    /// Cost: one DynamoDB `UpdateItem` per touched key per batch, conditioned on the
+    /// version of the item as this container last wrote it; a key this container has not
+    /// written yet (a cold start, another container) costs one more, refused write, which
+    /// returns the current item.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::{Json, Unit, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// // The longest word seen per first letter.
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("words", Unit, Utf8)
+    ///     .group_by(|_, w: &String| w[..1].to_owned(), Utf8)
+    ///     .aggregate("longest", String::new, |_, w: String, best: String| if w.len() > best.len() { w } else { best }, Json::<String>::default())
+    ///     .to_stream()
+    ///     .to("longest-words", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let words = driver.input_topic("words", Unit, Utf8);
+    /// for w in ["kafka", "kappa", "lambda", "key", "log"] {
+    ///     words.pipe_input((), w.to_owned()).unwrap();
+    /// }
+    /// let out = driver.output_topic("longest-words", Utf8, Utf8).read_key_values_to_map().unwrap();
+    /// assert_eq!(out["k"], "kafka");
+    /// assert_eq!(out["l"], "lambda");
+    /// ```
+    pub fn aggregate<A>(
+        &self,
+        store: &str,
+        init: impl Fn() -> A + Send + Sync + 'static,
+        adder: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+        aggregate_serde: impl Serde<A>,
+    ) -> KTable<K, A>
+    where
+        A: Clone + Send + Sync + 'static,
+    {
+        let serde: Arc<dyn Serde<A>> = Arc::new(aggregate_serde);
+        let aggregation = Arc::new(Aggregation {
+            init: Box::new(init),
+            adder: Box::new(adder),
+            serde: Arc::clone(&serde),
+        });
+        let (index, table) = self.register(store, "aggregate", move |state| {
+            let bytes = state
+                .aggregate
+                .as_deref()
+                .ok_or("the item holds no aggregate")?;
+            serde.deserialize(Some(bytes)).map_err(|e| e.0)
+        });
+        let key_serde = Arc::clone(&self.key_serde);
+        self.downstream
+            .add(Arc::new(move |ctx: &mut Ctx, key: K, value: V| {
+                let Some(encoded) = key_serde.serialize(&key) else {
+                    ctx.dropped_null_keys += 1;
+                    return Ok(());
+                };
+                let aggregation = Arc::clone(&aggregation);
+                ctx.contribute_value(
+                    index,
+                    encoded,
+                    || {
+                        Box::new(TypedFold {
+                            key,
+                            values: Vec::new(),
+                            aggregation,
+                        })
+                    },
+                    |fold, tp, offset| {
+                        if let Some(fold) = fold.as_any_mut().downcast_mut::<TypedFold<K, V, A>>() {
+                            fold.values.push((tp, offset, value));
+                        }
+                    },
+                );
+                Ok(())
+            }));
+        table
+    }
+
+    /// Combines the values per key, as Kafka Streams' `reduce`: the first value of a key
+    /// is its aggregate, each later one is combined with `reducer(aggregate, value)`.
+    /// Same costs and rules as [`aggregate`](Self::aggregate).
+    pub fn reduce(
+        &self,
+        store: &str,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+        value_serde: impl Serde<V>,
+    ) -> KTable<K, V> {
+        self.aggregate(
+            store,
+            || None,
+            move |_, value, acc: Option<V>| {
+                Some(match acc {
+                    Some(acc) => reducer(acc, value),
+                    None => value,
+                })
+            },
+            crate::serdes::Nullable(value_serde),
+        )
+        .flatten()
     }
 }

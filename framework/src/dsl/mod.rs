@@ -71,7 +71,7 @@ pub(crate) type SourceFn = Arc<dyn Fn(&mut Ctx, &Record) -> Result<(), StreamErr
 
 /// Turns a state item's new value back into a typed table update.
 pub(crate) type UpdateFn =
-    Arc<dyn Fn(&mut Ctx, &[u8], i64) -> Result<(), StreamError> + Send + Sync>;
+    Arc<dyn Fn(&mut Ctx, &[u8], &crate::state::ItemState) -> Result<(), StreamError> + Send + Sync>;
 
 /// A state store declared by an aggregation.
 pub(crate) struct StoreSpec {

@@ -24,3 +24,22 @@ where
         KStream::new(self.shared.clone(), self.updates.clone())
     }
 }
+
+impl<K, V> KTable<K, Option<V>>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// The table without its `None` values (a reduce's aggregate before its first value).
+    pub(crate) fn flatten(self) -> KTable<K, V> {
+        let flat = Downstream::<K, V>::new();
+        let out = flat.clone();
+        self.updates.add(std::sync::Arc::new(
+            move |ctx, key, value: Option<V>| match value {
+                Some(value) => out.forward(ctx, key, value),
+                None => Ok(()),
+            },
+        ));
+        KTable::new(self.shared, flat)
+    }
+}

@@ -206,7 +206,7 @@ impl Topology {
                     version: state.version,
                     timestamp,
                 };
-                (spec.on_update)(&mut ctx, &key, state.value)?;
+                (spec.on_update)(&mut ctx, &key, &state)?;
             }
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
@@ -235,11 +235,13 @@ impl Topology {
         let partitions = ctx.partitions.as_slice();
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|(key, item)| async move {
+                let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                 let write = ItemWrite {
                     store: name,
                     key: &key,
                     contributions: &item.contributions,
                     partitions,
+                    fold,
                 };
                 let (state, stats) = store.apply(write).await?;
                 Ok::<_, StreamError>((key, item.max_timestamp, state, stats))

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::event::TopicPartition;
 use crate::sink::OutputRecord;
-use crate::state::Contribution;
+use crate::state::{Contribution, Fold};
 
 /// Where the record being processed right now came from.
 #[derive(Debug, Clone, Copy)]
@@ -19,11 +19,21 @@ pub(crate) enum Origin {
     Update { version: u64, timestamp: i64 },
 }
 
+/// A general aggregate's typed pending values for one item.
+pub(crate) trait PendingFold: Fold {
+    /// For downcasting to the aggregation's own type.
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any;
+    /// Drops the values of the record at (`tp`, `offset`).
+    fn forget(&mut self, tp: u32, offset: i64);
+}
+
 /// One state item's pending contributions in this batch.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct PendingItem {
     pub(crate) contributions: Vec<Contribution>,
     pub(crate) max_timestamp: i64,
+    /// The values of a general aggregate (`None` for an additive store).
+    pub(crate) fold: Option<Box<dyn PendingFold>>,
 }
 
 /// State of one batch as records move through the topology: what the aggregations
@@ -72,6 +82,33 @@ impl Ctx {
         }
     }
 
+    /// Adds a value of the current record to the general aggregate `store` of `key`:
+    /// `make` creates the item's typed fold on first use, `push` adds the value to it.
+    pub(crate) fn contribute_value(
+        &mut self,
+        store: usize,
+        key: Vec<u8>,
+        make: impl FnOnce() -> Box<dyn PendingFold>,
+        push: impl FnOnce(&mut dyn PendingFold, u32, i64),
+    ) {
+        let Origin::Record {
+            tp,
+            offset,
+            timestamp,
+        } = self.origin
+        else {
+            return;
+        };
+        let item = self.pending[store].entry(key).or_default();
+        item.max_timestamp = item.max_timestamp.max(timestamp);
+        item.contributions.push(Contribution {
+            tp,
+            offset,
+            delta: 1,
+        });
+        push(item.fold.get_or_insert_with(make).as_mut(), tp, offset);
+    }
+
     /// Forgets what the record at `offset` of partition `tp` contributed to pending state
     /// (after it failed part-way), so that the batch can go on without it.
     pub(crate) fn forget(&mut self, tp: u32, offset: i64) {
@@ -79,6 +116,9 @@ impl Ctx {
             store.retain(|_, item| {
                 item.contributions
                     .retain(|c| !(c.tp == tp && c.offset == offset));
+                if let Some(fold) = &mut item.fold {
+                    fold.forget(tp, offset);
+                }
                 !item.contributions.is_empty()
             });
         }

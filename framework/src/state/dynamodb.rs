@@ -30,6 +30,7 @@
 //! condition `ver = :read`, retrying with backoff and jitter on conflict.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -67,7 +68,17 @@ pub struct DynamoStore {
     client: Client,
     table: String,
     guarantee: Guarantee,
+    /// General aggregates' items as last written by this container: a batch folds onto
+    /// them and writes once, conditioned on the cached version (a stale entry costs one
+    /// refused write, which returns the current item).
+    cache: Arc<Mutex<HashMap<String, Item>>>,
 }
+
+/// A DynamoDB item's attributes.
+type Item = HashMap<String, AttributeValue>;
+
+/// How many general-aggregate items the container keeps (then the cache starts over).
+const CACHE_ITEMS: usize = 100_000;
 
 impl DynamoStore {
     /// A store on `table`, through `client`, with the given guarantee.
@@ -76,6 +87,7 @@ impl DynamoStore {
             client,
             table: table.into(),
             guarantee,
+            cache: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -84,16 +96,21 @@ impl DynamoStore {
         &self.table
     }
 
-    fn update(&self, store: &str, key: &[u8]) -> UpdateItemFluentBuilder {
+    fn update(&self, store: &str, key: &[u8], fold: bool) -> UpdateItemFluentBuilder {
+        let (value, returned) = if fold {
+            ("a", ReturnValue::AllNew)
+        } else {
+            ("v", ReturnValue::UpdatedNew)
+        };
         self.client
             .update_item()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(item_key(store, key)))
             .key("sk", AttributeValue::N("0".into()))
-            .return_values(ReturnValue::UpdatedNew)
+            .return_values(returned)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .expression_attribute_names("#v", "v")
+            .expression_attribute_names("#v", value)
             .expression_attribute_names("#ver", "ver")
             .expression_attribute_names("#k", "k")
             .expression_attribute_names("#fv", "fv")
@@ -108,17 +125,14 @@ impl DynamoStore {
         request: UpdateItemFluentBuilder,
         write: &ItemWrite<'_>,
         stats: &mut WriteStats,
-    ) -> Result<Result<ItemState, Option<HashMap<String, AttributeValue>>>, StateError> {
+    ) -> Result<Result<Item, Option<Item>>, StateError> {
         stats.requests += 1;
         match request.send().await {
             Ok(out) => {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
                 }
-                let attrs = out.attributes().cloned().unwrap_or_default();
-                parse_state(&attrs).map(Ok).map_err(|e| {
-                    StateError::new(write.store, write.key, StateErrorKind::Corrupt(e))
-                })
+                Ok(Ok(out.attributes().cloned().unwrap_or_default()))
             }
             Err(SdkError::ServiceError(e)) => match e.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
@@ -135,18 +149,42 @@ impl DynamoStore {
         }
     }
 
+    fn corrupt(write: &ItemWrite<'_>, reason: String) -> StateError {
+        StateError::new(write.store, write.key, StateErrorKind::Corrupt(reason))
+    }
+
+    /// Parses a written item's state; for a general aggregate, also caches the item.
+    fn written(&self, write: &ItemWrite<'_>, item: Item) -> Result<ItemState, StateError> {
+        let state = parse_state(&item).map_err(|e| Self::corrupt(write, e))?;
+        if write.fold.is_some() {
+            let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+            if cache.len() >= CACHE_ITEMS {
+                cache.clear();
+            }
+            cache.insert(item_key(write.store, write.key), item);
+        }
+        Ok(state)
+    }
+
     async fn apply_at_least_once(
         &self,
         write: &ItemWrite<'_>,
     ) -> Result<(ItemState, WriteStats), StateError> {
+        if write.fold.is_some() {
+            // A general aggregate needs the current value: the version-conditioned
+            // read-modify-write is already as cheap as it gets.
+            let mut stats = WriteStats::default();
+            let state = self.merge(write, self.cached(write), &mut stats).await?;
+            return Ok((state, stats));
+        }
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let request = self
-            .update(write.store, write.key)
+            .update(write.store, write.key, false)
             .update_expression("ADD #v :d, #ver :one SET #k = :k, #fv = :fv")
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
         let mut stats = WriteStats::default();
         match self.send(request, write, &mut stats).await? {
-            Ok(state) => Ok((state, stats)),
+            Ok(item) => Ok((self.written(write, item)?, stats)),
             Err(_) => Err(StateError::new(
                 write.store,
                 write.key,
@@ -157,35 +195,57 @@ impl DynamoStore {
         }
     }
 
-    /// The fallback: merge what the stored item does not hold, conditioned on its version.
+    /// The item as this container last wrote it, if it is cached.
+    fn cached(&self, write: &ItemWrite<'_>) -> Option<Item> {
+        let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.get(&item_key(write.store, write.key)).cloned()
+    }
+
+    /// Read-modify-write: merge what the item (as last seen: `current`) does not hold yet,
+    /// conditioned on its version (or on its absence), retrying with the item that a
+    /// refused write returns. Also the fallback of the additive fast path.
     async fn merge(
         &self,
         write: &ItemWrite<'_>,
-        mut current: Option<HashMap<String, AttributeValue>>,
+        mut current: Option<Item>,
         stats: &mut WriteStats,
     ) -> Result<ItemState, StateError> {
-        let corrupt =
-            |e: String| StateError::new(write.store, write.key, StateErrorKind::Corrupt(e));
         for attempt in 0..MAX_CONFLICT_ATTEMPTS {
             let item = current.take().unwrap_or_default();
-            let watermarks = parse_watermarks(&item).map_err(corrupt)?;
+            let watermarks = parse_watermarks(&item).map_err(|e| Self::corrupt(write, e))?;
             let (delta, marks) = above_watermarks(write, &watermarks);
             let stored = if item.is_empty() {
                 None
             } else {
-                Some(parse_state(&item).map_err(corrupt)?)
+                Some(parse_state(&item).map_err(|e| Self::corrupt(write, e))?)
             };
             if marks.is_empty() {
                 // The item holds every contribution already (a redelivery).
-                return Ok(stored.unwrap_or(ItemState {
-                    value: 0,
-                    version: 0,
-                }));
+                return Ok(stored.unwrap_or(ItemState::number(0, 0)));
             }
             let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
-            let mut request = self
-                .update(write.store, write.key)
-                .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+            let mut request = self.update(write.store, write.key, write.fold.is_some());
+            let mut add = "ADD #ver :one".to_owned();
+            match write.fold {
+                Some(fold) => {
+                    let include = |tp: u32, offset: i64| {
+                        let name = write.partitions[tp as usize].to_string();
+                        watermarks.get(&name).is_none_or(|&wm| offset > wm)
+                    };
+                    let current = stored.as_ref().and_then(|s| s.aggregate.as_deref());
+                    let aggregate = fold.fold(current, &include).map_err(|e| {
+                        StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
+                    })?;
+                    request = request
+                        .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
+                    set.push("#v = :a".to_owned());
+                }
+                None => {
+                    request = request
+                        .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+                    add = "ADD #v :d, #ver :one".to_owned();
+                }
+            }
             for (i, (tp, last)) in marks.iter().enumerate() {
                 let tp = &write.partitions[*tp as usize];
                 request = request
@@ -196,7 +256,7 @@ impl DynamoStore {
                     );
                 set.push(format!("#w{i} = :l{i}"));
             }
-            request = match stored {
+            request = match &stored {
                 Some(state) => request
                     .condition_expression("#ver = :read")
                     .expression_attribute_values(
@@ -205,14 +265,13 @@ impl DynamoStore {
                     ),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
-            let request =
-                request.update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")));
+            let request = request.update_expression(format!("{add} SET {}", set.join(", ")));
             if attempt > 0 {
                 stats.retries += 1;
                 tokio::time::sleep(backoff(attempt)).await;
             }
             match self.send(request, write, stats).await? {
-                Ok(state) => return Ok(state),
+                Ok(item) => return self.written(write, item),
                 Err(item) => current = item,
             }
         }
@@ -222,21 +281,20 @@ impl DynamoStore {
             StateErrorKind::Conflict(MAX_CONFLICT_ATTEMPTS),
         ))
     }
-}
 
-#[async_trait]
-impl Store for DynamoStore {
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        if self.guarantee == Guarantee::AtLeastOnce {
-            return self.apply_at_least_once(&write).await;
-        }
+    /// The additive fast path: one conditional `ADD`, applied only if no contributing
+    /// partition's watermark has reached the batch's first offset for it.
+    async fn apply_additive(
+        &self,
+        write: &ItemWrite<'_>,
+    ) -> Result<(ItemState, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
         let mut conditions = Vec::new();
         let mut request = self
-            .update(write.store, write.key)
+            .update(write.store, write.key, false)
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
-        for (i, (tp, first, last)) in offset_ranges(&write).into_iter().enumerate() {
+        for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
             request = request
                 .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
@@ -249,11 +307,30 @@ impl Store for DynamoStore {
             .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
             .condition_expression(conditions.join(" AND "));
         let mut stats = WriteStats::default();
-        let state = match self.send(request, &write, &mut stats).await? {
-            Ok(state) => state,
-            Err(current) => self.merge(&write, current, &mut stats).await?,
+        let state = match self.send(request, write, &mut stats).await? {
+            Ok(item) => self.written(write, item)?,
+            Err(current) => self.merge(write, current, &mut stats).await?,
         };
         Ok((state, stats))
+    }
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
+    /// fallback when it is refused. General aggregates: one write conditioned on the
+    /// version of the item as this container last wrote it (cached), or on its absence
+    /// for an item it has not seen; a refused write returns the current item to merge with.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        match (self.guarantee, write.fold) {
+            (Guarantee::AtLeastOnce, _) => self.apply_at_least_once(&write).await,
+            (Guarantee::ExactlyOnce, None) => self.apply_additive(&write).await,
+            (Guarantee::ExactlyOnce, Some(_)) => {
+                let mut stats = WriteStats::default();
+                let state = self.merge(&write, self.cached(&write), &mut stats).await?;
+                Ok((state, stats))
+            }
+        }
     }
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
@@ -325,7 +402,7 @@ fn number<T: std::str::FromStr>(
     }
 }
 
-fn parse_state(item: &HashMap<String, AttributeValue>) -> Result<ItemState, String> {
+fn parse_state(item: &Item) -> Result<ItemState, String> {
     if let Some(AttributeValue::N(fv)) = item.get("fv")
         && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
     {
@@ -333,8 +410,14 @@ fn parse_state(item: &HashMap<String, AttributeValue>) -> Result<ItemState, Stri
             "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
         ));
     }
+    let (value, aggregate) = match item.get("a") {
+        Some(AttributeValue::B(bytes)) => (0, Some(bytes.as_ref().to_vec())),
+        Some(_) => return Err("attribute a is not binary".to_owned()),
+        None => (number(item, "v")?, None),
+    };
     Ok(ItemState {
-        value: number(item, "v")?,
+        value,
+        aggregate,
         version: number(item, "ver")?,
     })
 }
@@ -474,13 +557,7 @@ mod tests {
             ("ver".to_owned(), AttributeValue::N("2".into())),
             ("w:text-lines-0".to_owned(), AttributeValue::N("41".into())),
         ]);
-        assert_eq!(
-            parse_state(&item),
-            Ok(ItemState {
-                value: 5,
-                version: 2
-            })
-        );
+        assert_eq!(parse_state(&item), Ok(ItemState::number(5, 2)));
         assert_eq!(
             parse_watermarks(&item),
             Ok(HashMap::from([("text-lines-0".to_owned(), 41)]))

@@ -6,13 +6,26 @@ use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 
-use super::{ItemState, ItemWrite, StateError, Store, WriteStats, above_watermarks};
+use super::{
+    ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats, above_watermarks,
+};
 
 #[derive(Debug, Clone, Default)]
 struct Item {
     value: i64,
+    aggregate: Option<Vec<u8>>,
     version: u64,
     watermarks: HashMap<String, i64>,
+}
+
+impl Item {
+    fn state(&self) -> ItemState {
+        ItemState {
+            value: self.value,
+            aggregate: self.aggregate.clone(),
+            version: self.version,
+        }
+    }
 }
 
 /// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
@@ -27,15 +40,26 @@ impl MemoryStore {
         Self::default()
     }
 
-    /// Every item of `store`, sorted by key: `(key, value, version)`.
+    /// Every item of an additive `store` (count, sum), sorted by key: `(key, value, version)`.
     pub fn items(&self, store: &str) -> Vec<(Vec<u8>, i64, u64)> {
+        let mut out: Vec<_> = self
+            .states(store)
+            .into_iter()
+            .map(|(k, state)| (k, state.value, state.version))
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Every item of `store` with its whole state, sorted by key.
+    pub fn states(&self, store: &str) -> Vec<(Vec<u8>, ItemState)> {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()
             .filter(|((s, _), _)| s == store)
-            .map(|((_, k), item)| (k.clone(), item.value, item.version))
+            .map(|((_, k), item)| (k.clone(), item.state()))
             .collect();
-        out.sort();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
         out
     }
 }
@@ -54,30 +78,35 @@ impl Store for MemoryStore {
         };
         if marks.is_empty() {
             stats.conditional_failures = 1;
+            return Ok((item.state(), stats));
+        }
+        if let Some(fold) = write.fold {
+            let watermarks = item.watermarks.clone();
+            let include = |tp: u32, offset: i64| {
+                let name = write.partitions[tp as usize].to_string();
+                watermarks.get(&name).is_none_or(|&wm| offset > wm)
+            };
+            let aggregate = fold
+                .fold(item.aggregate.as_deref(), &include)
+                .map_err(|e| {
+                    StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
+                })?;
+            item.aggregate = Some(aggregate);
         } else {
             item.value += delta;
-            item.version += 1;
-            for (tp, offset) in marks {
-                item.watermarks
-                    .insert(write.partitions[tp as usize].to_string(), offset);
-            }
         }
-        Ok((
-            ItemState {
-                value: item.value,
-                version: item.version,
-            },
-            stats,
-        ))
+        item.version += 1;
+        for (tp, offset) in marks {
+            item.watermarks
+                .insert(write.partitions[tp as usize].to_string(), offset);
+        }
+        Ok((item.state(), stats))
     }
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(items
             .get(&(store.to_owned(), key.to_vec()))
-            .map(|i| ItemState {
-                value: i.value,
-                version: i.version,
-            }))
+            .map(Item::state))
     }
 }

@@ -34,7 +34,7 @@ pub struct Contribution {
 }
 
 /// One state item's contributions from one batch, in offset order per partition.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct ItemWrite<'a> {
     /// The store (named by the aggregation) the item belongs to.
     pub store: &'a str,
@@ -44,15 +44,56 @@ pub struct ItemWrite<'a> {
     pub contributions: &'a [Contribution],
     /// The batch's topic-partitions, indexed by [`Contribution::tp`].
     pub partitions: &'a [TopicPartition],
+    /// `None`: the contributions' deltas are added (count, sum: commutative, written with
+    /// DynamoDB's `ADD`). `Some`: a general aggregate, folded onto the stored one
+    /// (read-modify-write conditioned on the version).
+    pub fold: Option<&'a dyn Fold>,
+}
+
+impl std::fmt::Debug for ItemWrite<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ItemWrite")
+            .field("store", &self.store)
+            .field("key", &printable_key(self.key))
+            .field("contributions", &self.contributions)
+            .field("fold", &self.fold.is_some())
+            .finish()
+    }
+}
+
+/// A general aggregate's pending values for one item: folds the values of the records
+/// that `include` accepts (by partition index and offset) onto the current aggregate.
+pub trait Fold: Send + Sync {
+    /// The new aggregate bytes from the current ones (`None`: the item does not exist yet).
+    /// An error (a stored aggregate that does not decode, a user function that fails) is
+    /// a message; the store adds the store and key.
+    fn fold(
+        &self,
+        current: Option<&[u8]>,
+        include: &dyn Fn(u32, i64) -> bool,
+    ) -> Result<Vec<u8>, String>;
 }
 
 /// An item's value after a write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemState {
-    /// The aggregate (for a count: the count).
+    /// The number of an additive store (count, sum); 0 for a general aggregate.
     pub value: i64,
+    /// The serialized aggregate of a general aggregate; `None` for an additive store.
+    pub aggregate: Option<Vec<u8>>,
     /// The item's version: it grows by one with every write that changes it.
     pub version: u64,
+}
+
+impl ItemState {
+    /// The state of an additive item.
+    pub fn number(value: i64, version: u64) -> Self {
+        ItemState {
+            value,
+            aggregate: None,
+            version,
+        }
+    }
 }
 
 /// What writes cost: requests, conflicts, retries and write units.
@@ -181,6 +222,10 @@ pub enum StateErrorKind {
     /// Concurrent writers kept changing the item.
     #[error("gave up after {0} conflicting attempts")]
     Conflict(u32),
+    /// The aggregate could not be folded (a stored aggregate that does not decode, or a
+    /// user aggregation function that failed).
+    #[error("cannot aggregate: {0}")]
+    Aggregate(String),
     /// A failure injected on purpose (tests, demos).
     #[error("injected failure: {0}")]
     Injected(String),
@@ -295,6 +340,7 @@ mod tests {
             key: b"k",
             contributions: &contributions,
             partitions: &partitions,
+            fold: None,
         };
         let stored = HashMap::from([("t-0".to_owned(), 3)]);
         // t-0@3 is held already; t-0@7 (2) and t-1@5 (1) are new.
