@@ -198,7 +198,7 @@ where
     ///     .to_stream()
     ///     .to("longest-words", Utf8, Utf8);
     /// let driver = TestDriver::new(builder.build());
-    /// let words = driver.input_topic("words", Unit, Utf8);
+    /// let mut words = driver.input_topic("words", Unit, Utf8);
     /// for w in ["kafka", "kappa", "lambda", "key", "log"] {
     ///     words.pipe_input((), w.to_owned()).unwrap();
     /// }
