@@ -13,7 +13,10 @@ use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use local_runner::embedded::EmbeddedDynamo;
-use local_runner::{EventShape, Faults, InProcess, Runner, RunnerConfig, admin, functions};
+use local_runner::{
+    EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
+    functions,
+};
 
 #[derive(Parser)]
 #[command(
@@ -37,7 +40,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Consume, batch, invoke the function, commit after success.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Create or list topics.
     Topics {
         #[command(subcommand)]
@@ -95,18 +98,35 @@ struct StateArgs {
 #[derive(clap::Args)]
 struct RunArgs {
     /// The workspace function to run in-process.
+    #[arg(
+        long,
+        required_unless_present = "function_url",
+        conflicts_with = "function_url"
+    )]
+    function: Option<String>,
+    /// Invoke the function over the Lambda Invoke API at this endpoint instead
+    /// (e.g. `cargo lambda watch`: http://127.0.0.1:9000).
+    #[arg(long, requires = "function_name")]
+    function_url: Option<String>,
+    /// The function name in the Invoke API's path (with --function-url).
     #[arg(long)]
-    function: String,
-    /// Topics to consume (default: the topology's source topics).
+    function_name: Option<String>,
+    /// Topics to consume (default: the in-process topology's source topics).
     #[arg(long = "topic")]
     topics: Vec<String>,
     /// Consumer group id (default: lambda-streams-<function>).
     #[arg(long)]
     group_id: Option<String>,
+    /// Where a partition the group never committed starts.
+    #[arg(long, value_enum, default_value = "trim-horizon")]
+    starting_position: Position,
+    /// The time for --starting-position at-timestamp, in epoch milliseconds.
+    #[arg(long, required_if_eq("starting_position", "at-timestamp"))]
+    starting_timestamp: Option<i64>,
     /// Records per batch at most (1..=10000).
     #[arg(long, default_value_t = 100)]
     batch_size: usize,
-    /// Batching window in milliseconds.
+    /// Batching window in milliseconds (at most 300000).
     #[arg(long, default_value_t = 500)]
     batching_window_ms: u64,
     /// The event's shape.
@@ -124,9 +144,24 @@ struct RunArgs {
     /// Milliseconds without records that count as idle.
     #[arg(long, default_value_t = 1000)]
     idle_timeout_ms: u64,
-    /// Give up a batch after this many retries (default: retry forever, as Lambda).
+    /// Retries of a failed record before it is given up on; -1: without limit, as
+    /// Lambda (10 with --on-failure-topic).
+    #[arg(long, alias = "max-retries", default_value_t = -1, allow_negative_numbers = true)]
+    maximum_retry_attempts: i64,
+    /// Records older than this are given up on instead of delivered; -1: no limit.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    maximum_record_age_seconds: i64,
+    /// On a function error, retry the batch as two halves.
     #[arg(long)]
-    max_retries: Option<u32>,
+    bisect_batch_on_function_error: bool,
+    /// Ignore partial batch responses (without ReportBatchItemFailures): a normal
+    /// return is complete success.
+    #[arg(long)]
+    ignore_batch_item_failures: bool,
+    /// Kafka topic receiving the records given up on, with headers naming their source
+    /// and the error (without it they are skipped).
+    #[arg(long)]
+    on_failure_topic: Option<String>,
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
@@ -147,6 +182,13 @@ struct RunArgs {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Position {
+    TrimHorizon,
+    Latest,
+    AtTimestamp,
 }
 
 #[derive(clap::Args)]
@@ -177,7 +219,7 @@ async fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<(), String> {
     let bootstrap = cli.bootstrap_servers;
     match cli.command {
-        Command::Run(args) => run(&bootstrap, args).await,
+        Command::Run(args) => run(&bootstrap, *args).await,
         Command::Topics {
             action: TopicsAction::Create { name, partitions },
         } => {
@@ -251,35 +293,66 @@ async fn open_store(
 }
 
 async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
-    let topology = functions::topology(&args.function).ok_or_else(|| {
-        format!(
-            "unknown function {:?}; this runner knows: {}",
-            args.function,
-            functions::NAMES.join(", ")
-        )
-    })?;
-    let guarantee: Guarantee = args.guarantee.parse()?;
-    let default_table = format!("lambda-streams-{}", args.function);
-    let (dynamo, _embedded) = open_store(&args.state, &default_table, guarantee).await?;
-    let store: Arc<dyn Store> = match args.fail_after_writes {
-        Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo.clone(), n)),
-        None => Arc::new(dynamo.clone()),
+    let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) = match (
+        &args.function,
+        &args.function_url,
+        &args.function_name,
+    ) {
+        (Some(function), _, _) => {
+            let topology = functions::topology(function).ok_or_else(|| {
+                    format!(
+                        "unknown function {function:?}; this runner knows: {} (or invoke any function with --function-url)",
+                        functions::NAMES.join(", ")
+                    )
+                })?;
+            let guarantee: Guarantee = args.guarantee.parse()?;
+            let default_table = format!("lambda-streams-{function}");
+            let (dynamo, embedded) = open_store(&args.state, &default_table, guarantee).await?;
+            let store: Arc<dyn Store> = match args.fail_after_writes {
+                Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo.clone(), n)),
+                None => Arc::new(dynamo.clone()),
+            };
+            let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
+            eprintln!(
+                "[local-runner] topology of {function}:\n{}",
+                topology.describe()
+            );
+            let transport = Arc::new(InProcess::new(handler));
+            (
+                transport,
+                Some((topology, dynamo)),
+                function.clone(),
+                embedded,
+            )
+        }
+        (None, Some(url), Some(name)) => {
+            let http = Http::new(url, name)?;
+            eprintln!("[local-runner] invoking {}", http.url());
+            (Arc::new(http), None, name.clone(), None)
+        }
+        _ => return Err("give --function NAME, or --function-url URL --function-name NAME".into()),
     };
-    let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
-    eprintln!(
-        "[local-runner] topology of {}:\n{}",
-        args.function,
-        topology.describe()
-    );
+    let topics = match (&topology, args.topics.is_empty()) {
+        (_, false) => args.topics.clone(),
+        (Some((topology, _)), true) => topology.source_topics(),
+        (None, true) => return Err("--topic is required with --function-url".into()),
+    };
     let config = RunnerConfig {
         bootstrap_servers: bootstrap.to_owned(),
         group_id: args
             .group_id
-            .unwrap_or_else(|| format!("lambda-streams-{}", args.function)),
-        topics: if args.topics.is_empty() {
-            topology.source_topics()
-        } else {
-            args.topics
+            .clone()
+            .unwrap_or_else(|| format!("lambda-streams-{name}")),
+        topics,
+        starting_position: match (args.starting_position, args.starting_timestamp) {
+            (Position::TrimHorizon, _) => StartingPosition::TrimHorizon,
+            (Position::Latest, _) => StartingPosition::Latest,
+            (Position::AtTimestamp, Some(ms)) => StartingPosition::AtTimestamp(ms),
+            (Position::AtTimestamp, None) => {
+                return Err(
+                    "--starting-position at-timestamp needs --starting-timestamp MS".into(),
+                );
+            }
         },
         batch_size: args.batch_size,
         batching_window: Duration::from_millis(args.batching_window_ms),
@@ -287,9 +360,21 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             Shape::SelfManaged => EventShape::SelfManaged,
             Shape::Msk => EventShape::Msk { arn: args.msk_arn },
         },
+        maximum_retry_attempts: unlimited_or(
+            "--maximum-retry-attempts",
+            args.maximum_retry_attempts,
+        )?
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX)),
+        maximum_record_age: unlimited_or(
+            "--maximum-record-age-seconds",
+            args.maximum_record_age_seconds,
+        )?
+        .map(Duration::from_secs),
+        bisect_batch_on_function_error: args.bisect_batch_on_function_error,
+        report_batch_item_failures: !args.ignore_batch_item_failures,
+        on_failure_topic: args.on_failure_topic,
         until_idle: args.until_idle,
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
-        max_retries: args.max_retries,
         faults: Faults {
             duplicate_every: args.duplicate_every,
             extend_retry_every: args.extend_retry_every,
@@ -297,25 +382,36 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         progress: !args.quiet,
         ..RunnerConfig::default()
     };
-    let runner = Runner::new(config, Arc::new(InProcess::new(handler)))?;
+    let runner = Runner::new(config, transport)?;
     let summary = runner.run().await?;
     println!(
-        "processed {} records in {} batches ({} invocations, {} failed and retried) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
+        "processed {} records in {} batches ({} invocations, {} failed and retried, {} records given up) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
         summary.records,
         summary.batches,
         summary.invocations,
         summary.failures,
+        summary.given_up,
         summary.elapsed.as_secs_f64(),
         summary.active.as_secs_f64(),
         summary.records_per_second()
     );
-    if let Some(top) = args.print_top {
+    if let (Some(top), Some((topology, dynamo))) = (args.print_top, &topology) {
         for store in topology.store_names() {
             println!("top {top} of store {store}:");
-            print_items(&dynamo, &store, Some(top)).await?;
+            print_items(dynamo, &store, Some(top)).await?;
         }
     }
     Ok(())
+}
+
+/// `-1` (the event source's "no limit") as `None`; other negatives are an error naming
+/// the option.
+fn unlimited_or(option: &str, value: i64) -> Result<Option<u64>, String> {
+    match value {
+        -1 => Ok(None),
+        v if v < 0 => Err(format!("{option} {v}: expected -1 (no limit) or a count")),
+        v => Ok(Some(v as u64)),
+    }
 }
 
 async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Result<(), String> {

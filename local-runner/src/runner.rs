@@ -1,105 +1,52 @@
-//! The consume → batch → invoke → commit loop.
+//! The consume → batch → invoke → commit loop, by the event source's rules.
+//!
+//! One loop per runner: at most one batch in flight, so each partition has at most one
+//! batch in flight, in offset order. After each invocation, every partition of the event
+//! gets its verdict:
+//!
+//! - success: its records are done;
+//! - a partial batch response naming offset N: its records below N are done, and it
+//!   resumes from N (this counts as a failed attempt for the records from N);
+//! - a function error (or an invalid response): nothing is done; with bisection, the
+//!   batch is retried as two halves (that does not count as an attempt), else as a whole.
+//!
+//! A partition whose failed attempts exceed the retry limit gives up the records of the
+//! event (to the on-failure destination, or skipped with a warning). Records older than
+//! the maximum record age are given up before delivery. Then the offsets of the done
+//! records are committed: only ever after success or a give-up.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use lambda_streams::event::{
-    EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
-};
+use lambda_streams::event::{EventSource, KafkaEvent, Record, TopicPartition};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::admin::METADATA_TIMEOUT;
+use crate::batch::{Buffers, to_record};
+pub use crate::batch::{MAX_BATCH_SIZE, MAX_PAYLOAD_BYTES};
+pub use crate::config::{EventShape, Faults, RunnerConfig};
+use crate::destination::{FailureDestination, GiveUpReason, GivenUp};
+use crate::position;
+use crate::response::{Verdict, judge};
 use crate::transport::Transport;
-
-/// The Lambda limit on an invocation's payload: 6 MB.
-pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
-/// The Lambda limit on records per batch.
-pub const MAX_BATCH_SIZE: usize = 10_000;
-
-/// Which event source mapping the runner plays: the event's `eventSource`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EventShape {
-    /// Amazon MSK (`aws:kafka`), with this cluster ARN.
-    Msk {
-        /// The `eventSourceArn` to put in events.
-        arn: String,
-    },
-    /// A self-managed cluster (`SelfManagedKafka`).
-    SelfManaged,
-}
-
-/// Redeliveries to inject on purpose: what the real event source does now and then.
-#[derive(Debug, Clone, Default)]
-pub struct Faults {
-    /// Every Nth batch is invoked twice (a duplicate delivery) before its commit.
-    pub duplicate_every: Option<u64>,
-    /// Every Nth batch is treated as failed after the function succeeded (a lost
-    /// response), and retried as a longer batch from the same offsets.
-    pub extend_retry_every: Option<u64>,
-}
-
-/// The runner's settings, with the event source's defaults.
-#[derive(Debug, Clone)]
-pub struct RunnerConfig {
-    /// Brokers to consume from (and that events name as `bootstrapServers`).
-    pub bootstrap_servers: String,
-    /// The consumer group (the event source's `ConsumerGroupId`).
-    pub group_id: String,
-    /// Topics to consume.
-    pub topics: Vec<String>,
-    /// Records per batch at most (default 100, at most 10,000).
-    pub batch_size: usize,
-    /// How long to gather records before invoking (default 500 ms).
-    pub batching_window: Duration,
-    /// The event's `eventSource`.
-    pub shape: EventShape,
-    /// Exit once the group has consumed everything (for tests and demos).
-    pub until_idle: bool,
-    /// How long without new records counts as idle.
-    pub idle_timeout: Duration,
-    /// First retry delay; doubles up to 5 s.
-    pub retry_backoff: Duration,
-    /// Give up after this many retries of one batch (`None`: retry forever, as the ESM).
-    pub max_retries: Option<u32>,
-    /// Redeliveries to inject.
-    pub faults: Faults,
-    /// Print a progress line every second.
-    pub progress: bool,
-}
-
-impl Default for RunnerConfig {
-    fn default() -> Self {
-        RunnerConfig {
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            group_id: "lambda-streams".into(),
-            topics: Vec::new(),
-            batch_size: 100,
-            batching_window: Duration::from_millis(500),
-            shape: EventShape::SelfManaged,
-            until_idle: false,
-            idle_timeout: Duration::from_secs(2),
-            retry_backoff: Duration::from_millis(100),
-            max_retries: None,
-            faults: Faults::default(),
-            progress: false,
-        }
-    }
-}
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
 pub struct RunSummary {
     /// Records delivered in successful invocations (each counted once).
     pub records: u64,
-    /// Batches committed.
+    /// Invocations after which some records were done and committed.
     pub batches: u64,
     /// Invocations, duplicates and retries included.
     pub invocations: u64,
-    /// Invocations that failed (and were retried).
+    /// Invocations that failed, wholly or partly (and were retried).
     pub failures: u64,
+    /// Records given up on (retries exhausted or too old): sent to the on-failure
+    /// destination, or skipped without one.
+    pub given_up: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// Time from the first record received to the end of the run (excludes the
@@ -114,27 +61,59 @@ impl RunSummary {
     }
 }
 
+/// What one invocation came to.
+enum Outcome {
+    Success,
+    Partial(BTreeMap<TopicPartition, i64>),
+    Failed(String),
+    /// The function succeeded but the response was lost (an injected fault): nothing is
+    /// done, and no failed attempt is counted.
+    Lost,
+}
+
+/// Failed attempts of a partition's first records not done.
+#[derive(Debug, Default)]
+struct Attempts {
+    count: u32,
+    last_error: String,
+}
+
+/// The loop's state between invocations.
+#[derive(Default)]
+struct Progress {
+    buffers: Buffers,
+    attempts: BTreeMap<TopicPartition, Attempts>,
+    /// Batch size limits queued by bisection and the extended-retry fault; the front applies.
+    limits: VecDeque<usize>,
+    committed: BTreeMap<TopicPartition, i64>,
+    batch_number: u64,
+    summary: RunSummary,
+}
+
 /// Runs one function against the broker.
 pub struct Runner {
     config: RunnerConfig,
     transport: Arc<dyn Transport>,
 }
 
-type Buffers = BTreeMap<TopicPartition, VecDeque<Record>>;
-
 impl Runner {
-    /// A runner invoking `transport`.
+    /// A runner invoking `transport`. Invalid settings are an error naming the setting.
     pub fn new(config: RunnerConfig, transport: Arc<dyn Transport>) -> Result<Self, String> {
-        if config.batch_size == 0 || config.batch_size > MAX_BATCH_SIZE {
-            return Err(format!(
-                "batch size {} is out of range 1..={MAX_BATCH_SIZE}",
-                config.batch_size
-            ));
-        }
-        if config.topics.is_empty() {
-            return Err("no topic to consume".into());
-        }
+        config.validate()?;
         Ok(Runner { config, transport })
+    }
+
+    /// Commits the starting position for the partitions the group has never committed
+    /// (see [`position`]). [`run`](Self::run) does it first; call it earlier to fix the
+    /// position of `LATEST` before producing.
+    pub fn initialize_positions(&self) -> Result<usize, String> {
+        let c = &self.config;
+        position::initialize(
+            &c.bootstrap_servers,
+            &c.group_id,
+            &c.topics,
+            c.starting_position,
+        )
     }
 
     fn consumer(&self) -> Result<StreamConsumer, String> {
@@ -144,7 +123,7 @@ impl Runner {
             .set("group.id", &c.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            .set("auto.offset.reset", c.starting_position.auto_offset_reset())
             .set("session.timeout.ms", "10000")
             .create()
             .map_err(|e| format!("cannot create a consumer for {}: {e}", c.bootstrap_servers))?;
@@ -156,7 +135,7 @@ impl Runner {
                     c.bootstrap_servers
                 )
             })?;
-        for topic in &c.topics {
+        for topic in c.topics.iter().chain(&c.on_failure_topic) {
             if !metadata
                 .topics()
                 .iter()
@@ -168,10 +147,6 @@ impl Runner {
                 ));
             }
         }
-        let topics: Vec<&str> = c.topics.iter().map(String::as_str).collect();
-        consumer
-            .subscribe(&topics)
-            .map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
         Ok(consumer)
     }
 
@@ -179,127 +154,335 @@ impl Runner {
     /// until the group has consumed everything).
     pub async fn run(&self) -> Result<RunSummary, String> {
         let consumer = self.consumer()?;
+        self.initialize_positions()?;
+        let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
+        consumer
+            .subscribe(&topics)
+            .map_err(|e| format!("cannot subscribe to {topics:?}: {e}"))?;
+        let destination = match &self.config.on_failure_topic {
+            Some(topic) => Some(FailureDestination::new(
+                &self.config.bootstrap_servers,
+                topic,
+            )?),
+            None => None,
+        };
         let started = Instant::now();
-        let mut summary = RunSummary::default();
-        let mut buffers = Buffers::new();
+        let mut state = Progress::default();
         let mut last_progress = Instant::now();
-        let mut batch_number = 0u64;
         let mut first_record: Option<Instant> = None;
+        let mut failed: Option<u32> = None;
         loop {
-            let limit = self.config.batch_size;
-            let got = self.fill(&consumer, &mut buffers, limit).await?;
+            let limit = state
+                .limits
+                .front()
+                .copied()
+                .unwrap_or(self.config.batch_size);
+            // A retry goes at once (after its backoff) with the records it failed with.
+            let retry = failed.is_some_and(|_| !state.buffers.is_empty());
+            let got = if retry {
+                None
+            } else {
+                self.fill(&consumer, &mut state.buffers, limit).await
+            };
             first_record = first_record.or(got);
-            if buffered(&buffers) == 0 {
+            self.give_up_old_records(&consumer, &mut state, destination.as_ref())
+                .await?;
+            if state.buffers.is_empty() {
                 if self.config.until_idle && got.is_none() && self.caught_up(&consumer)? {
                     break;
                 }
                 continue;
             }
-            batch_number += 1;
-            self.deliver(&consumer, &mut buffers, batch_number, &mut summary)
+            state.batch_number += 1;
+            let event =
+                state
+                    .buffers
+                    .form_event(limit, &self.source(), &self.config.bootstrap_servers);
+            let outcome = self.invoke(&event, &mut state).await;
+            failed = self.settle(&event, outcome, &mut state);
+            self.give_up_exhausted(&event, &mut state, destination.as_ref())
                 .await?;
+            self.commit(&consumer, &mut state)?;
+            if let Some(attempt) = failed {
+                let delay = self.config.retry_backoff * 2u32.saturating_pow(attempt.min(7));
+                tokio::time::sleep(delay.min(Duration::from_secs(5))).await;
+            }
             if self.config.progress && last_progress.elapsed() >= Duration::from_secs(1) {
                 last_progress = Instant::now();
-                summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
-                eprintln!(
-                    "[local-runner] {} records, {} batches, {} retries, {:.0} records/s",
-                    summary.records,
-                    summary.batches,
-                    summary.failures,
-                    summary.records_per_second()
-                );
+                state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
+                eprintln!("{}", self.progress_line(&consumer, &state));
             }
         }
-        summary.elapsed = started.elapsed();
-        summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
-        Ok(summary)
+        state.summary.elapsed = started.elapsed();
+        state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
+        Ok(state.summary)
     }
 
-    /// Invokes one batch until it succeeds (retrying as the event source does), then
-    /// commits its offsets and drops its records from the buffers.
-    async fn deliver(
-        &self,
-        consumer: &StreamConsumer,
-        buffers: &mut Buffers,
-        number: u64,
-        summary: &mut RunSummary,
-    ) -> Result<(), String> {
+    fn source(&self) -> EventSource {
+        match &self.config.shape {
+            EventShape::Msk { arn } => EventSource::Msk { arn: arn.clone() },
+            EventShape::SelfManaged => EventSource::SelfManaged,
+        }
+    }
+
+    /// One invocation of `event` (twice with the duplicate fault), and what it came to.
+    async fn invoke(&self, event: &KafkaEvent, state: &mut Progress) -> Outcome {
         let faults = &self.config.faults;
+        let number = state.batch_number;
         let every = |n: Option<u64>| n.is_some_and(|n| n > 0 && number.is_multiple_of(n));
-        let mut limit = self.config.batch_size;
-        let mut extend = every(faults.extend_retry_every);
-        let mut attempt = 0u32;
-        let event = loop {
-            let event = self.form_event(buffers, limit);
-            let payload = event.to_json();
-            summary.invocations += 1;
-            let mut result = self.transport.invoke(payload.clone()).await.map(|_| ());
-            if result.is_ok() && every(faults.duplicate_every) && attempt == 0 {
-                summary.invocations += 1;
-                result = self.transport.invoke(payload).await.map(|_| ());
-            }
-            match result {
-                Ok(()) if !extend => break event,
-                Ok(()) => {
-                    // Injected: the response was lost; retry with a longer batch.
-                    extend = false;
-                    limit = (limit * 2).min(MAX_BATCH_SIZE);
-                    self.fill(consumer, buffers, limit).await?;
-                }
-                Err(e) => {
-                    summary.failures += 1;
-                    tracing::warn!(error = %e, attempt, "batch failed; retrying");
-                    if self.config.max_retries.is_some_and(|max| attempt >= max) {
-                        return Err(format!("batch gave up after {attempt} retries: {e}"));
-                    }
-                    let delay = self.config.retry_backoff * 2u32.saturating_pow(attempt.min(6));
-                    tokio::time::sleep(delay.min(Duration::from_secs(5))).await;
-                }
-            }
-            attempt += 1;
+        let payload = event.to_json();
+        state.summary.invocations += 1;
+        let mut result = self.transport.invoke(payload.clone()).await;
+        if result.is_ok() && every(faults.duplicate_every) {
+            state.summary.invocations += 1;
+            result = self.transport.invoke(payload).await;
+        }
+        let outcome = match result {
+            Err(e) => Outcome::Failed(e.0),
+            Ok(_) if !self.config.report_batch_item_failures => Outcome::Success,
+            Ok(body) => match judge(&body, event) {
+                Verdict::Success => Outcome::Success,
+                Verdict::Partial(resume) => Outcome::Partial(resume),
+                Verdict::Invalid(why) => Outcome::Failed(format!("invalid response: {why}")),
+            },
         };
-        let mut offsets = TopicPartitionList::new();
-        for part in &event.partitions {
-            if let Some(last) = part.records.last() {
-                offsets
-                    .add_partition_offset(
-                        &part.tp.topic,
-                        part.tp.partition,
-                        Offset::Offset(last.offset + 1),
-                    )
-                    .map_err(|e| format!("cannot commit {}: {e}", part.tp))?;
+        if matches!(outcome, Outcome::Success) && every(faults.extend_retry_every) {
+            // Injected: the response was lost; the retry is a longer batch from the
+            // same offsets (not a failure of the function: no attempt is counted).
+            let longer = (event.record_count() * 2).min(MAX_BATCH_SIZE);
+            state.limits.push_front(longer);
+            return Outcome::Lost;
+        }
+        outcome
+    }
+
+    /// Applies an outcome to the buffers and attempt counts. Returns the highest attempt
+    /// count of a failed partition, if any failed.
+    fn settle(&self, event: &KafkaEvent, outcome: Outcome, state: &mut Progress) -> Option<u32> {
+        let mut worst = None;
+        let mut fail = |state: &mut Progress, tp: &TopicPartition, error: String| {
+            let a = state.attempts.entry(tp.clone()).or_default();
+            a.count += 1;
+            a.last_error = error;
+            worst = Some(worst.unwrap_or(0).max(a.count));
+        };
+        match outcome {
+            Outcome::Lost => {}
+            Outcome::Failed(error) => {
+                state.summary.failures += 1;
+                tracing::warn!(%error, records = event.record_count(), "batch failed");
+                let n = event.record_count();
+                if self.config.bisect_batch_on_function_error && n > 1 {
+                    state.limits.pop_front();
+                    state.limits.push_front(n / 2);
+                    state.limits.push_front(n.div_ceil(2));
+                    worst = Some(0);
+                } else {
+                    for part in &event.partitions {
+                        fail(state, &part.tp, error.clone());
+                    }
+                }
             }
-            if let Some(queue) = buffers.get_mut(&part.tp) {
-                queue.drain(..part.records.len());
+            Outcome::Success | Outcome::Partial(_) => {
+                let resume = match outcome {
+                    Outcome::Partial(resume) => resume,
+                    _ => BTreeMap::new(),
+                };
+                if !resume.is_empty() {
+                    state.summary.failures += 1;
+                }
+                state.limits.pop_front();
+                let mut done = 0;
+                for part in &event.partitions {
+                    let (Some(first), Some(last)) = (part.records.first(), part.records.last())
+                    else {
+                        continue;
+                    };
+                    match resume.get(&part.tp) {
+                        Some(&offset) => {
+                            done += part.records.iter().filter(|r| r.offset < offset).count();
+                            state.buffers.complete(&part.tp, offset);
+                            if offset > first.offset {
+                                state.attempts.remove(&part.tp);
+                            }
+                            fail(
+                                state,
+                                &part.tp,
+                                format!(
+                                    "the function reported {}@{offset} as failed (partial batch response)",
+                                    part.tp
+                                ),
+                            );
+                        }
+                        None => {
+                            done += part.records.len();
+                            state.buffers.complete(&part.tp, last.offset + 1);
+                            state.attempts.remove(&part.tp);
+                        }
+                    }
+                }
+                if done > 0 {
+                    state.summary.batches += 1;
+                    state.summary.records += done as u64;
+                }
             }
         }
-        consumer
-            .commit(&offsets, CommitMode::Sync)
-            .map_err(|e| format!("commit failed: {e}"))?;
-        summary.batches += 1;
-        summary.records += event.record_count() as u64;
+        worst
+    }
+
+    /// Gives up the records of the event's partitions whose attempts exceed the limit.
+    async fn give_up_exhausted(
+        &self,
+        event: &KafkaEvent,
+        state: &mut Progress,
+        destination: Option<&FailureDestination>,
+    ) -> Result<(), String> {
+        let Some(limit) = self.config.effective_retry_limit() else {
+            return Ok(());
+        };
+        for part in &event.partitions {
+            let Some(attempts) = state.attempts.get(&part.tp).filter(|a| a.count > limit) else {
+                continue;
+            };
+            let from = state.buffers.position(&part.tp).unwrap_or(i64::MAX);
+            let records: Vec<Record> = part
+                .records
+                .iter()
+                .filter(|r| r.offset >= from)
+                .cloned()
+                .collect();
+            let Some(last) = records.last().map(|r| r.offset) else {
+                continue;
+            };
+            let given_up = GivenUp {
+                tp: &part.tp,
+                records: &records,
+                reason: GiveUpReason::RetriesExhausted,
+                error: &attempts.last_error,
+                attempts: attempts.count,
+            };
+            self.give_up(&given_up, destination).await?;
+            state.summary.given_up += records.len() as u64;
+            state.buffers.complete(&part.tp, last + 1);
+            state.attempts.remove(&part.tp);
+        }
         Ok(())
     }
 
-    /// Reads records until `limit` are buffered or the batching window closes. Returns
+    /// Gives up the buffered records older than the maximum record age, and commits.
+    async fn give_up_old_records(
+        &self,
+        consumer: &StreamConsumer,
+        state: &mut Progress,
+        destination: Option<&FailureDestination>,
+    ) -> Result<(), String> {
+        let Some(age) = self.config.maximum_record_age else {
+            return Ok(());
+        };
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let cutoff = now.saturating_sub(age.as_millis() as i64);
+        let old = state.buffers.take_older_than(cutoff);
+        if old.is_empty() {
+            return Ok(());
+        }
+        for (tp, records) in &old {
+            let error = format!(
+                "record older than the maximum record age of {} s",
+                age.as_secs()
+            );
+            let attempts = state.attempts.get(tp).map_or(0, |a| a.count);
+            let given_up = GivenUp {
+                tp,
+                records,
+                reason: GiveUpReason::RecordAgeExceeded,
+                error: &error,
+                attempts,
+            };
+            self.give_up(&given_up, destination).await?;
+            state.summary.given_up += records.len() as u64;
+        }
+        self.commit(consumer, state)
+    }
+
+    async fn give_up(
+        &self,
+        given_up: &GivenUp<'_>,
+        destination: Option<&FailureDestination>,
+    ) -> Result<(), String> {
+        let (first, last) = match (given_up.records.first(), given_up.records.last()) {
+            (Some(f), Some(l)) => (f.offset, l.offset),
+            _ => return Ok(()),
+        };
+        match destination {
+            Some(d) => {
+                tracing::warn!(
+                    records = %format!("{}@{first}..={last}", given_up.tp),
+                    reason = given_up.reason.as_str(),
+                    error = given_up.error,
+                    destination = d.topic(),
+                    "records given up on: sent to the on-failure destination"
+                );
+                d.send(given_up).await
+            }
+            None => {
+                tracing::warn!(
+                    records = %format!("{}@{first}..={last}", given_up.tp),
+                    reason = given_up.reason.as_str(),
+                    error = given_up.error,
+                    "records given up on and skipped (no on-failure destination)"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    /// Commits the position of every partition whose done records moved it.
+    fn commit(&self, consumer: &StreamConsumer, state: &mut Progress) -> Result<(), String> {
+        let mut offsets = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for tp in state.buffers.partitions() {
+            let Some(position) = state.buffers.position(tp) else {
+                continue;
+            };
+            if state.committed.get(tp).is_some_and(|&c| c >= position) {
+                continue;
+            }
+            offsets
+                .add_partition_offset(&tp.topic, tp.partition, Offset::Offset(position))
+                .map_err(|e| format!("cannot commit {tp}@{position}: {e}"))?;
+            moved.push((tp.clone(), position));
+        }
+        if moved.is_empty() {
+            return Ok(());
+        }
+        consumer
+            .commit(&offsets, CommitMode::Sync)
+            .map_err(|e| format!("commit of group {} failed: {e}", self.config.group_id))?;
+        state.committed.extend(moved);
+        Ok(())
+    }
+
+    /// Reads records until `limit` are buffered, 6 MB of them are, or the batching window
+    /// closes. The window opens with the first record buffered (at once when some are
+    /// already); with nothing buffered, it waits up to the idle timeout for one. Returns
     /// when the first record of this call arrived, if any did.
     async fn fill(
         &self,
         consumer: &StreamConsumer,
         buffers: &mut Buffers,
         limit: usize,
-    ) -> Result<Option<Instant>, String> {
-        let window_start = Instant::now();
-        let window = if buffered(buffers) == 0 {
-            self.config
-                .idle_timeout
-                .min(self.config.batching_window.max(Duration::from_millis(200)))
-        } else {
-            self.config.batching_window
-        };
+    ) -> Option<Instant> {
+        let start = Instant::now();
+        let mut window_opened = (!buffers.is_empty()).then_some(start);
         let mut got = None;
-        while buffered(buffers) < limit {
-            let Some(remaining) = window.checked_sub(window_start.elapsed()) else {
+        while buffers.len() < limit && buffers.bytes() < MAX_PAYLOAD_BYTES {
+            let deadline = match window_opened {
+                Some(opened) => opened + self.config.batching_window,
+                None => start + self.config.idle_timeout,
+            };
+            let Some(remaining) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
             match tokio::time::timeout(remaining, consumer.recv()).await {
@@ -309,57 +492,15 @@ impl Runner {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(Ok(message)) => {
-                    got = got.or_else(|| Some(Instant::now()));
+                    let now = Instant::now();
+                    got = got.or(Some(now));
+                    window_opened = window_opened.or(Some(now));
                     let tp = TopicPartition::new(message.topic(), message.partition());
-                    buffers
-                        .entry(tp)
-                        .or_default()
-                        .push_back(to_record(&message));
+                    buffers.push(tp, to_record(&message));
                 }
             }
         }
-        Ok(got)
-    }
-
-    /// The next event: records of the buffered partitions in order, up to `limit`
-    /// records and the 6 MB payload cap (a record is never split; one alone always fits).
-    fn form_event(&self, buffers: &Buffers, limit: usize) -> KafkaEvent {
-        let mut size = 256usize;
-        let mut count = 0usize;
-        let mut partitions = Vec::new();
-        'outer: for (tp, queue) in buffers {
-            let mut records = Vec::new();
-            for record in queue {
-                let record_size = estimated_json_size(tp, record);
-                if count == limit || (count > 0 && size + record_size > MAX_PAYLOAD_BYTES) {
-                    if !records.is_empty() {
-                        partitions.push(PartitionRecords {
-                            tp: tp.clone(),
-                            records,
-                        });
-                    }
-                    break 'outer;
-                }
-                size += record_size;
-                count += 1;
-                records.push(record.clone());
-            }
-            if !records.is_empty() {
-                partitions.push(PartitionRecords {
-                    tp: tp.clone(),
-                    records,
-                });
-            }
-        }
-        let source = match &self.config.shape {
-            EventShape::Msk { arn } => EventSource::Msk { arn: arn.clone() },
-            EventShape::SelfManaged => EventSource::SelfManaged,
-        };
-        KafkaEvent {
-            source,
-            bootstrap_servers: self.config.bootstrap_servers.clone(),
-            partitions,
-        }
+        got
     }
 
     /// Whether the group's committed offsets have reached the end of every assigned partition.
@@ -396,51 +537,41 @@ impl Runner {
         }
         Ok(true)
     }
-}
 
-fn buffered(buffers: &Buffers) -> usize {
-    buffers.values().map(VecDeque::len).sum()
-}
-
-fn to_record<M: Message>(message: &M) -> Record {
-    let (timestamp, timestamp_type) = match message.timestamp() {
-        rdkafka::Timestamp::LogAppendTime(t) => (t, TimestampType::LogAppendTime),
-        rdkafka::Timestamp::CreateTime(t) => (t, TimestampType::CreateTime),
-        rdkafka::Timestamp::NotAvailable => (0, TimestampType::CreateTime),
-    };
-    let headers = message
-        .headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| Header {
-                    name: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    Record {
-        offset: message.offset(),
-        timestamp,
-        timestamp_type,
-        key: message.key().map(<[u8]>::to_vec),
-        value: message.payload().map(<[u8]>::to_vec),
-        headers,
-        key_schema_metadata: None,
-        value_schema_metadata: None,
+    /// `records, batches, retries, records/s, lag per partition` (the lag: records after
+    /// the committed position).
+    fn progress_line(&self, consumer: &StreamConsumer, state: &Progress) -> String {
+        let s = &state.summary;
+        let mut lags = Vec::new();
+        let assigned = consumer.assignment().unwrap_or_default();
+        for element in assigned.elements() {
+            let tp = TopicPartition::new(element.topic(), element.partition());
+            let position = state
+                .buffers
+                .position(&tp)
+                .or_else(|| state.committed.get(&tp).copied());
+            let lag = match (
+                position,
+                consumer.fetch_watermarks(&tp.topic, tp.partition, Duration::from_millis(500)),
+            ) {
+                (Some(position), Ok((_, high))) => (high - position).max(0).to_string(),
+                (None, Ok((low, high))) => format!("<={}", high - low),
+                (_, Err(_)) => "?".to_owned(),
+            };
+            lags.push(format!("{tp}={lag}"));
+        }
+        format!(
+            "[local-runner] {} records, {} batches, {} retries, {} given up, {:.0} records/s; lag {}",
+            s.records,
+            s.batches,
+            s.failures,
+            s.given_up,
+            s.records_per_second(),
+            if lags.is_empty() {
+                "-".to_owned()
+            } else {
+                lags.join(" ")
+            }
+        )
     }
-}
-
-/// An upper bound of a record's size in the event JSON.
-fn estimated_json_size(tp: &TopicPartition, record: &Record) -> usize {
-    let b64 = |n: usize| n.div_ceil(3) * 4;
-    let headers: usize = record
-        .headers
-        .iter()
-        .map(|h| h.name.len() + 8 + h.value.len() * 5)
-        .sum();
-    200 + 2 * tp.topic.len()
-        + record.key.as_ref().map_or(4, |k| b64(k.len()))
-        + record.value.as_ref().map_or(4, |v| b64(v.len()))
-        + headers
 }

@@ -1,20 +1,35 @@
 //! How the runner invokes a function. One trait, so that a function linked into the
-//! runner and one served over the Lambda Invoke API are driven the same way.
+//! runner ([`InProcess`]) and one served over the Lambda Invoke API ([`Http`]) are driven
+//! the same way: the event's JSON in, the function's response JSON out.
+//!
+//! A transport only reports what happened. What a response means (success, a partial
+//! batch failure, an invalid answer) is decided by the runner
+//! ([`response`](crate::response)).
+
+mod http;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use lambda_streams::lambda::Handler;
 
-/// The function failed, or could not be reached: the batch is retried.
-#[derive(Debug, thiserror::Error)]
+pub use http::Http;
+
+/// The function failed, or could not be reached: the whole batch counts as failed and
+/// is retried. The text is the function's error payload, or what went wrong on the way.
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("invocation failed: {0}")]
 pub struct InvokeError(pub String);
 
 /// Invokes a function with an event's JSON and returns the function's response JSON.
+///
+/// Implement it to drive any function: the tests implement it with functions that
+/// record what they were given and answer as a real function would (an error, or a
+/// partial batch response).
 #[async_trait]
 pub trait Transport: Send + Sync {
-    /// One invocation.
+    /// One invocation. `Ok` is the response body of a function that returned normally
+    /// (it may still report failed records); `Err` is a function error.
     async fn invoke(&self, payload: Vec<u8>) -> Result<Vec<u8>, InvokeError>;
 }
 

@@ -1,0 +1,148 @@
+//! The runner's settings: the event source mapping's, with its defaults, and the faults
+//! a test or a demo may inject.
+
+use std::time::Duration;
+
+use crate::batch::MAX_BATCH_SIZE;
+use crate::position::StartingPosition;
+
+/// When an on-failure destination is set and retries are unlimited, the ESM caps them at 10.
+pub const RETRIES_WITH_DESTINATION: u32 = 10;
+/// The longest batching window the ESM accepts: 300 s.
+pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
+
+/// Which event source mapping the runner plays: the event's `eventSource`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventShape {
+    /// Amazon MSK (`aws:kafka`), with this cluster ARN.
+    Msk {
+        /// The `eventSourceArn` to put in events.
+        arn: String,
+    },
+    /// A self-managed cluster (`SelfManagedKafka`).
+    SelfManaged,
+}
+
+/// Redeliveries to inject on purpose: what the real event source does now and then.
+#[derive(Debug, Clone, Default)]
+pub struct Faults {
+    /// Every Nth batch is invoked twice (a duplicate delivery) before its commit.
+    pub duplicate_every: Option<u64>,
+    /// Every Nth batch is treated as failed after the function succeeded (a lost
+    /// response), and retried as a longer batch from the same offsets.
+    pub extend_retry_every: Option<u64>,
+}
+
+/// The runner's settings, with the event source's defaults.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// Brokers to consume from (and that events name as `bootstrapServers`).
+    pub bootstrap_servers: String,
+    /// The consumer group (the event source's `ConsumerGroupId`).
+    pub group_id: String,
+    /// Topics to consume.
+    pub topics: Vec<String>,
+    /// Where partitions the group has not committed start (`StartingPosition`).
+    pub starting_position: StartingPosition,
+    /// Records per batch at most (`BatchSize`: default 100, at most 10,000).
+    pub batch_size: usize,
+    /// How long to gather records before invoking (`MaximumBatchingWindowInSeconds`:
+    /// default 500 ms, at most 300 s).
+    pub batching_window: Duration,
+    /// The event's `eventSource`.
+    pub shape: EventShape,
+    /// Retries of a failed record before it is given up on (`MaximumRetryAttempts`; the
+    /// first invocation is not a retry). `None`: without limit, as the ESM's default
+    /// (but 10 when an on-failure destination is set, as the ESM does).
+    pub maximum_retry_attempts: Option<u32>,
+    /// Records older than this are not delivered but given up on
+    /// (`MaximumRecordAgeInSeconds`). `None`: no limit.
+    pub maximum_record_age: Option<Duration>,
+    /// On a function error, retry the batch as two halves (`BisectBatchOnFunctionError`).
+    /// Splitting does not count as a retry; a batch of one record does.
+    pub bisect_batch_on_function_error: bool,
+    /// Honour partial batch responses (`FunctionResponseTypes: [ReportBatchItemFailures]`).
+    /// When false, any normal return is complete success.
+    pub report_batch_item_failures: bool,
+    /// A Kafka topic (the ESM's `kafka://topic` on-failure destination) receiving the
+    /// records given up on; without it they are skipped, with a warning.
+    pub on_failure_topic: Option<String>,
+    /// Exit once the group has consumed everything (for tests and demos).
+    pub until_idle: bool,
+    /// How long without new records counts as idle.
+    pub idle_timeout: Duration,
+    /// First retry delay; doubles per failed attempt up to 5 s.
+    pub retry_backoff: Duration,
+    /// Redeliveries to inject.
+    pub faults: Faults,
+    /// Print a progress line every second.
+    pub progress: bool,
+}
+
+impl Default for RunnerConfig {
+    fn default() -> Self {
+        RunnerConfig {
+            bootstrap_servers: "127.0.0.1:9092".into(),
+            group_id: "lambda-streams".into(),
+            topics: Vec::new(),
+            starting_position: StartingPosition::TrimHorizon,
+            batch_size: 100,
+            batching_window: Duration::from_millis(500),
+            shape: EventShape::SelfManaged,
+            maximum_retry_attempts: None,
+            maximum_record_age: None,
+            bisect_batch_on_function_error: false,
+            report_batch_item_failures: true,
+            on_failure_topic: None,
+            until_idle: false,
+            idle_timeout: Duration::from_secs(2),
+            retry_backoff: Duration::from_millis(100),
+            faults: Faults::default(),
+            progress: false,
+        }
+    }
+}
+
+impl RunnerConfig {
+    /// Checks the settings; an error names the setting.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.batch_size == 0 || self.batch_size > MAX_BATCH_SIZE {
+            return Err(format!(
+                "batch size {} is out of range 1..={MAX_BATCH_SIZE}",
+                self.batch_size
+            ));
+        }
+        if self.batching_window > MAX_BATCHING_WINDOW {
+            return Err(format!(
+                "batching window {:?} is over the maximum of 300 s",
+                self.batching_window
+            ));
+        }
+        if self.topics.is_empty() {
+            return Err("no topic to consume".into());
+        }
+        if self.group_id.trim().is_empty() {
+            return Err("the consumer group id is empty".into());
+        }
+        if self.maximum_record_age.is_some_and(|a| a.is_zero()) {
+            return Err("maximum record age must be positive (or unset: no limit)".into());
+        }
+        if let Some(dest) = &self.on_failure_topic
+            && self.topics.contains(dest)
+        {
+            return Err(format!(
+                "on-failure topic {dest:?} is also a source topic: records given up on would be consumed again (the event source forbids it)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The retry limit in effect: the configured one, or 10 with an on-failure
+    /// destination and no configured limit.
+    pub fn effective_retry_limit(&self) -> Option<u32> {
+        self.maximum_retry_attempts.or(self
+            .on_failure_topic
+            .as_ref()
+            .map(|_| RETRIES_WITH_DESTINATION))
+    }
+}

@@ -1,0 +1,191 @@
+//! The local runner over the Lambda Invoke API: `cargo lambda watch` builds and serves the
+//! real `wordcount` function; the runner consumes a real topic and invokes it over HTTP
+//! (`POST /2015-03-31/functions/wordcount/invocations`). The counts in DynamoDB must equal
+//! a count computed here. Then a record the function cannot decode (not UTF-8) makes it
+//! fail: the function error arrives over HTTP, bisection isolates the record, and after
+//! its retry it goes to the on-failure topic, while the good record beside it is counted.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lambda_streams_e2e::*;
+use local_runner::destination::{REASON_HEADER, SOURCE_HEADER};
+use local_runner::{Http, Runner, RunnerConfig, Transport, admin};
+use rdkafka::ClientConfig;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+/// The port of this test's `cargo lambda watch` (others use other ports).
+const PORT: u16 = 9320;
+const PARTITIONS: i32 = 3;
+
+/// Stops `cargo lambda watch` with `Child::kill` (never a process-group kill: procps-ng's
+/// `kill -TERM -<pgid>` signals every process).
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+fn watch(env: &[String]) -> Watch {
+    let mut command = Command::new("cargo");
+    command
+        .args([
+            "lambda",
+            "watch",
+            "--invoke-address",
+            "127.0.0.1",
+            "--ignore-changes",
+        ])
+        .args(["--invoke-port", &PORT.to_string(), "-p", "wordcount"])
+        .current_dir(workspace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    for var in env {
+        command.args(["--env-var", var]);
+    }
+    let watch = Watch(
+        command
+            .spawn()
+            .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while std::net::TcpStream::connect(("127.0.0.1", PORT)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "cargo lambda watch did not listen on {PORT}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    watch
+}
+
+async fn produce_raw(topic: &str, partition: i32, values: &[&[u8]]) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .expect("producer");
+    for value in values {
+        producer
+            .send(
+                FutureRecord::<(), [u8]>::to(topic)
+                    .partition(partition)
+                    .payload(value),
+                Duration::from_secs(30),
+            )
+            .await
+            .expect("produced");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_invokes_cargo_lambda_watch_over_http() {
+    require_services();
+    let (input, output, dlq, table) = (
+        unique("http-lines"),
+        unique("http-counts"),
+        unique("http-failed"),
+        unique("http-state"),
+    );
+    let servers = bootstrap();
+    for (topic, partitions) in [(&input, PARTITIONS), (&output, PARTITIONS), (&dlq, 1)] {
+        admin::create_topic(&servers, topic, partitions)
+            .await
+            .expect("topic");
+    }
+    lambda_streams::state::dynamodb::create_table(&dynamo_client(), &table)
+        .await
+        .expect("table");
+    let mut lines = sample_text(240, 20);
+    for p in 0..PARTITIONS {
+        let part: Vec<String> = lines
+            .iter()
+            .skip(p as usize)
+            .step_by(PARTITIONS as usize)
+            .cloned()
+            .collect();
+        admin::produce_lines(&servers, &input, part, Some(p))
+            .await
+            .expect("produce");
+    }
+
+    let env = [
+        format!("LAMBDA_STREAMS_TABLE={table}"),
+        format!("WORDCOUNT_INPUT_TOPIC={input}"),
+        format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
+        format!("AWS_ENDPOINT_URL_DYNAMODB={}", dynamo_endpoint()),
+        "AWS_ACCESS_KEY_ID=test".to_owned(),
+        "AWS_SECRET_ACCESS_KEY=test".to_owned(),
+        "AWS_REGION=us-east-1".to_owned(),
+        "AWS_EC2_METADATA_DISABLED=true".to_owned(),
+    ];
+    let watch = watch(&env);
+    let http: Arc<dyn Transport> =
+        Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
+    let config = RunnerConfig {
+        bootstrap_servers: servers.clone(),
+        group_id: unique("http-group"),
+        topics: vec![input.clone()],
+        batch_size: 50,
+        batching_window: Duration::from_millis(200),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(50),
+        bisect_batch_on_function_error: true,
+        maximum_retry_attempts: Some(1),
+        on_failure_topic: Some(dlq.clone()),
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(config.clone(), Arc::clone(&http)).expect("runner");
+    // The first invocation may wait for `cargo lambda watch` to compile the function.
+    let summary = tokio::time::timeout(Duration::from_secs(900), runner.run())
+        .await
+        .expect("the runner finished")
+        .expect("the runner succeeded");
+    assert_eq!(summary.records, lines.len() as u64);
+    assert_eq!(summary.given_up, 0);
+    assert_eq!(
+        table_counts(&table, wordcount::STORE).await,
+        reference_counts(&lines),
+        "DynamoDB counts equal the reference"
+    );
+
+    // A record that is not UTF-8 beside a good one, both in partition 0.
+    let good = "Lambda streams over HTTP";
+    produce_raw(&input, 0, &[b"\xff\xfe not utf-8", good.as_bytes()]).await;
+    let runner = Runner::new(config, http).expect("runner");
+    let summary = tokio::time::timeout(Duration::from_secs(300), runner.run())
+        .await
+        .expect("the runner finished")
+        .expect("the runner succeeded");
+    assert_eq!(
+        summary.given_up, 1,
+        "the poison record, given up after one retry"
+    );
+    assert!(summary.failures >= 2, "its function errors were retried");
+    lines.push(good.to_owned());
+    assert_eq!(
+        table_counts(&table, wordcount::STORE).await,
+        reference_counts(&lines),
+        "the good record beside it was counted"
+    );
+    let failed = read_topic(&dlq);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].value.as_deref(), Some(&b"\xff\xfe not utf-8"[..]));
+    let source = String::from_utf8(failed[0].headers[SOURCE_HEADER].clone()).expect("utf-8");
+    assert!(source.starts_with(&format!("{input}:0:")), "{source}");
+    assert_eq!(failed[0].headers[REASON_HEADER], b"RetriesExhausted");
+    drop(watch);
+}
