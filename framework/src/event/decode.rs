@@ -1,10 +1,15 @@
-//! Decoding: one `serde_json` pass with hand-written visitors that build the final types.
+//! Decoding: a fast path for well-formed events of the usual shape ([`fast`]), and the full
+//! path: one `serde_json` pass with hand-written visitors that build the final types.
+//!
+//! The fast path gives up (`None`) on anything unusual or wrong; the full path then decides,
+//! so every error comes from it.
 //!
 //! The visitors share a [`Ctx`] that tracks where the parser is (partition key, record index,
 //! offset, field). When anything fails, the error `serde_json` returns is paired with that
 //! context, and with the precise [`DecodeErrorKind`] the visitor recorded, to make a
 //! [`DecodeError`] that names the place.
 
+pub(crate) mod fast;
 mod record;
 
 use std::collections::HashSet;
@@ -71,6 +76,14 @@ impl Ctx {
 }
 
 pub(super) fn decode(json: &[u8]) -> Result<KafkaEvent, DecodeError> {
+    match fast::decode(json) {
+        Some(event) => Ok(event),
+        None => decode_full(json),
+    }
+}
+
+/// The full path: `serde_json` with hand-written visitors; decides every error.
+pub(super) fn decode_full(json: &[u8]) -> Result<KafkaEvent, DecodeError> {
     let mut ctx = Ctx::default();
     let mut de = serde_json::Deserializer::from_slice(json);
     let result = EventSeed { ctx: &mut ctx }

@@ -414,3 +414,150 @@ fn missing_records_is_an_error() {
         &DecodeErrorKind::MissingField("records")
     );
 }
+
+// The fast path (decode/fast.rs) against the full serde_json path and the `base64` crate.
+
+mod fast_path {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use proptest::prelude::*;
+
+    use super::super::decode::{decode_full, fast};
+    use super::*;
+
+    const FIXTURES: [&str; 4] = [
+        include_str!("../../tests/fixtures/msk-event.json"),
+        include_str!("../../tests/fixtures/msk-multi-topic.json"),
+        include_str!("../../tests/fixtures/self-managed-edge-cases.json"),
+        include_str!("../../tests/fixtures/self-managed-event.json"),
+    ];
+
+    /// The invariant: whenever the fast path decodes, the full path decodes the same event.
+    fn agree(json: &[u8]) {
+        if let Some(event) = fast::decode(json) {
+            assert_eq!(
+                decode_full(json).as_ref(),
+                Ok(&event),
+                "fast path accepted {:?}",
+                String::from_utf8_lossy(json)
+            );
+        }
+    }
+
+    /// A compact event of the usual shape, the one the benchmark and the ESM produce.
+    fn usual_event() -> KafkaEvent {
+        let json = r#"{"eventSource":"aws:kafka","eventSourceArn":"arn:aws:kafka:eu-west-1:1:cluster/c/1",
+"bootstrapServers":"b-1:9098,b-2:9098","records":{"page-views-0":[
+{"topic":"page-views","partition":0,"offset":41,"timestamp":9007199254740993,"timestampType":"CREATE_TIME",
+"key":"dXNlci0x","value":"eyJwYWdlIjoiL2hvbWUifQ==","headers":[{"source":[119,101,98]},{"t":[-17,239,0,-128,127,255]}]},
+{"topic":"page-views","partition":0,"offset":42,"timestamp":-5,"timestampType":"LOG_APPEND_TIME",
+"key":null,"value":null,"headers":[],"keySchemaMetadata":{"dataFormat":"AVRO","schemaId":"a1"},"valueSchemaMetadata":null},
+{"topic":"page-views","partition":0,"offset":43,"timestamp":0,"timestampType":"CREATE_TIME","value":"","headers":null}],
+"orders-eu-12":[]}}"#;
+        let event = fast::decode(json.as_bytes()).expect("the fast path takes the usual shape");
+        assert_eq!(decode_full(json.as_bytes()), Ok(event.clone()));
+        event
+    }
+
+    #[test]
+    fn fast_path_takes_the_usual_shape_and_agrees() {
+        let event = usual_event();
+        let records = &event.partitions[0].records;
+        assert_eq!(records[0].timestamp, 9_007_199_254_740_993);
+        assert_eq!(
+            records[0].headers[1].value,
+            vec![0xEF, 0xEF, 0, 0x80, 0x7F, 0xFF]
+        );
+        assert_eq!(records[2].value.as_deref(), Some(&b""[..]));
+        // Its own output (to_json) takes the fast path too.
+        assert_eq!(fast::decode(&event.to_json()), Some(event));
+        for fixture in FIXTURES {
+            agree(fixture.as_bytes());
+            // (Strings with escapes, as one header name there, go to the full path.)
+            agree(&decode_full(fixture.as_bytes()).unwrap().to_json());
+        }
+    }
+
+    #[test]
+    fn fast_path_gives_up_on_what_it_does_not_handle() {
+        for json in [
+            // An escape, an unknown field, a float, -0, a duplicate field, bad base64.
+            event_with("t-0", &[&record(0, r#","value":"\u0061Gk=""#)]),
+            event_with("t-0", &[&record(0, r#","extra":1"#)]),
+            event_with("t-0", &[&record(0, "").replace("1764460800000", "1.5")]),
+            event_with(
+                "t-0",
+                &[&record(0, "").replace("\"offset\":0", "\"offset\":-0")],
+            ),
+            event_with("t-0", &[&record(0, r#","key":null,"key":null"#)]),
+            event_with("t-0", &[&record(0, r#","value":"QR==""#)]),
+            event_with("t-0", &[&record(1, ""), &record(1, "")]),
+            event_with("u-0", &[&record(0, "")]),
+        ] {
+            assert_eq!(fast::decode(json.as_bytes()), None, "{json}");
+            agree(json.as_bytes());
+        }
+    }
+
+    /// One random edit: replace, insert or delete a byte, biased to JSON's own characters.
+    fn mutate(json: &[u8], edits: &[(usize, u8, u8)]) -> Vec<u8> {
+        const INTERESTING: &[u8] = b"{}[]\",:-0123456789.eE nul\\=+/AQ";
+        let mut out = json.to_vec();
+        for &(at, op, byte) in edits {
+            let at = at % (out.len() + 1);
+            let byte = if byte < 128 {
+                INTERESTING[byte as usize % INTERESTING.len()]
+            } else {
+                byte
+            };
+            match op % 3 {
+                0 if at < out.len() => out[at] = byte,
+                1 => out.insert(at, byte),
+                _ if at < out.len() => {
+                    out.remove(at);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn base64_agrees_with_the_base64_crate_on_any_text(
+            text in proptest::collection::vec(
+                prop_oneof![
+                    8 => proptest::sample::select(
+                        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".to_vec()),
+                    1 => Just(b'='),
+                    1 => any::<u8>(),
+                ],
+                0..40,
+            )
+        ) {
+            prop_assert_eq!(fast::base64_decode(&text), STANDARD.decode(&text).ok());
+        }
+
+        #[test]
+        fn base64_decodes_what_the_base64_crate_encodes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200)
+        ) {
+            let text = STANDARD.encode(&bytes);
+            prop_assert_eq!(fast::base64_decode(text.as_bytes()), Some(bytes));
+        }
+
+        #[test]
+        fn fast_path_agrees_with_serde_path_on_mutated_events(
+            which in 0..5usize,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>(), any::<u8>()), 1..4),
+        ) {
+            let json = match FIXTURES.get(which) {
+                Some(fixture) => fixture.as_bytes().to_vec(),
+                None => usual_event().to_json(),
+            };
+            agree(&mutate(&json, &edits));
+        }
+    }
+}

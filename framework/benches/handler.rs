@@ -1,0 +1,419 @@
+//! Handler in-process benchmark (issue 7, item 1): decode + a stateless pipeline on an MSK
+//! event at the Lambda limit (10,000 records, just under 6 MB), side by side with its anchors.
+//!
+//! ```sh
+//! cargo bench -p lambda-streams --bench handler          # criterion, all groups
+//! bench/run                                              # + Powertools anchor, JSON + Markdown
+//! ```
+//!
+//! Groups (each reports bytes of event JSON per second; records/s is 10,000 / time):
+//! - `handler/lambda_streams`: `KafkaEvent::decode` + `Topology::process` of
+//!   `stream -> map_values(parse JSON into PageView) -> filter -> map_values -> to` with a
+//!   `MemoryStore` and a `MemorySink`.
+//! - `handler/naive_rust`: what a careful user writes without the framework:
+//!   `aws_lambda_events::event::kafka::KafkaEvent` through `serde_json`, base64 per record,
+//!   the value parsed into the same `PageView`, the same filter and map in plain Rust.
+//! - `handler/limit_read_once`: summing the event's bytes once (the floor for any decoder).
+//! - `decode/lambda_streams`, `decode/naive_rust`: the decoding part alone.
+//!
+//! Two modes outside criterion, selected by environment variables:
+//! - `LAMBDA_STREAMS_BENCH_WRITE_EVENT=<file>`: write the event JSON (for the Python anchor)
+//!   and exit;
+//! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
+//!   `decode/lambda_streams`, `decode/naive_rust`, `handler/lambda_streams`,
+//!   `handler/naive_rust`): run that `n` times and exit, for `valgrind --tool=callgrind`,
+//!   which counts instructions reliably on a busy machine.
+
+#![allow(missing_docs, clippy::unwrap_used)]
+
+use std::hint::black_box;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use criterion::{Criterion, SamplingMode, Throughput, criterion_group};
+use lambda_streams::StreamsBuilder;
+use lambda_streams::Topology;
+use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record};
+use lambda_streams::event::{TimestampType, TopicPartition};
+use lambda_streams::serdes::{Bytes, Utf8};
+use lambda_streams::sink::MemorySink;
+use lambda_streams::state::memory::MemoryStore;
+use serde::Deserialize;
+
+/// Records in the event: the Lambda maximum per invocation.
+const RECORDS: usize = 10_000;
+/// Partitions of the input topic present in the event.
+const PARTITIONS: i32 = 4;
+const TOPIC: &str = "page-views";
+const OUTPUT_TOPIC: &str = "engaged-views";
+
+/// The typed value both pipelines parse each record into.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PageView {
+    event_id: String,
+    user_id: String,
+    session_id: String,
+    url: String,
+    referrer: Option<String>,
+    device: String,
+    country: String,
+    duration_ms: u32,
+    scroll_depth: f32,
+    ts: i64,
+}
+
+/// The filter: engaged views (at least 30 s on the page; about half of them).
+fn engaged(v: &PageView) -> bool {
+    v.duration_ms >= 30_000
+}
+
+/// The map: a small summary line.
+fn summary(v: &PageView) -> String {
+    format!("{}|{}|{}|{}", v.country, v.device, v.url, v.duration_ms)
+}
+
+/// A small deterministic generator (splitmix64): same event on every machine and run.
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+    fn hex(&mut self, digits: usize) -> String {
+        let mut s = String::with_capacity(digits);
+        while s.len() < digits {
+            s.push_str(&format!("{:016x}", self.next()));
+        }
+        s.truncate(digits);
+        s
+    }
+}
+
+const PAGES: &[&str] = &[
+    "/",
+    "/search",
+    "/cart",
+    "/checkout/payment",
+    "/products/outdoor/tents/ultralight-2p",
+    "/products/kitchen/espresso-machines/dual-boiler",
+    "/blog/2025/11/how-we-ship-on-fridays",
+    "/account/orders",
+];
+const REFERRERS: &[&str] = &[
+    "https://www.google.com/",
+    "https://news.ycombinator.com/",
+    "https://t.co/x1Y2z3",
+    "https://www.bing.com/search?q=tent",
+];
+const DEVICES: &[&str] = &["mobile", "desktop", "tablet"];
+const COUNTRIES: &[&str] = &["DE", "FR", "US", "JP", "BR", "IN", "NL", "ES"];
+
+/// One page view value (JSON, about 300-340 bytes).
+fn page_view(g: &mut Gen, user: u64, ts: i64) -> Vec<u8> {
+    let referrer = if g.below(4) == 0 {
+        "null".to_owned()
+    } else {
+        format!("\"{}\"", g.pick(REFERRERS))
+    };
+    format!(
+        concat!(
+            "{{\"eventId\":\"{}-{}-{}-{}-{}\",\"userId\":\"user-{:06}\",",
+            "\"sessionId\":\"{}\",\"url\":\"https://shop.example.com{}?utm_source=mail\",",
+            "\"referrer\":{},\"device\":\"{}\",\"country\":\"{}\",",
+            "\"durationMs\":{},\"scrollDepth\":{:.2},\"ts\":{}}}"
+        ),
+        g.hex(8),
+        g.hex(4),
+        g.hex(4),
+        g.hex(4),
+        g.hex(12),
+        user,
+        g.hex(16),
+        g.pick(PAGES),
+        referrer,
+        g.pick(DEVICES),
+        g.pick(COUNTRIES),
+        g.below(60_000),
+        g.below(10_000) as f64 / 10_000.0,
+        ts,
+    )
+    .into_bytes()
+}
+
+/// The benchmark event: MSK, 4 partitions of `page-views`, 10,000 records with keys, JSON
+/// values and one or two headers, just under 6 MB of JSON.
+fn event() -> KafkaEvent {
+    let mut g = Gen(7);
+    let per_partition = RECORDS / PARTITIONS as usize;
+    let partitions = (0..PARTITIONS)
+        .map(|p| {
+            let records = (0..per_partition)
+                .map(|i| {
+                    let offset = 4_200_000 + i as i64;
+                    let timestamp = 1_764_460_800_000 + (i as i64) * 37 + i64::from(p);
+                    let user = g.below(1_000_000);
+                    let mut headers = vec![Header {
+                        name: "source".to_owned(),
+                        value: g.pick(&["web", "ios", "android"]).as_bytes().to_vec(),
+                    }];
+                    if i % 4 == 0 {
+                        headers.push(Header {
+                            name: "trace-id".to_owned(),
+                            value: g.next().to_be_bytes().to_vec(),
+                        });
+                    }
+                    Record {
+                        offset,
+                        timestamp,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: Some(format!("user-{user:06}").into_bytes()),
+                        value: Some(page_view(&mut g, user, timestamp)),
+                        headers,
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    }
+                })
+                .collect();
+            PartitionRecords {
+                tp: TopicPartition::new(TOPIC, p),
+                records,
+            }
+        })
+        .collect();
+    KafkaEvent {
+        source: EventSource::Msk {
+            arn: "arn:aws:kafka:eu-west-1:123456789012:cluster/shop/6a8e3f2c-1b5d-4c7e-9f0a-2d4b6c8e0f1a-3"
+                .to_owned(),
+        },
+        bootstrap_servers: "b-1.shop.kafka.eu-west-1.amazonaws.com:9098,b-2.shop.kafka.eu-west-1.amazonaws.com:9098"
+            .to_owned(),
+        partitions,
+    }
+}
+
+/// The lambda-streams pipeline.
+fn topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Utf8, Bytes)
+        .map_values(|v: Vec<u8>| serde_json::from_slice::<PageView>(&v).ok())
+        .filter(|_, v| v.as_ref().is_some_and(engaged))
+        .map_values(|v| v.as_ref().map(summary).unwrap_or_default())
+        .to(OUTPUT_TOPIC, Utf8, Utf8);
+    builder.build()
+}
+
+/// An output record of the naive path.
+#[allow(dead_code)]
+struct NaiveOutput {
+    topic: &'static str,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    timestamp: i64,
+}
+
+/// The naive path's decoded record: what a user keeps from `aws_lambda_events`.
+#[allow(dead_code)]
+struct NaiveRecord {
+    topic: Option<String>,
+    partition: i64,
+    offset: i64,
+    timestamp: i64,
+    key: Option<Vec<u8>>,
+    value: Option<Vec<u8>>,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+/// Decoding as a careful user would with `aws_lambda_events`: serde_json into its types,
+/// base64 per key and value, headers converted from `i8`. Errors are returned, not unwrapped.
+fn naive_decode(json: &[u8]) -> Result<Vec<NaiveRecord>, String> {
+    use aws_lambda_events::event::kafka::KafkaEvent as AwsEvent;
+    let event: AwsEvent = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for records in event.records.into_values() {
+        for r in records {
+            let b64 = |s: Option<String>| -> Result<Option<Vec<u8>>, String> {
+                s.map(|s| STANDARD.decode(s))
+                    .transpose()
+                    .map_err(|e| format!("offset {}: {e}", r.offset))
+            };
+            out.push(NaiveRecord {
+                key: b64(r.key)?,
+                value: b64(r.value)?,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .flat_map(|h| h.into_iter())
+                    .map(|(k, v)| (k, v.into_iter().map(|b| b as u8).collect()))
+                    .collect(),
+                topic: r.topic,
+                partition: r.partition,
+                offset: r.offset,
+                timestamp: r.timestamp.0.timestamp_millis(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The naive handler: decode, parse each value, filter, map, collect the outputs.
+fn naive_handler(json: &[u8]) -> Result<Vec<NaiveOutput>, String> {
+    let mut outputs = Vec::new();
+    for r in naive_decode(json)? {
+        let Some(value) = r.value else { continue };
+        let Ok(view) = serde_json::from_slice::<PageView>(&value) else {
+            continue;
+        };
+        if engaged(&view) {
+            outputs.push(NaiveOutput {
+                topic: OUTPUT_TOPIC,
+                key: r.key,
+                value: summary(&view).into_bytes(),
+                timestamp: r.timestamp,
+            });
+        }
+    }
+    Ok(outputs)
+}
+
+/// The lambda-streams handler: decode, then run the topology on the batch.
+fn lambda_streams_handler(
+    rt: &tokio::runtime::Runtime,
+    topology: &Topology,
+    json: &[u8],
+) -> MemorySink {
+    let event = KafkaEvent::decode(json).unwrap();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    rt.block_on(topology.process(&event, &store, &sink))
+        .unwrap();
+    sink
+}
+
+/// The limit: read every byte once.
+fn read_once(json: &[u8]) -> u64 {
+    json.iter().map(|&b| u64::from(b)).sum()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Checks that both pipelines see the same records and produce the same outputs.
+fn check(json: &[u8], topology: &Topology, rt: &tokio::runtime::Runtime) {
+    let event = KafkaEvent::decode(json).unwrap();
+    assert_eq!(event.record_count(), RECORDS);
+    assert_eq!(naive_decode(json).unwrap().len(), RECORDS);
+    let ours = lambda_streams_handler(rt, topology, json).records();
+    let naive = naive_handler(json).unwrap();
+    assert!(!ours.is_empty() && ours.len() < RECORDS);
+    assert_eq!(ours.len(), naive.len());
+    let mut a: Vec<_> = ours
+        .iter()
+        .map(|o| (o.key.clone(), o.value.clone()))
+        .collect();
+    let mut b: Vec<_> = naive
+        .iter()
+        .map(|o| (o.key.clone(), Some(o.value.clone())))
+        .collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+}
+
+fn benches(c: &mut Criterion) {
+    let json = event().to_json();
+    let topology = topology();
+    let rt = runtime();
+    check(&json, &topology, &rt);
+    eprintln!(
+        "event: {} bytes of JSON, {} records, {} partitions",
+        json.len(),
+        RECORDS,
+        PARTITIONS
+    );
+
+    let mut group = c.benchmark_group("handler");
+    group.throughput(Throughput::BytesDecimal(json.len() as u64));
+    // Flat sampling, 20 samples over 10 s: moderate on 2 shared cores, enough for a median.
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(20);
+    group.measurement_time(std::time::Duration::from_secs(10));
+    group.bench_function("lambda_streams", |b| {
+        b.iter(|| lambda_streams_handler(&rt, &topology, black_box(&json)))
+    });
+    group.bench_function("naive_rust", |b| {
+        b.iter(|| naive_handler(black_box(&json)).unwrap())
+    });
+    group.bench_function("limit_read_once", |b| {
+        b.iter(|| read_once(black_box(&json)))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("decode");
+    group.throughput(Throughput::BytesDecimal(json.len() as u64));
+    // Flat sampling, 20 samples over 10 s: moderate on 2 shared cores, enough for a median.
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(20);
+    group.measurement_time(std::time::Duration::from_secs(10));
+    group.bench_function("lambda_streams", |b| {
+        b.iter(|| KafkaEvent::decode(black_box(&json)).unwrap())
+    });
+    group.bench_function("naive_rust", |b| {
+        b.iter(|| naive_decode(black_box(&json)).unwrap())
+    });
+    group.finish();
+}
+
+criterion_group!(handler, benches);
+
+fn main() {
+    if let Some(path) = std::env::var_os("LAMBDA_STREAMS_BENCH_WRITE_EVENT") {
+        let json = event().to_json();
+        std::fs::write(&path, &json).unwrap();
+        eprintln!("wrote {} bytes to {}", json.len(), path.to_string_lossy());
+        return;
+    }
+    if let Some(loops) = std::env::var_os("LAMBDA_STREAMS_BENCH_LOOPS") {
+        let loops: usize = loops.to_string_lossy().parse().unwrap();
+        let what = std::env::var("LAMBDA_STREAMS_BENCH_WHAT").unwrap_or_else(|_| "decode".into());
+        let json = event().to_json();
+        let (topology, rt) = (topology(), runtime());
+        let mut n = 0;
+        for _ in 0..loops {
+            n += match what.as_str() {
+                "decode/lambda_streams" | "decode" => {
+                    KafkaEvent::decode(black_box(&json)).unwrap().record_count()
+                }
+                "decode/naive_rust" => naive_decode(black_box(&json)).unwrap().len(),
+                "handler/lambda_streams" => {
+                    lambda_streams_handler(&rt, &topology, black_box(&json))
+                        .records()
+                        .len()
+                }
+                "handler/naive_rust" => naive_handler(black_box(&json)).unwrap().len(),
+                other => panic!("unknown LAMBDA_STREAMS_BENCH_WHAT {other}"),
+            };
+        }
+        eprintln!("{what}: {n}");
+        return;
+    }
+    handler();
+    criterion::Criterion::default()
+        .configure_from_args()
+        .final_summary();
+}

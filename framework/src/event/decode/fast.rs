@@ -1,0 +1,594 @@
+//! The fast path: a scanner specialised for well-formed events of the usual shape.
+//!
+//! It parses the JSON bytes directly (no `serde_json`), decodes each `key` and `value`
+//! while it scans the string (one pass over the base64 text, straight into a `Vec` of the
+//! exact size), and gives up — returns `None` — on anything it does not handle or that
+//! would be an error: a backslash escape or control character in a string, an unknown
+//! field, a duplicate, a float or an out-of-range number, invalid or non-canonical
+//! base64, a record listed under another key, offsets out of order, and so on.
+//!
+//! A `None` sends the input to the `serde_json` path ([`super::decode`]), which decides
+//! everything and produces the located errors. So the fast path never decides an error:
+//! it only has to accept a subset of what the full path accepts, and build the same
+//! value for it. `tests::fast_path_agrees_with_serde_path` checks that on mutated events.
+
+use std::collections::HashSet;
+
+use crate::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record, SchemaMetadata};
+use crate::event::{TimestampType, TopicPartition};
+
+/// Decodes `json` if it is a well-formed event of the usual shape; `None` otherwise.
+pub(crate) fn decode(json: &[u8]) -> Option<KafkaEvent> {
+    let mut p = Parser { s: json, i: 0 };
+    let event = p.event()?;
+    p.ws();
+    (p.i == json.len()).then_some(event)
+}
+
+/// A cursor over the input. Every method returns `None` to give up.
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+/// Which fields of an object were seen (to give up on duplicates and missing fields).
+#[derive(Default, Clone, Copy)]
+struct Seen(u16);
+
+impl Seen {
+    /// Marks field `bit`; `None` if it was already there.
+    fn first(&mut self, bit: u16) -> Option<()> {
+        let mask = 1 << bit;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        Some(())
+    }
+}
+
+impl<'a> Parser<'a> {
+    /// Skips JSON whitespace.
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(&b) = self.s.get(self.i) {
+            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                break;
+            }
+            self.i += 1;
+        }
+    }
+
+    /// The next byte after whitespace, not consumed.
+    #[inline]
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.s.get(self.i).copied()
+    }
+
+    /// Consumes `c` after whitespace.
+    #[inline]
+    fn eat(&mut self, c: u8) -> Option<()> {
+        if self.peek()? == c {
+            self.i += 1;
+            Some(())
+        } else {
+            None
+        }
+    }
+
+    /// After a member or an element: `true` for `,`, `false` for `close`.
+    #[inline]
+    fn more(&mut self, close: u8) -> Option<bool> {
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Some(true)
+            }
+            c if c == close => {
+                self.i += 1;
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
+    /// Enters an object or array: consumes `open`; `true` if it is not empty.
+    #[inline]
+    fn open(&mut self, open: u8, close: u8) -> Option<bool> {
+        self.eat(open)?;
+        if self.peek()? == close {
+            self.i += 1;
+            return Some(false);
+        }
+        Some(true)
+    }
+
+    /// Consumes `null` if it comes next.
+    #[inline]
+    fn null(&mut self) -> Option<bool> {
+        if self.peek()? == b'n' {
+            if self.s.get(self.i..self.i + 4)? != b"null" {
+                return None;
+            }
+            self.i += 4;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// A string without escapes or control characters, as raw bytes (not checked for UTF-8).
+    #[inline]
+    fn raw_str(&mut self) -> Option<&'a [u8]> {
+        self.eat(b'"')?;
+        let start = self.i;
+        let rest = self.s.get(start..)?;
+        let len = rest.iter().position(|&b| STOP[b as usize])?;
+        if rest[len] != b'"' {
+            return None;
+        }
+        self.i = start + len + 1;
+        Some(&rest[..len])
+    }
+
+    /// An object key followed by its `:`.
+    #[inline]
+    fn key(&mut self) -> Option<&'a [u8]> {
+        let key = self.raw_str()?;
+        self.eat(b':')?;
+        Some(key)
+    }
+
+    /// A string checked for UTF-8.
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.raw_str()?).ok()
+    }
+
+    /// An integer in canonical JSON form that fits an `i64`, and is not `-0` (which
+    /// `serde_json` reads as a float). Fractions and exponents give up.
+    #[inline]
+    fn int(&mut self) -> Option<i64> {
+        self.ws();
+        let negative = self.s.get(self.i) == Some(&b'-');
+        if negative {
+            self.i += 1;
+        }
+        let start = self.i;
+        let mut n: i64 = 0;
+        while let Some(&b) = self.s.get(self.i) {
+            if !b.is_ascii_digit() {
+                break;
+            }
+            n = n.checked_mul(10)?.checked_add(i64::from(b - b'0'))?;
+            self.i += 1;
+        }
+        let digits = self.i - start;
+        if digits == 0 || (digits > 1 && self.s[start] == b'0') {
+            return None;
+        }
+        if matches!(self.s.get(self.i), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        if negative {
+            if n == 0 {
+                return None;
+            }
+            n = -n;
+        }
+        Some(n)
+    }
+
+    /// `null` or a base64 string, decoded.
+    #[inline]
+    fn bytes(&mut self) -> Option<Option<Vec<u8>>> {
+        if self.null()? {
+            return Some(None);
+        }
+        self.eat(b'"')?;
+        let start = self.i;
+        let len = find_quote(self.s.get(start..)?)?;
+        let decoded = base64_decode(&self.s[start..start + len])?;
+        self.i = start + len + 1;
+        Some(Some(decoded))
+    }
+
+    /// `null` or a string.
+    fn opt_string(&mut self) -> Option<Option<String>> {
+        if self.null()? {
+            return Some(None);
+        }
+        Some(Some(self.str()?.to_owned()))
+    }
+
+    fn event(&mut self) -> Option<KafkaEvent> {
+        let mut seen = Seen::default();
+        let mut msk = None;
+        let mut arn = None;
+        let mut bootstrap_servers = None;
+        let mut partitions = None;
+        if self.open(b'{', b'}')? {
+            loop {
+                match self.key()? {
+                    b"eventSource" => {
+                        seen.first(0)?;
+                        msk = Some(match self.str()? {
+                            "aws:kafka" => true,
+                            "SelfManagedKafka" => false,
+                            _ => return None,
+                        });
+                    }
+                    b"eventSourceArn" => {
+                        seen.first(1)?;
+                        arn = self.opt_string()?;
+                    }
+                    b"bootstrapServers" => {
+                        seen.first(2)?;
+                        bootstrap_servers = Some(self.str()?.to_owned());
+                    }
+                    b"records" => {
+                        seen.first(3)?;
+                        partitions = Some(self.records()?);
+                    }
+                    _ => return None,
+                }
+                if !self.more(b'}')? {
+                    break;
+                }
+            }
+        }
+        let source = if msk? {
+            EventSource::Msk { arn: arn? }
+        } else {
+            EventSource::SelfManaged
+        };
+        Some(KafkaEvent {
+            source,
+            bootstrap_servers: bootstrap_servers?,
+            partitions: partitions?,
+        })
+    }
+
+    fn records(&mut self) -> Option<Vec<PartitionRecords>> {
+        let mut partitions = Vec::new();
+        if self.open(b'{', b'}')? {
+            loop {
+                let key = std::str::from_utf8(self.key()?).ok()?;
+                let tp = TopicPartition::from_key(key)?;
+                let records = self.record_list(&tp)?;
+                partitions.push(PartitionRecords { tp, records });
+                if !self.more(b'}')? {
+                    break;
+                }
+            }
+        }
+        if partitions.len() > 1 {
+            let mut seen = HashSet::with_capacity(partitions.len());
+            if !partitions.iter().all(|p| seen.insert(&p.tp)) {
+                return None;
+            }
+        }
+        Some(partitions)
+    }
+
+    fn record_list(&mut self, tp: &TopicPartition) -> Option<Vec<Record>> {
+        let mut records: Vec<Record> = Vec::new();
+        if !self.open(b'[', b']')? {
+            return Some(records);
+        }
+        loop {
+            let start = self.i;
+            let record = self.record(tp)?;
+            match records.last() {
+                Some(previous) if record.offset <= previous.offset => return None,
+                Some(_) => {}
+                None => {
+                    // Size the list from the first record (an event holds at most 10,000).
+                    let len = (self.i - start).max(1);
+                    records.reserve(((self.s.len() - self.i) / len + 1).min(10_000));
+                }
+            }
+            records.push(record);
+            if !self.more(b']')? {
+                break;
+            }
+        }
+        Some(records)
+    }
+
+    fn record(&mut self, tp: &TopicPartition) -> Option<Record> {
+        let mut seen = Seen::default();
+        let mut offset = 0;
+        let mut timestamp = 0;
+        let mut timestamp_type = TimestampType::CreateTime;
+        let mut key = None;
+        let mut value = None;
+        let mut headers = Vec::new();
+        let mut key_schema_metadata = None;
+        let mut value_schema_metadata = None;
+        if self.open(b'{', b'}')? {
+            loop {
+                match self.key()? {
+                    b"topic" => {
+                        seen.first(0)?;
+                        if self.raw_str()? != tp.topic.as_bytes() {
+                            return None;
+                        }
+                    }
+                    b"partition" => {
+                        seen.first(1)?;
+                        if self.int()? != i64::from(tp.partition) {
+                            return None;
+                        }
+                    }
+                    b"offset" => {
+                        seen.first(2)?;
+                        offset = self.int()?;
+                    }
+                    b"timestamp" => {
+                        seen.first(3)?;
+                        timestamp = self.int()?;
+                    }
+                    b"timestampType" => {
+                        seen.first(4)?;
+                        timestamp_type = match self.raw_str()? {
+                            b"CREATE_TIME" => TimestampType::CreateTime,
+                            b"LOG_APPEND_TIME" => TimestampType::LogAppendTime,
+                            _ => return None,
+                        };
+                    }
+                    b"key" => {
+                        seen.first(5)?;
+                        key = self.bytes()?;
+                    }
+                    b"value" => {
+                        seen.first(6)?;
+                        value = self.bytes()?;
+                    }
+                    b"headers" => {
+                        seen.first(7)?;
+                        headers = self.headers()?;
+                    }
+                    b"keySchemaMetadata" => {
+                        seen.first(8)?;
+                        key_schema_metadata = self.schema_metadata()?;
+                    }
+                    b"valueSchemaMetadata" => {
+                        seen.first(9)?;
+                        value_schema_metadata = self.schema_metadata()?;
+                    }
+                    _ => return None,
+                }
+                if !self.more(b'}')? {
+                    break;
+                }
+            }
+        }
+        // topic, partition, offset, timestamp and timestampType are required.
+        if seen.0 & 0b1_1111 != 0b1_1111 {
+            return None;
+        }
+        Some(Record {
+            offset,
+            timestamp,
+            timestamp_type,
+            key,
+            value,
+            headers,
+            key_schema_metadata,
+            value_schema_metadata,
+        })
+    }
+
+    /// `headers`: `null` or `[{"name": [bytes...]}, ...]`.
+    fn headers(&mut self) -> Option<Vec<Header>> {
+        let mut headers = Vec::new();
+        if self.null()? || !self.open(b'[', b']')? {
+            return Some(headers);
+        }
+        loop {
+            if self.open(b'{', b'}')? {
+                loop {
+                    let name = std::str::from_utf8(self.key()?).ok()?.to_owned();
+                    let mut value = Vec::new();
+                    if self.open(b'[', b']')? {
+                        loop {
+                            // Two's complement: -17 and 239 are both 0xEF.
+                            let byte = self.int()?;
+                            if !(-128..=255).contains(&byte) {
+                                return None;
+                            }
+                            value.push(byte as u8);
+                            if !self.more(b']')? {
+                                break;
+                            }
+                        }
+                    }
+                    headers.push(Header { name, value });
+                    if !self.more(b'}')? {
+                        break;
+                    }
+                }
+            }
+            if !self.more(b']')? {
+                break;
+            }
+        }
+        Some(headers)
+    }
+
+    /// `keySchemaMetadata` / `valueSchemaMetadata`: `null` or an object of optional strings.
+    fn schema_metadata(&mut self) -> Option<Option<SchemaMetadata>> {
+        if self.null()? {
+            return Some(None);
+        }
+        let mut seen = Seen::default();
+        let mut meta = SchemaMetadata::default();
+        if self.open(b'{', b'}')? {
+            loop {
+                match self.key()? {
+                    b"dataFormat" => {
+                        seen.first(0)?;
+                        meta.data_format = self.opt_string()?;
+                    }
+                    b"schemaId" => {
+                        seen.first(1)?;
+                        meta.schema_id = self.opt_string()?;
+                    }
+                    _ => return None,
+                }
+                if !self.more(b'}')? {
+                    break;
+                }
+            }
+        }
+        Some(Some(meta))
+    }
+}
+
+/// The index of the first `"` in `s`, eight bytes at a time.
+#[inline]
+fn find_quote(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    const QUOTES: u64 = ONES * b'"' as u64;
+    let mut chunks = s.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ QUOTES;
+        // Exact zero-byte test: no false positives.
+        let zero = !(((x & !HIGHS).wrapping_add(!HIGHS)) | x | !HIGHS);
+        if zero != 0 {
+            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'"')
+        .map(|k| at + k)
+}
+
+/// Bytes that end the fast scan of a string: `"`, `\\` and control characters.
+static STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Marks an invalid symbol in the decoding tables: any bit at or above bit 24.
+const INVALID: u32 = u32::MAX;
+
+/// `TABLES[k][c]`: the 6 bits of symbol `c` placed for position `k` of a quad, within 24 bits.
+static TABLES: [[u32; 256]; 4] = tables();
+
+const fn tables() -> [[u32; 256]; 4] {
+    let mut t = [[INVALID; 256]; 4];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        let v: i32 = match b {
+            b'A'..=b'Z' => (b - b'A') as i32,
+            b'a'..=b'z' => (b - b'a') as i32 + 26,
+            b'0'..=b'9' => (b - b'0') as i32 + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => -1,
+        };
+        if v >= 0 {
+            let v = v as u32;
+            t[0][c] = v << 18;
+            t[1][c] = v << 12;
+            t[2][c] = v << 6;
+            t[3][c] = v;
+        }
+        c += 1;
+    }
+    t
+}
+
+/// The 24 bits of one quad, with bits at or above 24 set if a symbol is invalid.
+#[inline(always)]
+fn quad(q: &[u8]) -> u32 {
+    TABLES[0][q[0] as usize]
+        | TABLES[1][q[1] as usize]
+        | TABLES[2][q[2] as usize]
+        | TABLES[3][q[3] as usize]
+}
+
+/// Decodes standard base64 with canonical padding, exactly as
+/// `base64::engine::general_purpose::STANDARD` does; `None` wherever it would fail.
+pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
+    if text.is_empty() {
+        return Some(Vec::new());
+    }
+    if !text.len().is_multiple_of(4) {
+        return None;
+    }
+    let (body, last) = text.split_at(text.len() - 4);
+    let tail_len = match (last[2], last[3]) {
+        (b'=', b'=') => 1,
+        (_, b'=') => 2,
+        _ => 3,
+    };
+    let body_len = body.len() / 4 * 3;
+    let mut out = vec![0u8; body_len + tail_len];
+
+    // The body: two quads (six bytes) at a time, written with overlapping 8-byte stores
+    // while there is room, then the rest quad by quad.
+    let mut bad = 0u32;
+    let mut pos = 0;
+    let mut octets = body.chunks_exact(8);
+    for octet in &mut octets {
+        let hi = quad(&octet[..4]);
+        let lo = quad(&octet[4..]);
+        bad |= hi | lo;
+        let word = ((u64::from(hi) << 24) | u64::from(lo & 0x00FF_FFFF)) << 16;
+        match out.get_mut(pos..pos + 8) {
+            Some(dst) => dst.copy_from_slice(&word.to_be_bytes()),
+            None => out
+                .get_mut(pos..pos + 6)?
+                .copy_from_slice(&word.to_be_bytes()[..6]),
+        }
+        pos += 6;
+    }
+    for q in octets.remainder().chunks_exact(4) {
+        let bits = quad(q);
+        bad |= bits;
+        out.get_mut(pos..pos + 3)?
+            .copy_from_slice(&bits.to_be_bytes()[1..]);
+        pos += 3;
+    }
+    if bad >> 24 != 0 {
+        return None;
+    }
+
+    // The last quad: padding, and no stray bits below it (canonical form).
+    let bits = match tail_len {
+        1 => {
+            let bits = TABLES[0][last[0] as usize] | TABLES[1][last[1] as usize];
+            (bits & 0xFFFF == 0).then_some(bits)?
+        }
+        2 => {
+            let bits = TABLES[0][last[0] as usize]
+                | TABLES[1][last[1] as usize]
+                | TABLES[2][last[2] as usize];
+            (bits & 0xFF == 0).then_some(bits)?
+        }
+        _ => quad(last),
+    };
+    if bits >> 24 != 0 {
+        return None;
+    }
+    out.get_mut(pos..)?
+        .copy_from_slice(&bits.to_be_bytes()[1..1 + tail_len]);
+    Some(out)
+}
