@@ -318,3 +318,91 @@ impl Proxy {
         self.down.store(false, Ordering::SeqCst);
     }
 }
+
+/// The workspace root.
+pub fn workspace() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// The environment a function needs to reach the DynamoDB emulator without looking for
+/// real credentials, as `KEY=VALUE` lines.
+pub fn emulator_env() -> Vec<String> {
+    vec![
+        format!("AWS_ENDPOINT_URL_DYNAMODB={}", dynamo_endpoint()),
+        "AWS_ACCESS_KEY_ID=test".to_owned(),
+        "AWS_SECRET_ACCESS_KEY=test".to_owned(),
+        "AWS_REGION=us-east-1".to_owned(),
+        "AWS_EC2_METADATA_DISABLED=true".to_owned(),
+    ]
+}
+
+/// `cargo lambda watch` serving a function of `functions/` on the Lambda runtime API and
+/// the Invoke API (`127.0.0.1:<port>`). Stopped on drop with `Child::kill`: never with a
+/// process-group kill (procps-ng 4.0.2's `kill -TERM -<pgid>` misparses the negative pid
+/// and signals every process, `kill(-1)`); the function exits once its runtime API is gone.
+pub struct LambdaWatch(std::process::Child);
+
+impl LambdaWatch {
+    /// Starts `cargo lambda watch -p <function>` on `port` with `env` (`KEY=VALUE`) and
+    /// waits (up to 10 minutes: the first start compiles the function) until it listens.
+    pub fn start(function: &str, port: u16, env: &[String]) -> LambdaWatch {
+        use std::process::{Command, Stdio};
+        let mut command = Command::new("cargo");
+        command
+            .args([
+                "lambda",
+                "watch",
+                "--invoke-address",
+                "127.0.0.1",
+                "--ignore-changes",
+            ])
+            .args(["--invoke-port", &port.to_string(), "-p", function])
+            .current_dir(workspace())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for var in env {
+            command.args(["--env-var", var]);
+        }
+        let watch = LambdaWatch(
+            command
+                .spawn()
+                .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "cargo lambda watch did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        watch
+    }
+}
+
+impl Drop for LambdaWatch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Produces `lines` to `topic`, line i to partition i mod `partitions` (so each partition
+/// holds every `partitions`-th line, in order).
+pub async fn produce_across_partitions(topic: &str, lines: &[String], partitions: i32) {
+    for p in 0..partitions {
+        let part: Vec<String> = lines
+            .iter()
+            .skip(p as usize)
+            .step_by(partitions as usize)
+            .cloned()
+            .collect();
+        local_runner::admin::produce_lines(&bootstrap(), topic, part, Some(p))
+            .await
+            .expect("produce");
+    }
+}

@@ -5,32 +5,12 @@
 //! redelivery changes nothing); the output topic on the real broker holds them too.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lambda_streams_e2e::*;
-
-/// Stops `cargo lambda watch` (the function it runs exits once its runtime API is gone).
-/// No process-group kill: `kill -TERM -<pgid>` from procps-ng 4.0.2 misparses the
-/// negative pid and signals every process (`kill(-1)`).
-struct Watch(Child);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
 
 fn fixture_counts(path: &Path) -> BTreeMap<String, i64> {
     let event: serde_json::Value =
@@ -86,50 +66,13 @@ async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
         .expect("topic");
 
     let port = 9310;
-    let env = [
+    let mut env = emulator_env();
+    env.extend([
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output_topic}"),
         "WORDCOUNT_INPUT_TOPIC=text-lines".to_owned(),
-        format!("AWS_ENDPOINT_URL_DYNAMODB={}", dynamo_endpoint()),
-        "AWS_ACCESS_KEY_ID=test".to_owned(),
-        "AWS_SECRET_ACCESS_KEY=test".to_owned(),
-        "AWS_REGION=us-east-1".to_owned(),
-        "AWS_EC2_METADATA_DISABLED=true".to_owned(),
-    ];
-    let mut command = Command::new("cargo");
-    command
-        .args([
-            "lambda",
-            "watch",
-            "--invoke-address",
-            "127.0.0.1",
-            "--ignore-changes",
-            "--invoke-port",
-            &port.to_string(),
-            "-p",
-            "wordcount",
-        ])
-        .current_dir(workspace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for var in &env {
-        command.args(["--env-var", var]);
-    }
-    let watch = Watch(
-        command
-            .spawn()
-            .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
-    );
-
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "cargo lambda watch did not listen on {port}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    ]);
+    let watch = LambdaWatch::start("wordcount", port, &env);
 
     let fixture = workspace().join("tests/fixtures/wordcount-event.json");
     let expected = fixture_counts(&fixture);

@@ -5,10 +5,8 @@
 //! fail: the function error arrives over HTTP, bisection isolates the record, and after
 //! its retry it goes to the on-failure topic, while the good record beside it is counted.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lambda_streams_e2e::*;
 use local_runner::destination::{REASON_HEADER, SOURCE_HEADER};
@@ -19,58 +17,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 /// The port of this test's `cargo lambda watch` (others use other ports).
 const PORT: u16 = 9320;
 const PARTITIONS: i32 = 3;
-
-/// Stops `cargo lambda watch` with `Child::kill` (never a process-group kill: procps-ng's
-/// `kill -TERM -<pgid>` signals every process).
-struct Watch(Child);
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("workspace root")
-        .to_path_buf()
-}
-
-fn watch(env: &[String]) -> Watch {
-    let mut command = Command::new("cargo");
-    command
-        .args([
-            "lambda",
-            "watch",
-            "--invoke-address",
-            "127.0.0.1",
-            "--ignore-changes",
-        ])
-        .args(["--invoke-port", &PORT.to_string(), "-p", "wordcount"])
-        .current_dir(workspace())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for var in env {
-        command.args(["--env-var", var]);
-    }
-    let watch = Watch(
-        command
-            .spawn()
-            .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
-    );
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while std::net::TcpStream::connect(("127.0.0.1", PORT)).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "cargo lambda watch did not listen on {PORT}"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    watch
-}
 
 async fn produce_raw(topic: &str, partition: i32, values: &[&[u8]]) {
     let producer: FutureProducer = ClientConfig::new()
@@ -109,29 +55,15 @@ async fn the_runner_invokes_cargo_lambda_watch_over_http() {
         .await
         .expect("table");
     let mut lines = sample_text(240, 20);
-    for p in 0..PARTITIONS {
-        let part: Vec<String> = lines
-            .iter()
-            .skip(p as usize)
-            .step_by(PARTITIONS as usize)
-            .cloned()
-            .collect();
-        admin::produce_lines(&servers, &input, part, Some(p))
-            .await
-            .expect("produce");
-    }
+    produce_across_partitions(&input, &lines, PARTITIONS).await;
 
-    let env = [
+    let mut env = emulator_env();
+    env.extend([
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
-        format!("AWS_ENDPOINT_URL_DYNAMODB={}", dynamo_endpoint()),
-        "AWS_ACCESS_KEY_ID=test".to_owned(),
-        "AWS_SECRET_ACCESS_KEY=test".to_owned(),
-        "AWS_REGION=us-east-1".to_owned(),
-        "AWS_EC2_METADATA_DISABLED=true".to_owned(),
-    ];
-    let watch = watch(&env);
+    ]);
+    let watch = LambdaWatch::start("wordcount", PORT, &env);
     let http: Arc<dyn Transport> =
         Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
     let config = RunnerConfig {

@@ -88,17 +88,7 @@ async fn runner_killed_mid_stream_then_restarted_is_exact() {
         .await
         .expect("output");
     let lines = sample_text(3000, 7);
-    for p in 0..PARTITIONS {
-        let part: Vec<String> = lines
-            .iter()
-            .skip(p as usize)
-            .step_by(PARTITIONS as usize)
-            .cloned()
-            .collect();
-        admin::produce_lines(&bootstrap(), &input, part, Some(p))
-            .await
-            .expect("produce");
-    }
+    produce_across_partitions(&input, &lines, PARTITIONS).await;
 
     let mut first = runner(&input, &output, &table, &group)
         .spawn()

@@ -60,17 +60,7 @@ async fn run(name: &str, scenario: Scenario) -> Outcome {
         .await
         .expect("output topic");
     let lines = sample_text(300, name.len() as u64);
-    for p in 0..PARTITIONS {
-        let part: Vec<String> = lines
-            .iter()
-            .skip(p as usize)
-            .step_by(PARTITIONS as usize)
-            .cloned()
-            .collect();
-        admin::produce_lines(&servers, &input, part, Some(p))
-            .await
-            .expect("produce");
-    }
+    produce_across_partitions(&input, &lines, PARTITIONS).await;
 
     let client = dynamo_client();
     create_table(&client, &table).await.expect("table");
