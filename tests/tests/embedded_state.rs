@@ -29,6 +29,8 @@ async fn embedded_state_survives_a_restart() {
         key: b"fox",
         contributions: &contributions,
         partitions: &partitions,
+        window: None,
+        expires_at: None,
         fold: None,
     };
 

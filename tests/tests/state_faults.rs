@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lambda_streams::dsl::TimeWindows;
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -30,6 +31,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const TOPIC: &str = "events";
+/// The timestamp of offset 0 in every partition of a [`Log`]'s events.
+const BASE_TIME: i64 = 1_764_460_800_000;
 const STORE: &str = "counts";
 
 /// Counts records per value, re-keyed (direct mode): every partition writes every key.
@@ -75,7 +78,7 @@ impl Log {
                 records: (lo..hi)
                     .map(|o| Record {
                         offset: o as i64,
-                        timestamp: 1_764_460_800_000 + o as i64,
+                        timestamp: BASE_TIME + o as i64,
                         timestamp_type: TimestampType::CreateTime,
                         key: None,
                         value: Some(self.0[p][o].clone().into_bytes()),
@@ -278,6 +281,222 @@ async fn a_general_aggregate_writes_once_per_item_when_warm() {
         (10, 5)
     );
     assert_eq!(table_seen(&table).await, seen_truth(&more));
+}
+
+const WINDOWED: &str = "per-window";
+/// Hopping windows of 5 ms every 2 ms, grace far beyond the test's time span: no record
+/// is late, so the reference is plain arithmetic.
+fn hopping() -> TimeWindows {
+    TimeWindows::of_size(Duration::from_millis(5))
+        .advance_by(Duration::from_millis(2))
+        .grace(Duration::from_secs(3600))
+}
+
+/// Counts per value and hopping window; updates keyed `<key>@<window start>`.
+fn windowed_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(|_, value: &String| value.clone(), Utf8)
+        .windowed_by(hopping())
+        .count(WINDOWED)
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("windowed-out", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// The reference of [`windowed_topology`]: per `<key>@<start>`, the records whose
+/// timestamp (`BASE_TIME + offset`, see `Log::event`) falls in the window.
+fn windowed_truth(log: &Log) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for values in &log.0 {
+        for (offset, value) in values.iter().enumerate() {
+            let ts = BASE_TIME + offset as i64;
+            // Windows [s, s + 5) with s a multiple of 2: s in (ts - 5, ts].
+            for start in (ts - 4..=ts).filter(|s| s % 2 == 0) {
+                *counts.entry(format!("{value}@{start}")).or_insert(0) += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// The windowed counts straight from the table: items with a window start as sort key,
+/// each with a TTL attribute past its end + grace + retention.
+async fn table_windowed(table: &str) -> BTreeMap<String, i64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = emulator_client(&dynamo_endpoint());
+    let mut out = BTreeMap::new();
+    let mut pages = client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page.expect("scan").items() {
+            let Some(AttributeValue::S(pk)) = item.get("pk") else {
+                panic!("no pk")
+            };
+            if !pk.starts_with(&format!("{WINDOWED}#")) {
+                continue;
+            }
+            let (
+                Some(AttributeValue::B(key)),
+                Some(AttributeValue::N(sk)),
+                Some(AttributeValue::N(v)),
+                Some(AttributeValue::N(ttl)),
+            ) = (
+                item.get("k"),
+                item.get("sk"),
+                item.get("v"),
+                item.get("ttl"),
+            )
+            else {
+                panic!("a windowed item without k, sk, v or ttl: {item:?}");
+            };
+            let start: i64 = sk.parse().expect("sk");
+            let expected_ttl = (start + 5 + 3_600_000 + 86_400_000).div_euclid(1000) + 1;
+            assert_eq!(
+                ttl.parse::<i64>().expect("ttl"),
+                expected_ttl,
+                "TTL of window {start}"
+            );
+            let key = String::from_utf8(key.as_ref().to_vec()).expect("utf-8");
+            out.insert(format!("{key}@{start}"), v.parse().expect("count"));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_a_windowed_count_on_the_emulator_are_exact() {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    for seed in 0..seeds(20) {
+        let table = unique("windowed");
+        create_table(&client, &table).await.expect("table");
+        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+            client.clone(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        let (log, sink) = faulty_run(seed, store, windowed_topology(), false).await;
+        let truth = windowed_truth(&log);
+        assert_eq!(
+            table_windowed(&table).await,
+            truth,
+            "seed {seed}: windowed state"
+        );
+        assert_eq!(
+            latest_emitted(&sink),
+            truth,
+            "seed {seed}: highest-version update per window"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_a_windowed_count_in_memory_are_exact() {
+    for seed in 0..seeds(200) {
+        let memory = Arc::new(MemoryStore::new());
+        let (log, sink) = faulty_run(seed, memory.clone(), windowed_topology(), false).await;
+        let stored: BTreeMap<String, i64> = memory
+            .windowed_states(WINDOWED)
+            .into_iter()
+            .map(|(k, start, s)| {
+                (
+                    format!("{}@{start}", String::from_utf8(k).expect("utf-8")),
+                    s.value,
+                )
+            })
+            .collect();
+        assert_eq!(stored, windowed_truth(&log), "seed {seed}");
+        assert_eq!(latest_emitted(&sink), windowed_truth(&log), "seed {seed}");
+    }
+}
+
+/// Stream time is persisted with the state: a new container (a new store, empty cache)
+/// still knows that a window has closed, and drops and counts a late record for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_time_survives_a_cold_start_and_late_records_are_dropped() {
+    let (client, table) = dynamo_table().await;
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(|_, value: &String| value.clone(), Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
+        .count(WINDOWED)
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("windowed-out", Utf8, DecimalI64);
+    let topology = builder.build();
+    let at = |ts: i64, offset: i64| {
+        let mut event = Log(vec![vec!["k".to_owned()]]).event(&[(0, 0, 1)]);
+        event.partitions[0].records[0].timestamp = ts;
+        event.partitions[0].records[0].offset = offset;
+        event
+    };
+    let first = DynamoStore::new(client.clone(), table.clone(), Guarantee::ExactlyOnce);
+    for (offset, ts) in [(0, 5_000), (1, 75_000)] {
+        topology
+            .process(&at(ts, offset), &first, &MemorySink::new())
+            .await
+            .expect("batch");
+    }
+    let cold = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let late = topology
+        .process(&at(30_000, 2), &cold, &MemorySink::new())
+        .await
+        .expect("late batch");
+    assert_eq!(
+        (late.late_records, late.items_touched),
+        (1, 0),
+        "[0, 60 s) closed at 70 s; stream time is 75 s"
+    );
+    let on_time = topology
+        .process(&at(71_000, 3), &cold, &MemorySink::new())
+        .await
+        .expect("on time");
+    assert_eq!(on_time.late_records, 0);
+    let counts: BTreeMap<String, i64> = table_windowed_any(&table).await;
+    assert_eq!(
+        counts,
+        BTreeMap::from([("k@0".to_owned(), 1), ("k@60000".to_owned(), 2)])
+    );
+}
+
+/// Windowed counts from the table without the TTL check of [`table_windowed`].
+async fn table_windowed_any(table: &str) -> BTreeMap<String, i64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let client = emulator_client(&dynamo_endpoint());
+    let mut out = BTreeMap::new();
+    for item in client
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("scan")
+        .items()
+    {
+        if let (
+            Some(AttributeValue::B(key)),
+            Some(AttributeValue::N(sk)),
+            Some(AttributeValue::N(v)),
+        ) = (item.get("k"), item.get("sk"), item.get("v"))
+        {
+            out.insert(
+                format!(
+                    "{}@{sk}",
+                    String::from_utf8(key.as_ref().to_vec()).expect("utf-8")
+                ),
+                v.parse().expect("n"),
+            );
+        }
+    }
+    out
 }
 
 /// Per key, the value of the emitted update with the highest version.
@@ -512,6 +731,18 @@ impl Store for CutAfter<'_> {
     }
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         self.inner.get(store, key).await
+    }
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        self.inner.stream_times(partitions).await
+    }
+    async fn advance_stream_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        self.inner.advance_stream_times(times).await
     }
 }
 

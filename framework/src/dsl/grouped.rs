@@ -10,19 +10,22 @@ use crate::state::{Fold, ItemState};
 
 /// A stream grouped by key; its aggregations keep one state item per key.
 pub struct KGroupedStream<K, V> {
-    shared: Shared,
-    downstream: Downstream<K, V>,
-    key_serde: Arc<dyn Serde<K>>,
+    pub(crate) shared: Shared,
+    pub(crate) downstream: Downstream<K, V>,
+    pub(crate) key_serde: Arc<dyn Serde<K>>,
 }
 
+/// Which windows a record falls in, and whether each is still open (`None`: not windowed).
+pub(crate) type Windowing = Option<super::windowed::TimeWindows>;
+
 /// A general aggregation's adder: `(key, value, aggregate) -> aggregate`.
-type Adder<K, V, A> = Box<dyn Fn(&K, V, A) -> A + Send + Sync>;
+pub(crate) type Adder<K, V, A> = Box<dyn Fn(&K, V, A) -> A + Send + Sync>;
 
 /// The user's functions of a general aggregation.
-struct Aggregation<K, V, A> {
-    init: Box<dyn Fn() -> A + Send + Sync>,
-    adder: Adder<K, V, A>,
-    serde: Arc<dyn Serde<A>>,
+pub(crate) struct Aggregation<K, V, A> {
+    pub(crate) init: Box<dyn Fn() -> A + Send + Sync>,
+    pub(crate) adder: Adder<K, V, A>,
+    pub(crate) serde: Arc<dyn Serde<A>>,
 }
 
 /// One item's values of a general aggregation in one batch, typed.
@@ -63,6 +66,18 @@ where
     }
 }
 
+/// The aggregate of a written item.
+pub(crate) fn decode_aggregate<A: 'static>(
+    serde: &dyn Serde<A>,
+    state: &ItemState,
+) -> Result<A, String> {
+    let bytes = state
+        .aggregate
+        .as_deref()
+        .ok_or("the item holds no aggregate")?;
+    serde.deserialize(Some(bytes)).map_err(|e| e.0)
+}
+
 impl<K, V, A> PendingFold for TypedFold<K, V, A>
 where
     K: Send + Sync + 'static,
@@ -96,33 +111,38 @@ where
     }
 
     /// Declares the store `store` and returns its index and the table of its updates;
-    /// `value` turns a written item's state into the table's value.
-    fn register<T>(
+    /// `table_key` makes the table's key from the item's key and window start, `value`
+    /// the table's value from a written item's state.
+    pub(crate) fn register<TK, T>(
         &self,
         store: &str,
         operator: &str,
+        windowed: bool,
+        table_key: impl Fn(K, Option<i64>) -> TK + Send + Sync + 'static,
         value: impl Fn(&ItemState) -> Result<T, String> + Send + Sync + 'static,
-    ) -> (usize, KTable<K, T>)
+    ) -> (usize, KTable<TK, T>)
     where
+        TK: Clone + Send + Sync + 'static,
         T: Clone + Send + Sync + 'static,
     {
         assert!(
             crate::state::valid_store_name(store),
             "invalid store name {store:?}: use 1-64 characters of [A-Za-z0-9_.-]"
         );
-        let updates = Downstream::<K, T>::new();
+        let updates = Downstream::<TK, T>::new();
         let mut inner = lock(&self.shared);
         assert!(
             inner.stores.iter().all(|s| s.name != store),
             "store name {store:?} is used twice in the topology"
         );
+        inner.windowed |= windowed;
         let index = inner.stores.len();
         let (key_serde, out, name) = (
             Arc::clone(&self.key_serde),
             updates.clone(),
             store.to_owned(),
         );
-        let on_update: UpdateFn = Arc::new(move |ctx, key, state| {
+        let on_update: UpdateFn = Arc::new(move |ctx, key, window, state| {
             let corrupt = |what: &str, e: String| {
                 StreamError::Config(format!(
                     "store {name:?}: a stored {what} does not decode: {e}"
@@ -132,7 +152,7 @@ where
                 .deserialize(Some(key))
                 .map_err(|e| corrupt("key", e.0))?;
             let value = value(state).map_err(|e| corrupt("value", e))?;
-            out.forward(ctx, key, value)
+            out.forward(ctx, table_key(key, window), value)
         });
         inner.stores.push(StoreSpec {
             name: store.to_owned(),
@@ -143,6 +163,89 @@ where
             .push(format!("  Processor: {operator} (store: {store})"));
         drop(inner);
         (index, KTable::new(self.shared.clone(), updates))
+    }
+
+    /// Counts records into store `index`, in their windows when `windows` is set.
+    pub(crate) fn add_count(&self, index: usize, windows: Windowing) {
+        let key_serde = Arc::clone(&self.key_serde);
+        self.downstream.add(Arc::new(move |ctx, key, _value| {
+            let Some(encoded) = key_serde.serialize(&key) else {
+                ctx.dropped_null_keys += 1;
+                return Ok(());
+            };
+            match &windows {
+                None => ctx.contribute(index, encoded, None, 1),
+                Some(windows) => {
+                    for window in windows.open_windows(ctx) {
+                        ctx.contribute(index, encoded.clone(), Some(window), 1);
+                    }
+                }
+            }
+            Ok(())
+        }));
+    }
+
+    /// Folds records into store `index` with `aggregation`, in their windows when
+    /// `windows` is set.
+    pub(crate) fn add_fold<A>(
+        &self,
+        index: usize,
+        aggregation: Arc<Aggregation<K, V, A>>,
+        windows: Windowing,
+    ) where
+        A: Clone + Send + Sync + 'static,
+    {
+        let key_serde = Arc::clone(&self.key_serde);
+        self.downstream
+            .add(Arc::new(move |ctx: &mut Ctx, key: K, value: V| {
+                let Some(encoded) = key_serde.serialize(&key) else {
+                    ctx.dropped_null_keys += 1;
+                    return Ok(());
+                };
+                let targets = match &windows {
+                    None => vec![None],
+                    Some(windows) => windows.open_windows(ctx).into_iter().map(Some).collect(),
+                };
+                for window in targets {
+                    let (aggregation, key, value) =
+                        (Arc::clone(&aggregation), key.clone(), value.clone());
+                    ctx.contribute_value(
+                        index,
+                        encoded.clone(),
+                        window,
+                        || {
+                            Box::new(TypedFold {
+                                key,
+                                values: Vec::new(),
+                                aggregation,
+                            })
+                        },
+                        |fold, tp, offset| {
+                            if let Some(fold) =
+                                fold.as_any_mut().downcast_mut::<TypedFold<K, V, A>>()
+                            {
+                                fold.values.push((tp, offset, value));
+                            }
+                        },
+                    );
+                }
+                Ok(())
+            }));
+    }
+
+    /// Groups the records further by event-time windows, for a windowed aggregation.
+    pub fn windowed_by(
+        &self,
+        windows: super::windowed::TimeWindows,
+    ) -> super::windowed::TimeWindowedKStream<K, V> {
+        super::windowed::TimeWindowedKStream::new(
+            KGroupedStream {
+                shared: self.shared.clone(),
+                downstream: self.downstream.clone(),
+                key_serde: Arc::clone(&self.key_serde),
+            },
+            windows,
+        )
     }
 
     /// Counts the records per key in the state store `store` (names are `[A-Za-z0-9_.-]`,
@@ -157,15 +260,9 @@ where
     /// When `store` is not a valid store name or is already used: a programming error in
     /// the topology, caught when the topology is built.
     pub fn count(&self, store: &str) -> KTable<K, i64> {
-        let (index, table) = self.register(store, "count", |state| Ok(state.value));
-        let key_serde = Arc::clone(&self.key_serde);
-        self.downstream.add(Arc::new(move |ctx, key, _value| {
-            match key_serde.serialize(&key) {
-                Some(encoded) => ctx.contribute(index, encoded, 1),
-                None => ctx.dropped_null_keys += 1,
-            }
-            Ok(())
-        }));
+        let (index, table) =
+            self.register(store, "count", false, |k, _| k, |state| Ok(state.value));
+        self.add_count(index, None);
         table
     }
 
@@ -222,39 +319,14 @@ where
             adder: Box::new(adder),
             serde: Arc::clone(&serde),
         });
-        let (index, table) = self.register(store, "aggregate", move |state| {
-            let bytes = state
-                .aggregate
-                .as_deref()
-                .ok_or("the item holds no aggregate")?;
-            serde.deserialize(Some(bytes)).map_err(|e| e.0)
-        });
-        let key_serde = Arc::clone(&self.key_serde);
-        self.downstream
-            .add(Arc::new(move |ctx: &mut Ctx, key: K, value: V| {
-                let Some(encoded) = key_serde.serialize(&key) else {
-                    ctx.dropped_null_keys += 1;
-                    return Ok(());
-                };
-                let aggregation = Arc::clone(&aggregation);
-                ctx.contribute_value(
-                    index,
-                    encoded,
-                    || {
-                        Box::new(TypedFold {
-                            key,
-                            values: Vec::new(),
-                            aggregation,
-                        })
-                    },
-                    |fold, tp, offset| {
-                        if let Some(fold) = fold.as_any_mut().downcast_mut::<TypedFold<K, V, A>>() {
-                            fold.values.push((tp, offset, value));
-                        }
-                    },
-                );
-                Ok(())
-            }));
+        let (index, table) = self.register(
+            store,
+            "aggregate",
+            false,
+            |k, _| k,
+            move |state| decode_aggregate(&*serde, state),
+        );
+        self.add_fold(index, aggregation, None);
         table
     }
 

@@ -14,6 +14,7 @@ mod describe;
 mod grouped;
 mod stream;
 mod table;
+mod windowed;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -22,6 +23,7 @@ pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
 pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
+pub use windowed::{TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::StreamError;
 use crate::event::Record;
@@ -70,8 +72,11 @@ impl<K: Clone, V: Clone> Downstream<K, V> {
 pub(crate) type SourceFn = Arc<dyn Fn(&mut Ctx, &Record) -> Result<(), StreamError> + Send + Sync>;
 
 /// Turns a state item's new value back into a typed table update.
-pub(crate) type UpdateFn =
-    Arc<dyn Fn(&mut Ctx, &[u8], &crate::state::ItemState) -> Result<(), StreamError> + Send + Sync>;
+pub(crate) type UpdateFn = Arc<
+    dyn Fn(&mut Ctx, &[u8], Option<i64>, &crate::state::ItemState) -> Result<(), StreamError>
+        + Send
+        + Sync,
+>;
 
 /// A state store declared by an aggregation.
 pub(crate) struct StoreSpec {
@@ -87,6 +92,8 @@ pub(crate) struct TopologyInner {
     pub(crate) sink_topics: BTreeSet<String>,
     /// The node graph [`Topology::describe`] renders (one node per operator).
     pub(crate) description: describe::Graph,
+    /// Whether a windowed aggregation needs the partitions' stream times.
+    pub(crate) windowed: bool,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;

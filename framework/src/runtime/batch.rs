@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::context::{Ctx, Origin, PendingItem};
+use super::context::{Ctx, Origin, PendingItem, PendingKey};
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, Record, TopicPartition};
@@ -80,6 +80,9 @@ pub struct BatchReport {
     pub items_touched: u64,
     /// Records not aggregated because their key serialized to null.
     pub dropped_null_keys: u64,
+    /// (record, window) pairs dropped because the window had closed (later than its end
+    /// plus grace, by the partition's stream time).
+    pub late_records: u64,
     /// Poison records met (skipped, dead-lettered or failed).
     pub poison_records: u64,
     /// Poison records produced to the dead-letter topic.
@@ -141,6 +144,15 @@ impl Topology {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
+        let initial_times = if self.inner.windowed {
+            store.stream_times(&ctx.partitions).await?
+        } else {
+            vec![None; ctx.partitions.len()]
+        };
+        ctx.stream_times = initial_times
+            .iter()
+            .map(|t| t.unwrap_or(i64::MIN))
+            .collect();
         let mut outcome = BatchOutcome::default();
         let mut dead_letters = Vec::new();
         'partitions: for (index, batch) in event.partitions.iter().enumerate() {
@@ -158,6 +170,7 @@ impl Topology {
                     offset: record.offset,
                     timestamp: record.timestamp,
                 };
+                ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     sources
                         .iter()
@@ -201,12 +214,12 @@ impl Topology {
                 .write_store(index, pending, &ctx, store, &mut outcome.report.state)
                 .await?;
             let spec = &self.inner.stores[index];
-            for (key, timestamp, state) in updates {
+            for ((key, window), timestamp, state) in updates {
                 ctx.origin = Origin::Update {
                     version: state.version,
                     timestamp,
                 };
-                (spec.on_update)(&mut ctx, &key, &state)?;
+                (spec.on_update)(&mut ctx, &key, window, &state)?;
             }
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
@@ -217,6 +230,22 @@ impl Topology {
         if !outputs.is_empty() {
             sink.send(outputs).await?;
         }
+        if self.inner.windowed {
+            // Last, once everything else succeeded: a retry of a failed batch decides
+            // lateness against the same stream time as the first attempt.
+            let advanced: Vec<_> = ctx
+                .partitions
+                .iter()
+                .zip(&ctx.stream_times)
+                .zip(&initial_times)
+                .filter(|((_, now), before)| before.is_none_or(|b| **now > b) && **now > i64::MIN)
+                .map(|((tp, now), _)| (tp.clone(), *now))
+                .collect();
+            if !advanced.is_empty() {
+                store.advance_stream_times(&advanced).await?;
+            }
+        }
+        outcome.report.late_records = ctx.late_records;
         outcome.report.duration = started.elapsed();
         Ok(outcome)
     }
@@ -226,25 +255,27 @@ impl Topology {
     async fn write_store(
         &self,
         index: usize,
-        pending: std::collections::HashMap<Vec<u8>, PendingItem>,
+        pending: std::collections::HashMap<PendingKey, PendingItem>,
         ctx: &Ctx,
         store: &dyn Store,
         stats: &mut WriteStats,
-    ) -> Result<Vec<(Vec<u8>, i64, ItemState)>, StreamError> {
+    ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.partitions.as_slice();
         let mut results: Vec<_> = futures::stream::iter(pending)
-            .map(|(key, item)| async move {
+            .map(|((key, window), item)| async move {
                 let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                 let write = ItemWrite {
                     store: name,
                     key: &key,
                     contributions: &item.contributions,
                     partitions,
+                    window,
+                    expires_at: item.expires_at,
                     fold,
                 };
                 let (state, stats) = store.apply(write).await?;
-                Ok::<_, StreamError>((key, item.max_timestamp, state, stats))
+                Ok::<_, StreamError>(((key, window), item.max_timestamp, state, stats))
             })
             .buffer_unordered(WRITE_CONCURRENCY)
             .try_collect()

@@ -34,6 +34,18 @@ pub(crate) struct PendingItem {
     pub(crate) max_timestamp: i64,
     /// The values of a general aggregate (`None` for an additive store).
     pub(crate) fold: Option<Box<dyn PendingFold>>,
+    /// When a windowed item may be deleted (epoch seconds).
+    pub(crate) expires_at: Option<i64>,
+}
+
+/// A pending item: the encoded key, and the window start of a windowed item.
+pub(crate) type PendingKey = (Vec<u8>, Option<i64>);
+
+/// A window of a windowed item: its start (epoch ms) and when it may be deleted (epoch s).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ItemWindow {
+    pub(crate) start: i64,
+    pub(crate) expires_at: i64,
 }
 
 /// State of one batch as records move through the topology: what the aggregations
@@ -42,7 +54,11 @@ pub(crate) struct Ctx {
     pub(crate) partitions: Vec<TopicPartition>,
     pub(crate) origin: Origin,
     /// Per store (by index), per encoded key: the batch's contributions, folded in memory.
-    pub(crate) pending: Vec<HashMap<Vec<u8>, PendingItem>>,
+    pub(crate) pending: Vec<HashMap<PendingKey, PendingItem>>,
+    /// Per partition of the batch: the stream time (highest timestamp seen, epoch ms).
+    pub(crate) stream_times: Vec<i64>,
+    /// (record, window) pairs dropped because the window had closed.
+    pub(crate) late_records: u64,
     pub(crate) outputs: Vec<OutputRecord>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
@@ -59,11 +75,19 @@ impl Ctx {
             pending: (0..stores).map(|_| HashMap::new()).collect(),
             outputs: Vec::new(),
             dropped_null_keys: 0,
+            stream_times: Vec::new(),
+            late_records: 0,
         }
     }
 
     /// Adds `delta` to the state item `key` of store `store`, attributed to the current record.
-    pub(crate) fn contribute(&mut self, store: usize, key: Vec<u8>, delta: i64) {
+    pub(crate) fn contribute(
+        &mut self,
+        store: usize,
+        key: Vec<u8>,
+        window: Option<ItemWindow>,
+        delta: i64,
+    ) {
         let Origin::Record {
             tp,
             offset,
@@ -74,8 +98,11 @@ impl Ctx {
             // the builder does not let a topology express it yet.
             return;
         };
-        let item = self.pending[store].entry(key).or_default();
+        let item = self.pending[store]
+            .entry((key, window.map(|w| w.start)))
+            .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
+        item.expires_at = window.map(|w| w.expires_at);
         match item.contributions.last_mut() {
             Some(last) if last.tp == tp && last.offset == offset => last.delta += delta,
             _ => item.contributions.push(Contribution { tp, offset, delta }),
@@ -88,6 +115,7 @@ impl Ctx {
         &mut self,
         store: usize,
         key: Vec<u8>,
+        window: Option<ItemWindow>,
         make: impl FnOnce() -> Box<dyn PendingFold>,
         push: impl FnOnce(&mut dyn PendingFold, u32, i64),
     ) {
@@ -99,8 +127,11 @@ impl Ctx {
         else {
             return;
         };
-        let item = self.pending[store].entry(key).or_default();
+        let item = self.pending[store]
+            .entry((key, window.map(|w| w.start)))
+            .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
+        item.expires_at = window.map(|w| w.expires_at);
         item.contributions.push(Contribution {
             tp,
             offset,
@@ -121,6 +152,30 @@ impl Ctx {
                 }
                 !item.contributions.is_empty()
             });
+        }
+    }
+
+    /// The current record's partition index, offset and timestamp.
+    pub(crate) fn record_time(&self) -> Option<(u32, i64, i64)> {
+        match self.origin {
+            Origin::Record {
+                tp,
+                offset,
+                timestamp,
+            } => Some((tp, offset, timestamp)),
+            Origin::Update { .. } => None,
+        }
+    }
+
+    /// The stream time of the current record's partition (its own timestamp included).
+    pub(crate) fn stream_time(&self) -> i64 {
+        match self.origin {
+            Origin::Record { tp, .. } => self
+                .stream_times
+                .get(tp as usize)
+                .copied()
+                .unwrap_or(i64::MIN),
+            Origin::Update { .. } => i64::MIN,
         }
     }
 

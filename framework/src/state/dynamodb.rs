@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use crate::event::TopicPartition;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -56,6 +57,8 @@ use super::{
 pub const FORMAT_VERSION: i64 = 1;
 /// Prefix of the watermark attributes.
 pub const WATERMARK_PREFIX: &str = "w:";
+/// The partition key of the item holding the partitions' stream times.
+pub const STREAM_TIME_KEY: &str = "__stream-time";
 /// The TTL attribute of windowed items (epoch seconds).
 pub const TTL_ATTRIBUTE: &str = "ttl";
 
@@ -96,17 +99,31 @@ impl DynamoStore {
         &self.table
     }
 
-    fn update(&self, store: &str, key: &[u8], fold: bool) -> UpdateItemFluentBuilder {
+    /// The attributes every write sets besides the value and the watermarks.
+    fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
+        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+        if write.expires_at.is_some() {
+            set.push("#ttl = :ttl".to_owned());
+        }
+        set
+    }
+
+    fn update(&self, write: &ItemWrite<'_>, fold: bool) -> UpdateItemFluentBuilder {
+        let (store, key) = (write.store, write.key);
         let (value, returned) = if fold {
             ("a", ReturnValue::AllNew)
         } else {
             ("v", ReturnValue::UpdatedNew)
         };
-        self.client
+        let request = self
+            .client
             .update_item()
             .table_name(&self.table)
             .key("pk", AttributeValue::S(item_key(store, key)))
-            .key("sk", AttributeValue::N("0".into()))
+            .key(
+                "sk",
+                AttributeValue::N(write.window.unwrap_or(0).to_string()),
+            )
             .return_values(returned)
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .return_consumed_capacity(ReturnConsumedCapacity::Total)
@@ -116,7 +133,13 @@ impl DynamoStore {
             .expression_attribute_names("#fv", "fv")
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
-            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()))
+            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()));
+        match write.expires_at {
+            Some(at) => request
+                .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
+                .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
+            None => request,
+        }
     }
 
     /// Sends one update; `Ok(Err(item))` is a failed condition with the current item.
@@ -161,7 +184,7 @@ impl DynamoStore {
             if cache.len() >= CACHE_ITEMS {
                 cache.clear();
             }
-            cache.insert(item_key(write.store, write.key), item);
+            cache.insert(cache_key(write), item);
         }
         Ok(state)
     }
@@ -179,8 +202,11 @@ impl DynamoStore {
         }
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let request = self
-            .update(write.store, write.key, false)
-            .update_expression("ADD #v :d, #ver :one SET #k = :k, #fv = :fv")
+            .update(write, false)
+            .update_expression(format!(
+                "ADD #v :d, #ver :one SET {}",
+                Self::base_set(write).join(", ")
+            ))
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
         let mut stats = WriteStats::default();
         match self.send(request, write, &mut stats).await? {
@@ -198,7 +224,7 @@ impl DynamoStore {
     /// The item as this container last wrote it, if it is cached.
     fn cached(&self, write: &ItemWrite<'_>) -> Option<Item> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.get(&item_key(write.store, write.key)).cloned()
+        cache.get(&cache_key(write)).cloned()
     }
 
     /// Read-modify-write: merge what the item (as last seen: `current`) does not hold yet,
@@ -223,8 +249,8 @@ impl DynamoStore {
                 // The item holds every contribution already (a redelivery).
                 return Ok(stored.unwrap_or(ItemState::number(0, 0)));
             }
-            let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
-            let mut request = self.update(write.store, write.key, write.fold.is_some());
+            let mut set = Self::base_set(write);
+            let mut request = self.update(write, write.fold.is_some());
             let mut add = "ADD #ver :one".to_owned();
             match write.fold {
                 Some(fold) => {
@@ -289,10 +315,10 @@ impl DynamoStore {
         write: &ItemWrite<'_>,
     ) -> Result<(ItemState, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
-        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+        let mut set = Self::base_set(write);
         let mut conditions = Vec::new();
         let mut request = self
-            .update(write.store, write.key, false)
+            .update(write, false)
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
@@ -351,6 +377,78 @@ impl Store for DynamoStore {
             .transpose()
             .map_err(|e| StateError::new(store, key, StateErrorKind::Corrupt(e)))
     }
+
+    /// One item (`pk = "__stream-time"`) holds an attribute `t:<topic>-<partition>` per
+    /// partition: one strongly consistent read per batch.
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
+            .key("sk", AttributeValue::N("0".into()))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| {
+                StateError::new(
+                    STREAM_TIME_KEY,
+                    b"",
+                    StateErrorKind::Request(describe_sdk_error(&e)),
+                )
+            })?;
+        let item = out.item().cloned().unwrap_or_default();
+        partitions
+            .iter()
+            .map(|tp| {
+                let name = format!("t:{tp}");
+                match item.get(&name) {
+                    None => Ok(None),
+                    Some(_) => number(&item, &name).map(Some).map_err(|e| {
+                        StateError::new(STREAM_TIME_KEY, b"", StateErrorKind::Corrupt(e))
+                    }),
+                }
+            })
+            .collect()
+    }
+
+    /// One conditional write per partition (`t:<tp> < :time`); a refused one means
+    /// another invocation already moved the partition's stream time further.
+    async fn advance_stream_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        for (tp, time) in times {
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
+                .key("sk", AttributeValue::N("0".into()))
+                .update_expression("SET #t = :t")
+                .condition_expression("attribute_not_exists(#t) OR #t < :t")
+                .expression_attribute_names("#t", format!("t:{tp}"))
+                .expression_attribute_values(":t", AttributeValue::N(time.to_string()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => {}
+                Err(SdkError::ServiceError(e))
+                    if e.err().is_conditional_check_failed_exception() => {}
+                Err(e) => {
+                    return Err(StateError::new(
+                        STREAM_TIME_KEY,
+                        tp.to_string().as_bytes(),
+                        StateErrorKind::Request(describe_sdk_error(&e)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl DynamoStore {
@@ -382,6 +480,15 @@ impl DynamoStore {
         }
         Ok(items)
     }
+}
+
+/// The cache key of an item: partition key and window.
+fn cache_key(write: &ItemWrite<'_>) -> String {
+    format!(
+        "{}#{}",
+        item_key(write.store, write.key),
+        write.window.unwrap_or(0)
+    )
 }
 
 /// The partition key of `key` in `store`.

@@ -12,6 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats};
+use crate::event::TopicPartition;
 
 /// What happens once the first `after` writes went through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,5 +113,19 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         self.inner.get(store, key).await
+    }
+
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        self.inner.stream_times(partitions).await
+    }
+
+    async fn advance_stream_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        self.inner.advance_stream_times(times).await
     }
 }

@@ -6,6 +6,8 @@ use std::sync::{Mutex, PoisonError};
 
 use async_trait::async_trait;
 
+use crate::event::TopicPartition;
+
 use super::{
     ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats, above_watermarks,
 };
@@ -28,10 +30,14 @@ impl Item {
     }
 }
 
+/// An item's identity: store, key, window start.
+type ItemId = (String, Vec<u8>, Option<i64>);
+
 /// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    items: Mutex<HashMap<(String, Vec<u8>), Item>>,
+    items: Mutex<HashMap<ItemId, Item>>,
+    stream_times: Mutex<HashMap<TopicPartition, i64>>,
 }
 
 impl MemoryStore {
@@ -56,10 +62,22 @@ impl MemoryStore {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()
-            .filter(|((s, _), _)| s == store)
-            .map(|((_, k), item)| (k.clone(), item.state()))
+            .filter(|((s, _, window), _)| s == store && window.is_none())
+            .map(|((_, k, _), item)| (k.clone(), item.state()))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Every windowed item of `store`, sorted by key and window start.
+    pub fn windowed_states(&self, store: &str) -> Vec<(Vec<u8>, i64, ItemState)> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, _, _), _)| s == store)
+            .filter_map(|((_, k, window), item)| window.map(|w| (k.clone(), w, item.state())))
+            .collect();
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         out
     }
 }
@@ -69,7 +87,7 @@ impl Store for MemoryStore {
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let item = items
-            .entry((write.store.to_owned(), write.key.to_vec()))
+            .entry((write.store.to_owned(), write.key.to_vec(), write.window))
             .or_default();
         let (delta, marks) = above_watermarks(&write, &item.watermarks);
         let mut stats = WriteStats {
@@ -106,7 +124,33 @@ impl Store for MemoryStore {
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(items
-            .get(&(store.to_owned(), key.to_vec()))
+            .get(&(store.to_owned(), key.to_vec(), None))
             .map(Item::state))
+    }
+
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        let times = self
+            .stream_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Ok(partitions.iter().map(|tp| times.get(tp).copied()).collect())
+    }
+
+    async fn advance_stream_times(
+        &self,
+        advances: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        let mut times = self
+            .stream_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (tp, time) in advances {
+            let entry = times.entry(tp.clone()).or_insert(*time);
+            *entry = (*entry).max(*time);
+        }
+        Ok(())
     }
 }

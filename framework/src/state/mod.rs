@@ -40,6 +40,11 @@ pub struct ItemWrite<'a> {
     pub store: &'a str,
     /// The item's key, as the aggregation's key serde encoded it.
     pub key: &'a [u8],
+    /// The window start (epoch ms) of a windowed item; `None` for a key's only item.
+    pub window: Option<i64>,
+    /// When a windowed item may be deleted (epoch seconds, DynamoDB TTL): past the
+    /// window's end, grace and retention.
+    pub expires_at: Option<i64>,
     /// The contributions of the batch's records, by source record.
     pub contributions: &'a [Contribution],
     /// The batch's topic-partitions, indexed by [`Contribution::tp`].
@@ -55,6 +60,7 @@ impl std::fmt::Debug for ItemWrite<'_> {
         f.debug_struct("ItemWrite")
             .field("store", &self.store)
             .field("key", &printable_key(self.key))
+            .field("window", &self.window)
             .field("contributions", &self.contributions)
             .field("fold", &self.fold.is_some())
             .finish()
@@ -127,6 +133,18 @@ pub trait Store: Send + Sync {
 
     /// Reads an item (strongly consistent); `None` when it does not exist.
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
+
+    /// The persisted stream time (the highest record timestamp processed, epoch ms) of
+    /// each partition, `None` for a partition not seen yet.
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError>;
+
+    /// Moves the persisted stream time of partitions forward (never back: a lower value
+    /// than the stored one changes nothing).
+    async fn advance_stream_times(&self, times: &[(TopicPartition, i64)])
+    -> Result<(), StateError>;
 }
 
 #[async_trait]
@@ -138,6 +156,20 @@ impl<T: Store + ?Sized> Store for &T {
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         (**self).get(store, key).await
     }
+
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        (**self).stream_times(partitions).await
+    }
+
+    async fn advance_stream_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        (**self).advance_stream_times(times).await
+    }
 }
 
 #[async_trait]
@@ -148,6 +180,20 @@ impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         (**self).get(store, key).await
+    }
+
+    async fn stream_times(
+        &self,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, StateError> {
+        (**self).stream_times(partitions).await
+    }
+
+    async fn advance_stream_times(
+        &self,
+        times: &[(TopicPartition, i64)],
+    ) -> Result<(), StateError> {
+        (**self).advance_stream_times(times).await
     }
 }
 
@@ -340,6 +386,8 @@ mod tests {
             key: b"k",
             contributions: &contributions,
             partitions: &partitions,
+            window: None,
+            expires_at: None,
             fold: None,
         };
         let stored = HashMap::from([("t-0".to_owned(), 3)]);

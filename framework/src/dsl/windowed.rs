@@ -1,0 +1,242 @@
+//! Event-time windows: `KGroupedStream::windowed_by(TimeWindows)` and its aggregations.
+//!
+//! A record falls in every window `[start, start + size)` that contains its timestamp
+//! (tumbling windows: one; hopping windows: `size / advance`). Each (key, window) is its own
+//! state item (DynamoDB sort key = window start), with a TTL past the window's end, grace
+//! and retention. The *stream time* of a source partition is the highest record timestamp
+//! seen in it, persisted with the state so that a cold container knows it; a window is
+//! closed once the stream time of the partition of the record reaches its end plus grace,
+//! and a record for a closed window is dropped and counted (`BatchReport::late_records`,
+//! metric `LateRecordsDropped`), as in Kafka Streams.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::KTable;
+use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
+use crate::runtime::context::{Ctx, ItemWindow};
+use crate::serdes::Serde;
+
+/// Tumbling or hopping event-time windows, as Kafka Streams' `TimeWindows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    size: i64,
+    advance: i64,
+    grace: i64,
+    retention: i64,
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size` (at least 1 ms), no grace, kept one day after they close.
+    pub fn of_size(size: Duration) -> Self {
+        let size = i64::try_from(size.as_millis()).unwrap_or(i64::MAX).max(1);
+        TimeWindows {
+            size,
+            advance: size,
+            grace: 0,
+            retention: 86_400_000,
+        }
+    }
+
+    /// Hopping windows: a new window every `advance` (between 1 ms and the size).
+    pub fn advance_by(mut self, advance: Duration) -> Self {
+        self.advance = i64::try_from(advance.as_millis())
+            .unwrap_or(i64::MAX)
+            .clamp(1, self.size);
+        self
+    }
+
+    /// How long after its end a window still accepts out-of-order records.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// How long a closed window's item is kept before DynamoDB's TTL may delete it.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// The window size in milliseconds.
+    pub fn size_ms(&self) -> i64 {
+        self.size
+    }
+
+    /// The start of every window that contains `timestamp`, earliest first.
+    pub fn window_starts(&self, timestamp: i64) -> Vec<i64> {
+        let last = timestamp.div_euclid(self.advance) * self.advance;
+        let mut starts = Vec::new();
+        let mut start = last;
+        while start > timestamp - self.size {
+            starts.push(start);
+            start -= self.advance;
+        }
+        starts.reverse();
+        starts
+    }
+
+    /// Whether the window starting at `start` is closed at `stream_time`.
+    pub fn is_closed(&self, start: i64, stream_time: i64) -> bool {
+        start.saturating_add(self.size).saturating_add(self.grace) <= stream_time
+    }
+
+    /// The windows of the current record that are still open; the closed ones are counted
+    /// as late.
+    pub(crate) fn open_windows(&self, ctx: &mut Ctx) -> Vec<ItemWindow> {
+        let Some((_, _, timestamp)) = ctx.record_time() else {
+            return Vec::new();
+        };
+        let stream_time = ctx.stream_time();
+        let mut open = Vec::new();
+        for start in self.window_starts(timestamp) {
+            if self.is_closed(start, stream_time) {
+                ctx.late_records += 1;
+            } else {
+                let expires_ms = start
+                    .saturating_add(self.size)
+                    .saturating_add(self.grace)
+                    .saturating_add(self.retention);
+                open.push(ItemWindow {
+                    start,
+                    expires_at: expires_ms.div_euclid(1000) + 1,
+                });
+            }
+        }
+        open
+    }
+}
+
+/// A key and the window it is aggregated in: the key of a windowed table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Windowed<K> {
+    /// The record key.
+    pub key: K,
+    /// The window start, epoch milliseconds (inclusive).
+    pub start: i64,
+    /// The window end, epoch milliseconds (exclusive).
+    pub end: i64,
+}
+
+/// A grouped stream in event-time windows, ready for a windowed aggregation.
+///
+/// ```
+/// use std::time::Duration;
+/// use lambda_streams::driver::TestDriver;
+/// use lambda_streams::dsl::TimeWindows;
+/// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+/// use lambda_streams::StreamsBuilder;
+///
+/// // Page views per page per minute, with 10 s of grace.
+/// let builder = StreamsBuilder::new();
+/// builder
+///     .stream("page-views", Unit, Utf8)
+///     .group_by(|_, page: &String| page.clone(), Utf8)
+///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
+///     .count("views-per-minute")
+///     .to_stream()
+///     .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+///     .to("views", Utf8, DecimalI64);
+/// let driver = TestDriver::new(builder.build());
+/// let mut views = driver.input_topic("page-views", Unit, Utf8);
+/// views.pipe_input_with_timestamp((), "/home".to_owned(), 5_000).unwrap();
+/// views.pipe_input_with_timestamp((), "/home".to_owned(), 59_000).unwrap();
+/// views.pipe_input_with_timestamp((), "/home".to_owned(), 61_000).unwrap();
+/// views.pipe_input_with_timestamp((), "/home".to_owned(), 75_000).unwrap(); // closes [0, 60 s)
+/// views.pipe_input_with_timestamp((), "/home".to_owned(), 30_000).unwrap(); // late: dropped
+/// let out = driver.output_topic("views", Utf8, DecimalI64).read_key_values_to_map().unwrap();
+/// assert_eq!(out["/home@0"], 2);
+/// assert_eq!(out["/home@60000"], 2);
+/// assert_eq!(driver.last_report().unwrap().late_records, 1);
+/// ```
+pub struct TimeWindowedKStream<K, V> {
+    grouped: KGroupedStream<K, V>,
+    windows: TimeWindows,
+}
+
+impl<K, V> TimeWindowedKStream<K, V>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    pub(crate) fn new(grouped: KGroupedStream<K, V>, windows: TimeWindows) -> Self {
+        TimeWindowedKStream { grouped, windows }
+    }
+
+    fn table_key(&self) -> impl Fn(K, Option<i64>) -> Windowed<K> + Send + Sync + 'static {
+        let size = self.windows.size;
+        move |key, start| {
+            let start = start.unwrap_or_default();
+            Windowed {
+                key,
+                start,
+                end: start.saturating_add(size),
+            }
+        }
+    }
+
+    /// Counts the records per key and window (one conditional `ADD` per touched window
+    /// item per batch).
+    pub fn count(&self, store: &str) -> KTable<Windowed<K>, i64> {
+        let (index, table) =
+            self.grouped
+                .register(store, "windowed count", true, self.table_key(), |s| {
+                    Ok(s.value)
+                });
+        self.grouped.add_count(index, Some(self.windows));
+        table
+    }
+
+    /// Aggregates the records per key and window, as
+    /// [`KGroupedStream::aggregate`] does per key.
+    pub fn aggregate<A>(
+        &self,
+        store: &str,
+        init: impl Fn() -> A + Send + Sync + 'static,
+        adder: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+        aggregate_serde: impl Serde<A>,
+    ) -> KTable<Windowed<K>, A>
+    where
+        A: Clone + Send + Sync + 'static,
+    {
+        let serde: Arc<dyn Serde<A>> = Arc::new(aggregate_serde);
+        let aggregation = Arc::new(Aggregation {
+            init: Box::new(init),
+            adder: Box::new(adder),
+            serde: Arc::clone(&serde),
+        });
+        let (index, table) = self.grouped.register(
+            store,
+            "windowed aggregate",
+            true,
+            self.table_key(),
+            move |state| decode_aggregate(&*serde, state),
+        );
+        self.grouped
+            .add_fold(index, aggregation, Some(self.windows));
+        table
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tumbling_and_hopping_windows_contain_the_timestamp() {
+        let tumbling = TimeWindows::of_size(Duration::from_secs(60));
+        assert_eq!(tumbling.window_starts(59_999), vec![0]);
+        assert_eq!(tumbling.window_starts(60_000), vec![60_000]);
+        let hopping =
+            TimeWindows::of_size(Duration::from_secs(60)).advance_by(Duration::from_secs(20));
+        assert_eq!(hopping.window_starts(65_000), vec![20_000, 40_000, 60_000]);
+        assert_eq!(hopping.window_starts(-1), vec![-60_000, -40_000, -20_000]);
+    }
+
+    #[test]
+    fn a_window_closes_at_end_plus_grace() {
+        let windows = TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10));
+        assert!(!windows.is_closed(0, 69_999));
+        assert!(windows.is_closed(0, 70_000));
+    }
+}
