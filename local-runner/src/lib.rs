@@ -22,6 +22,7 @@ pub mod destination;
 pub mod embedded;
 pub mod functions;
 pub mod position;
+pub mod rebalance;
 pub mod response;
 pub mod runner;
 pub mod transport;

@@ -395,6 +395,12 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         summary.active.as_secs_f64(),
         summary.records_per_second()
     );
+    if summary.revocations > 0 {
+        println!(
+            "rebalances revoked {} partitions from this runner ({} buffered records dropped, for their new owner to read again)",
+            summary.revocations, summary.dropped
+        );
+    }
     if let (Some(top), Some((topology, dynamo))) = (args.print_top, &topology) {
         for store in topology.store_names() {
             println!("top {top} of store {store}:");

@@ -14,6 +14,10 @@
 //! event (to the on-failure destination, or skipped with a warning). Records older than
 //! the maximum record age are given up before delivery. Then the offsets of the done
 //! records are committed: only ever after success or a give-up.
+//!
+//! Several runners in one consumer group share the partitions ([`crate::rebalance`]):
+//! the records of a partition revoked by a rebalance are dropped, and a partition is
+//! committed only while it is still owned under the lease its records were read under.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -21,6 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_streams::event::{EventSource, KafkaEvent, Record, TopicPartition};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
@@ -30,8 +35,12 @@ pub use crate::batch::{MAX_BATCH_SIZE, MAX_PAYLOAD_BYTES};
 pub use crate::config::{EventShape, Faults, RunnerConfig};
 use crate::destination::{FailureDestination, GiveUpReason, GivenUp};
 use crate::position;
+use crate::rebalance::RebalanceContext;
 use crate::response::{Verdict, judge};
 use crate::transport::Transport;
+
+/// The runner's consumer: its context tracks the partitions it owns.
+type GroupConsumer = StreamConsumer<RebalanceContext>;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -52,6 +61,11 @@ pub struct RunSummary {
     /// Time from the first record received to the end of the run (excludes the
     /// consumer group's join): what throughput is measured over.
     pub active: Duration,
+    /// Partition revocations seen (rebalances that took partitions away).
+    pub revocations: u64,
+    /// Buffered records dropped because their partition was revoked (its new owner
+    /// reads them again).
+    pub dropped: u64,
 }
 
 impl RunSummary {
@@ -86,8 +100,45 @@ struct Progress {
     /// Batch size limits queued by bisection and the extended-retry fault; the front applies.
     limits: VecDeque<usize>,
     committed: BTreeMap<TopicPartition, i64>,
+    /// The lease (see [`crate::rebalance`]) under which each buffered partition was read.
+    leases: BTreeMap<TopicPartition, u64>,
     batch_number: u64,
     summary: RunSummary,
+}
+
+impl Progress {
+    /// Forgets everything about `tp` (revoked): its buffered records, attempts, commits.
+    fn forget(&mut self, tp: &TopicPartition) {
+        let before = self.buffers.len();
+        self.buffers.retain(|t| t != tp);
+        self.summary.dropped += (before - self.buffers.len()) as u64;
+        self.attempts.remove(tp);
+        self.committed.remove(tp);
+        self.leases.remove(tp);
+    }
+
+    /// Drops the partitions no longer owned under the lease they were read under. The
+    /// queued batch limits (bisection) are dropped with them: they described a batch that
+    /// will not be retried here.
+    fn drop_stale(&mut self, consumer: &GroupConsumer) {
+        let stale = consumer.context().assignment().stale(&self.leases);
+        if stale.is_empty() {
+            return;
+        }
+        let before = self.buffers.len();
+        for tp in &stale {
+            self.forget(tp);
+        }
+        self.limits.clear();
+        let dropped = before - self.buffers.len();
+        if dropped > 0 {
+            tracing::info!(
+                partitions = stale.len(),
+                records = dropped,
+                "revoked partitions: buffered records dropped (their new owner reads them again)"
+            );
+        }
+    }
 }
 
 /// Runs one function against the broker.
@@ -116,16 +167,16 @@ impl Runner {
         )
     }
 
-    fn consumer(&self) -> Result<StreamConsumer, String> {
+    fn consumer(&self) -> Result<GroupConsumer, String> {
         let c = &self.config;
-        let consumer: StreamConsumer = ClientConfig::new()
+        let consumer: GroupConsumer = ClientConfig::new()
             .set("bootstrap.servers", &c.bootstrap_servers)
             .set("group.id", &c.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", c.starting_position.auto_offset_reset())
             .set("session.timeout.ms", "10000")
-            .create()
+            .create_with_context(RebalanceContext::default())
             .map_err(|e| format!("cannot create a consumer for {}: {e}", c.bootstrap_servers))?;
         let metadata = consumer
             .fetch_metadata(None, METADATA_TIMEOUT)
@@ -182,12 +233,15 @@ impl Runner {
             let got = if retry {
                 None
             } else {
-                self.fill(&consumer, &mut state.buffers, limit).await
+                self.fill(&consumer, &mut state, limit).await
             };
             first_record = first_record.or(got);
+            state.drop_stale(&consumer);
             self.give_up_old_records(&consumer, &mut state, destination.as_ref())
                 .await?;
             if state.buffers.is_empty() {
+                // Commits refused during a rebalance are tried again here.
+                self.commit(&consumer, &mut state)?;
                 if self.config.until_idle && got.is_none() && self.caught_up(&consumer)? {
                     break;
                 }
@@ -213,6 +267,7 @@ impl Runner {
                 eprintln!("{}", self.progress_line(&consumer, &state));
             }
         }
+        state.summary.revocations = consumer.context().assignment().revocations();
         state.summary.elapsed = started.elapsed();
         state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
         Ok(state.summary)
@@ -372,7 +427,7 @@ impl Runner {
     /// Gives up the buffered records older than the maximum record age, and commits.
     async fn give_up_old_records(
         &self,
-        consumer: &StreamConsumer,
+        consumer: &GroupConsumer,
         state: &mut Progress,
         destination: Option<&FailureDestination>,
     ) -> Result<(), String> {
@@ -438,11 +493,27 @@ impl Runner {
         }
     }
 
-    /// Commits the position of every partition whose done records moved it.
-    fn commit(&self, consumer: &StreamConsumer, state: &mut Progress) -> Result<(), String> {
+    /// Commits the position of every partition whose done records moved it, if it is
+    /// still owned under the lease its records were read under (a revoked partition, or
+    /// one whose batch was in flight when it was revoked, is dropped instead). The
+    /// assignment stays locked until the commit is done, so a revocation waits for it.
+    ///
+    /// A commit refused because of a rebalance is not an error: it is tried again at the
+    /// next commit, or, if the partition was revoked, its new owner delivers the records
+    /// again.
+    fn commit(&self, consumer: &GroupConsumer, state: &mut Progress) -> Result<(), String> {
+        state.drop_stale(consumer);
+        let assignment = consumer.context().assignment();
         let mut offsets = TopicPartitionList::new();
         let mut moved = Vec::new();
         for tp in state.buffers.partitions() {
+            if !state
+                .leases
+                .get(tp)
+                .is_some_and(|&lease| assignment.holds(tp, lease))
+            {
+                continue;
+            }
             let Some(position) = state.buffers.position(tp) else {
                 continue;
             };
@@ -457,11 +528,20 @@ impl Runner {
         if moved.is_empty() {
             return Ok(());
         }
-        consumer
-            .commit(&offsets, CommitMode::Sync)
-            .map_err(|e| format!("commit of group {} failed: {e}", self.config.group_id))?;
-        state.committed.extend(moved);
-        Ok(())
+        match consumer.commit(&offsets, CommitMode::Sync) {
+            Ok(()) => {
+                state.committed.extend(moved);
+                Ok(())
+            }
+            Err(e) if refused_by_rebalance(&e) => {
+                tracing::warn!(error = %e, "commit refused during a rebalance: tried again later");
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "commit of group {} failed: {e}",
+                self.config.group_id
+            )),
+        }
     }
 
     /// Reads records until `limit` are buffered, 6 MB of them are, or the batching window
@@ -470,14 +550,14 @@ impl Runner {
     /// when the first record of this call arrived, if any did.
     async fn fill(
         &self,
-        consumer: &StreamConsumer,
-        buffers: &mut Buffers,
+        consumer: &GroupConsumer,
+        state: &mut Progress,
         limit: usize,
     ) -> Option<Instant> {
         let start = Instant::now();
-        let mut window_opened = (!buffers.is_empty()).then_some(start);
+        let mut window_opened = (!state.buffers.is_empty()).then_some(start);
         let mut got = None;
-        while buffers.len() < limit && buffers.bytes() < MAX_PAYLOAD_BYTES {
+        while state.buffers.len() < limit && state.buffers.bytes() < MAX_PAYLOAD_BYTES {
             let deadline = match window_opened {
                 Some(opened) => opened + self.config.batching_window,
                 None => start + self.config.idle_timeout,
@@ -485,18 +565,30 @@ impl Runner {
             let Some(remaining) = deadline.checked_duration_since(Instant::now()) else {
                 break;
             };
-            match tokio::time::timeout(remaining, consumer.recv()).await {
+            let received = tokio::time::timeout(remaining, consumer.recv()).await;
+            // A rebalance runs inside `recv`: drop what was revoked before buffering more.
+            state.drop_stale(consumer);
+            match received {
                 Err(_) => break,
                 Ok(Err(e)) => {
                     tracing::warn!(error = %e, "consumer error");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(Ok(message)) => {
+                    let tp = TopicPartition::new(message.topic(), message.partition());
+                    let Some(lease) = consumer.context().assignment().lease(&tp) else {
+                        tracing::debug!(%tp, "record of a partition not owned: dropped");
+                        continue;
+                    };
+                    if state.leases.get(&tp) != Some(&lease) {
+                        // Assigned again since its records were read: read afresh.
+                        state.forget(&tp);
+                        state.leases.insert(tp.clone(), lease);
+                    }
                     let now = Instant::now();
                     got = got.or(Some(now));
                     window_opened = window_opened.or(Some(now));
-                    let tp = TopicPartition::new(message.topic(), message.partition());
-                    buffers.push(tp, to_record(&message));
+                    state.buffers.push(tp, to_record(&message));
                 }
             }
         }
@@ -504,7 +596,7 @@ impl Runner {
     }
 
     /// Whether the group's committed offsets have reached the end of every assigned partition.
-    fn caught_up(&self, consumer: &StreamConsumer) -> Result<bool, String> {
+    fn caught_up(&self, consumer: &GroupConsumer) -> Result<bool, String> {
         let assignment = consumer
             .assignment()
             .map_err(|e| format!("cannot read the assignment: {e}"))?;
@@ -540,7 +632,7 @@ impl Runner {
 
     /// `records, batches, retries, records/s, lag per partition` (the lag: records after
     /// the committed position).
-    fn progress_line(&self, consumer: &StreamConsumer, state: &Progress) -> String {
+    fn progress_line(&self, consumer: &GroupConsumer, state: &Progress) -> String {
         let s = &state.summary;
         let mut lags = Vec::new();
         let assigned = consumer.assignment().unwrap_or_default();
@@ -574,4 +666,18 @@ impl Runner {
             }
         )
     }
+}
+
+/// Whether a commit failed because the group is rebalancing or this member left it: the
+/// offsets are not committed, and that is not an error of the run.
+fn refused_by_rebalance(error: &KafkaError) -> bool {
+    matches!(
+        error,
+        KafkaError::ConsumerCommit(
+            RDKafkaErrorCode::RebalanceInProgress
+                | RDKafkaErrorCode::IllegalGeneration
+                | RDKafkaErrorCode::UnknownMemberId
+                | RDKafkaErrorCode::AssignmentLost
+        )
+    )
 }
