@@ -10,6 +10,7 @@
 use std::str::FromStr;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::admin::METADATA_TIMEOUT;
@@ -118,9 +119,28 @@ pub fn initialize(
             .map_err(|e| format!("{topic}-{partition}: {e}"))?;
     }
     if start.count() > 0 {
-        consumer
-            .commit(&start, CommitMode::Sync)
-            .map_err(|e| format!("cannot commit the starting position of group {group_id}: {e}"))?;
+        match consumer.commit(&start, CommitMode::Sync) {
+            Ok(()) => {}
+            // The group already has live members (another runner started at the same
+            // time): they own the positions now, and a partition without a commit starts
+            // where `auto.offset.reset` (set from the same starting position) puts it.
+            Err(rdkafka::error::KafkaError::ConsumerCommit(
+                RDKafkaErrorCode::UnknownMemberId
+                | RDKafkaErrorCode::IllegalGeneration
+                | RDKafkaErrorCode::RebalanceInProgress,
+            )) => {
+                tracing::warn!(
+                    group = group_id,
+                    "the group is already active; leaving its starting positions to it"
+                );
+                return Ok(0);
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot commit the starting position of group {group_id}: {e}"
+                ));
+            }
+        }
     }
     Ok(start.count())
 }
