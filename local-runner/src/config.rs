@@ -31,6 +31,12 @@ pub struct Faults {
     /// Every Nth batch is treated as failed after the function succeeded (a lost
     /// response), and retried as a longer batch from the same offsets.
     pub extend_retry_every: Option<u64>,
+    /// The Nth invocation (counting every invocation) fails before it reaches the function,
+    /// as a throttled or timed-out invocation would.
+    pub fail_invocation: Option<u64>,
+    /// After the Nth batch's successful invocation, the runner aborts before committing:
+    /// the batch is delivered again when a runner resumes the group.
+    pub crash_before_commit: Option<u64>,
 }
 
 /// The runner's settings, with the event source's defaults.

@@ -173,6 +173,12 @@ struct RunArgs {
     /// Fault: every Nth batch is retried after success, as a longer batch.
     #[arg(long)]
     extend_retry_every: Option<u64>,
+    /// Fault: the Nth invocation fails before it reaches the function.
+    #[arg(long)]
+    fail_invocation: Option<u64>,
+    /// Fault: after the Nth batch succeeded, abort the runner before its commit.
+    #[arg(long)]
+    crash_before_commit: Option<u64>,
     /// Fault: the invocation crashes after this many state item writes (once).
     #[arg(long)]
     fail_after_writes: Option<u64>,
@@ -378,6 +384,8 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         faults: Faults {
             duplicate_every: args.duplicate_every,
             extend_retry_every: args.extend_retry_every,
+            fail_invocation: args.fail_invocation,
+            crash_before_commit: args.crash_before_commit,
         },
         progress: !args.quiet,
         ..RunnerConfig::default()

@@ -287,6 +287,12 @@ impl Runner {
         let every = |n: Option<u64>| n.is_some_and(|n| n > 0 && number.is_multiple_of(n));
         let payload = event.to_json();
         state.summary.invocations += 1;
+        if faults.fail_invocation == Some(state.summary.invocations) {
+            return Outcome::Failed(format!(
+                "injected failure of invocation {}",
+                state.summary.invocations
+            ));
+        }
         let mut result = self.transport.invoke(payload.clone()).await;
         if result.is_ok() && every(faults.duplicate_every) {
             state.summary.invocations += 1;
@@ -301,6 +307,12 @@ impl Runner {
                 Verdict::Invalid(why) => Outcome::Failed(format!("invalid response: {why}")),
             },
         };
+        if matches!(outcome, Outcome::Success) && faults.crash_before_commit == Some(number) {
+            eprintln!(
+                "[local-runner] injected crash: batch {number} succeeded, aborting before its commit"
+            );
+            std::process::abort();
+        }
         if matches!(outcome, Outcome::Success) && every(faults.extend_retry_every) {
             // Injected: the response was lost; the retry is a longer batch from the
             // same offsets (not a failure of the function: no attempt is counted).

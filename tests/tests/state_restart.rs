@@ -127,3 +127,54 @@ async fn runner_killed_mid_stream_then_restarted_is_exact() {
         .collect();
     assert_eq!(emitted, expected);
 }
+
+/// The runner aborts after a batch succeeded but before its commit (the ESM's "invocation
+/// done, offsets not committed" case); the restarted runner delivers that batch again,
+/// and the counts stay exact. Also an invocation that fails before reaching the function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_between_invocation_and_commit_then_restart_is_exact() {
+    require_services();
+    let (input, output) = (unique("abort-lines"), unique("abort-counts"));
+    let (table, group) = (unique("abort"), unique("abort-group"));
+    admin::create_topic(&bootstrap(), &input, PARTITIONS)
+        .await
+        .expect("input");
+    admin::create_topic(&bootstrap(), &output, PARTITIONS)
+        .await
+        .expect("output");
+    let lines = sample_text(600, 11);
+    produce_across_partitions(&input, &lines, PARTITIONS).await;
+
+    let crashed = runner(&input, &output, &table, &group)
+        .args([
+            "--crash-before-commit",
+            "3",
+            "--fail-invocation",
+            "2",
+            "--until-idle",
+        ])
+        .status()
+        .expect("runner runs");
+    assert!(
+        !crashed.success(),
+        "the runner aborted before its third commit"
+    );
+    let done = committed(&group, &input);
+    assert!(
+        done < lines.len() as i64,
+        "not everything was committed ({done})"
+    );
+
+    let status = runner(&input, &output, &table, &group)
+        .arg("--until-idle")
+        .status()
+        .expect("restart");
+    assert!(status.success(), "the restarted runner finished");
+    let expected = reference_counts(&lines);
+    assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
+    let emitted: std::collections::BTreeMap<String, i64> = latest_by_version(&read_topic(&output))
+        .into_iter()
+        .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
+        .collect();
+    assert_eq!(emitted, expected);
+}

@@ -188,6 +188,8 @@ async fn all_faults_together_are_exact() {
     let faults = Faults {
         duplicate_every: Some(3),
         extend_retry_every: Some(2),
+        fail_invocation: Some(4),
+        ..Faults::default()
     };
     let outcome = run(
         "all",
