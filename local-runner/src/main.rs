@@ -205,6 +205,9 @@ struct QueryArgs {
     /// Print at most this many items.
     #[arg(long)]
     top: Option<usize>,
+    /// Print only this key (UTF-8), or `null` when it has no item.
+    #[arg(long, conflicts_with = "top")]
+    key: Option<String>,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -265,7 +268,10 @@ async fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Query(args) => {
             let (store, _embedded) =
                 open_store(&args.state, "lambda-streams", Guarantee::ExactlyOnce).await?;
-            print_items(&store, &args.store, args.top).await
+            match args.key {
+                Some(key) => print_key(&store, &args.store, &key).await,
+                None => print_items(&store, &args.store, args.top).await,
+            }
         }
     }
 }
@@ -426,6 +432,33 @@ fn unlimited_or(option: &str, value: i64) -> Result<Option<u64>, String> {
         v if v < 0 => Err(format!("{option} {v}: expected -1 (no limit) or a count")),
         v => Ok(Some(v as u64)),
     }
+}
+
+/// One key's item as JSON (`null` when it does not exist); a general aggregate's value is
+/// printed as its stored text when it is UTF-8 (JSON serdes), else as hex.
+async fn print_key(store: &DynamoStore, name: &str, key: &str) -> Result<(), String> {
+    use lambda_streams::state::Store;
+    let item = store
+        .get(name, key.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let json = match item {
+        None => serde_json::Value::Null,
+        Some(state) => {
+            let value = match &state.aggregate {
+                None => serde_json::json!(state.value),
+                Some(bytes) => match std::str::from_utf8(bytes) {
+                    Ok(text) => {
+                        serde_json::from_str(text).unwrap_or_else(|_| serde_json::json!(text))
+                    }
+                    Err(_) => serde_json::json!(lambda_streams::state::printable_key(bytes)),
+                },
+            };
+            serde_json::json!({ "key": key, "value": value, "version": state.version })
+        }
+    };
+    println!("{json}");
+    Ok(())
 }
 
 async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Result<(), String> {

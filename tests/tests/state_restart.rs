@@ -121,6 +121,32 @@ async fn runner_killed_mid_stream_then_restarted_is_exact() {
 
     let expected = reference_counts(&lines);
     assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
+    // The interactive query of one key agrees.
+    let (word, count) = expected.iter().next().expect("a word");
+    let query = Command::new("cargo")
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "lambda-streams-local-runner",
+            "--",
+            "query",
+        ])
+        .args([
+            "--store",
+            wordcount::STORE,
+            "--table",
+            &table,
+            "--dynamodb-endpoint",
+            &dynamo_endpoint(),
+            "--key",
+            word,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("query runs");
+    let printed: serde_json::Value = serde_json::from_slice(&query.stdout).expect("one JSON line");
+    assert_eq!(printed["value"], *count, "query --key {word}");
     let emitted: std::collections::BTreeMap<String, i64> = latest_by_version(&read_topic(&output))
         .into_iter()
         .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
