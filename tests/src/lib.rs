@@ -406,3 +406,72 @@ pub async fn produce_across_partitions(topic: &str, lines: &[String], partitions
             .expect("produce");
     }
 }
+
+/// The `local-runner` binary running `wordcount` from `input` to `output` in `group`, with
+/// its state in `table` on the emulator (batches of 20, a 20 ms window, no progress line).
+/// Built by `cargo run`, which execs the binary: `Child::kill` reaches the runner itself.
+pub fn runner_process(
+    input: &str,
+    output: &str,
+    table: &str,
+    group: &str,
+) -> std::process::Command {
+    let mut command = std::process::Command::new("cargo");
+    command
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "lambda-streams-local-runner",
+            "--",
+            "run",
+            "--function",
+            "wordcount",
+        ])
+        .args([
+            "--group-id",
+            group,
+            "--table",
+            table,
+            "--dynamodb-endpoint",
+            &dynamo_endpoint(),
+        ])
+        .args([
+            "--batch-size",
+            "20",
+            "--batching-window-ms",
+            "20",
+            "--quiet",
+        ])
+        .args(["--bootstrap-servers", &bootstrap()])
+        .env("WORDCOUNT_INPUT_TOPIC", input)
+        .env("WORDCOUNT_OUTPUT_TOPIC", output)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::null());
+    command
+}
+
+/// The offsets `group` has committed on `topic`'s partitions `0..partitions`, summed
+/// (a partition without a commit counts 0).
+pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    for p in 0..partitions {
+        list.add_partition(topic, p);
+    }
+    let offsets = consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .expect("committed");
+    offsets
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => o,
+            _ => 0,
+        })
+        .sum()
+}

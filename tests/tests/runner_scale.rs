@@ -7,13 +7,13 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use lambda_streams_e2e::*;
 use local_runner::admin;
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 const PARTITIONS: i32 = 4;
 /// How long the whole scenario may take before the test gives up (not a timing assert:
@@ -21,39 +21,8 @@ const PARTITIONS: i32 = 4;
 const DEADLINE: Duration = Duration::from_secs(900);
 
 fn runner(input: &str, output: &str, table: &str, group: &str, log: &Path) -> Command {
-    let mut command = Command::new("cargo");
-    command
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "lambda-streams-local-runner",
-            "--",
-            "run",
-            "--function",
-            "wordcount",
-        ])
-        .args([
-            "--group-id",
-            group,
-            "--table",
-            table,
-            "--dynamodb-endpoint",
-            &dynamo_endpoint(),
-        ])
-        .args([
-            "--batch-size",
-            "20",
-            "--batching-window-ms",
-            "20",
-            "--quiet",
-        ])
-        .args(["--bootstrap-servers", &bootstrap()])
-        .env("WORDCOUNT_INPUT_TOPIC", input)
-        .env("WORDCOUNT_OUTPUT_TOPIC", output)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
-        .stdout(File::create(log).expect("log file"));
+    let mut command = runner_process(input, output, table, group);
+    command.stdout(File::create(log).expect("log file"));
     command
 }
 
@@ -65,23 +34,8 @@ fn client(group: &str) -> BaseConsumer {
         .expect("consumer")
 }
 
-/// The group's committed offsets, summed over the partitions.
 fn committed(group: &str, topic: &str) -> i64 {
-    let mut partitions = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        partitions.add_partition(topic, p);
-    }
-    let offsets = client(group)
-        .committed_offsets(partitions, Duration::from_secs(10))
-        .expect("committed");
-    offsets
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum()
+    committed_total(group, topic, PARTITIONS)
 }
 
 /// Members of the group once it is stable (`None` while it rebalances).

@@ -8,72 +8,19 @@ use std::time::{Duration, Instant};
 
 use lambda_streams_e2e::*;
 use local_runner::admin;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 const PARTITIONS: i32 = 3;
 
 fn runner(input: &str, output: &str, table: &str, group: &str) -> Command {
-    let mut command = Command::new("cargo");
+    let mut command = runner_process(input, output, table, group);
     command
-        .args([
-            "run",
-            "--quiet",
-            "-p",
-            "lambda-streams-local-runner",
-            "--",
-            "run",
-            "--function",
-            "wordcount",
-        ])
-        .args([
-            "--group-id",
-            group,
-            "--table",
-            table,
-            "--dynamodb-endpoint",
-            &dynamo_endpoint(),
-        ])
-        .args([
-            "--batch-size",
-            "20",
-            "--batching-window-ms",
-            "20",
-            "--idle-timeout-ms",
-            "1500",
-            "--quiet",
-        ])
-        .args(["--bootstrap-servers", &bootstrap()])
-        .env("WORDCOUNT_INPUT_TOPIC", input)
-        .env("WORDCOUNT_OUTPUT_TOPIC", output)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .stdin(Stdio::null())
+        .args(["--idle-timeout-ms", "1500"])
         .stdout(Stdio::null());
     command
 }
 
-/// The group's committed offsets, summed over the partitions.
 fn committed(group: &str, topic: &str) -> i64 {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut partitions = TopicPartitionList::new();
-    for p in 0..PARTITIONS {
-        partitions.add_partition(topic, p);
-    }
-    let offsets = consumer
-        .committed_offsets(partitions, Duration::from_secs(10))
-        .expect("committed");
-    offsets
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum()
+    committed_total(group, topic, PARTITIONS)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
