@@ -475,3 +475,11 @@ pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
         })
         .sum()
 }
+
+/// Per key, the decimal count of the record with the highest version in `topic`.
+pub fn emitted_counts(topic: &str) -> BTreeMap<String, i64> {
+    latest_by_version(&read_topic(topic))
+        .into_iter()
+        .map(|(k, (_, v))| (k, v.parse().expect("a decimal count")))
+        .collect()
+}

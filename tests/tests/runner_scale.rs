@@ -4,7 +4,6 @@
 //! The run ends when the group has committed every record; then the DynamoDB counts and
 //! the highest-version output per word equal a count computed here.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -162,9 +161,6 @@ async fn runners_sharing_a_group_survive_a_kill_and_a_join_exactly() {
 
     let expected = reference_counts(&lines);
     assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
-    let emitted: BTreeMap<String, i64> = latest_by_version(&read_topic(&output))
-        .into_iter()
-        .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
-        .collect();
+    let emitted = emitted_counts(&output);
     assert_eq!(emitted, expected);
 }

@@ -94,10 +94,7 @@ async fn runner_killed_mid_stream_then_restarted_is_exact() {
         .expect("query runs");
     let printed: serde_json::Value = serde_json::from_slice(&query.stdout).expect("one JSON line");
     assert_eq!(printed["value"], *count, "query --key {word}");
-    let emitted: std::collections::BTreeMap<String, i64> = latest_by_version(&read_topic(&output))
-        .into_iter()
-        .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
-        .collect();
+    let emitted = emitted_counts(&output);
     assert_eq!(emitted, expected);
 }
 
@@ -145,9 +142,6 @@ async fn crash_between_invocation_and_commit_then_restart_is_exact() {
     assert!(status.success(), "the restarted runner finished");
     let expected = reference_counts(&lines);
     assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
-    let emitted: std::collections::BTreeMap<String, i64> = latest_by_version(&read_topic(&output))
-        .into_iter()
-        .map(|(k, (_, v))| (k, v.parse().expect("decimal")))
-        .collect();
+    let emitted = emitted_counts(&output);
     assert_eq!(emitted, expected);
 }
