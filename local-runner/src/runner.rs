@@ -58,8 +58,8 @@ pub struct RunSummary {
     pub given_up: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
-    /// Time from the first record received to the end of the run (excludes the
-    /// consumer group's join): what throughput is measured over.
+    /// Time from the first record received to the last batch completed (excludes the
+    /// consumer group's join and the idle wait at the end): what throughput is measured over.
     pub active: Duration,
     /// Partition revocations seen (rebalances that took partitions away).
     pub revocations: u64,
@@ -104,6 +104,8 @@ struct Progress {
     leases: BTreeMap<TopicPartition, u64>,
     batch_number: u64,
     summary: RunSummary,
+    /// When the last batch completed.
+    last_done: Option<Instant>,
 }
 
 impl Progress {
@@ -269,7 +271,10 @@ impl Runner {
         }
         state.summary.revocations = consumer.context().assignment().revocations();
         state.summary.elapsed = started.elapsed();
-        state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
+        state.summary.active = match (first_record, state.last_done) {
+            (Some(first), Some(last)) => last.saturating_duration_since(first),
+            _ => Duration::ZERO,
+        };
         Ok(state.summary)
     }
 
@@ -391,6 +396,7 @@ impl Runner {
                 if done > 0 {
                     state.summary.batches += 1;
                     state.summary.records += done as u64;
+                    state.last_done = Some(Instant::now());
                 }
             }
         }
