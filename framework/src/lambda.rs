@@ -241,7 +241,10 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
                     .into(),
             )
         })?;
-        let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .retry_config(crate::state::dynamodb::retry_config())
+            .load()
+            .await;
         let client = aws_sdk_dynamodb::Client::new(&sdk);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };

@@ -640,8 +640,18 @@ pub fn emulator_client(endpoint: &str) -> Client {
             None,
             "lambda-streams-emulator",
         ))
+        .retry_config(retry_config())
         .build();
     Client::from_conf(config)
+}
+
+/// How DynamoDB requests are retried on throttling and transient errors: up to 6
+/// attempts, exponential backoff with jitter from 25 ms (the SDK's standard mode). A batch
+/// whose writes still fail fails as a whole and is delivered again; nothing is lost.
+pub fn retry_config() -> aws_sdk_dynamodb::config::retry::RetryConfig {
+    aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+        .with_max_attempts(6)
+        .with_initial_backoff(Duration::from_millis(25))
 }
 
 #[cfg(test)]
