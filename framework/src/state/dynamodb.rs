@@ -254,10 +254,8 @@ impl DynamoStore {
             let mut add = "ADD #ver :one".to_owned();
             match write.fold {
                 Some(fold) => {
-                    let include = |tp: u32, offset: i64| {
-                        let name = write.partitions[tp as usize].to_string();
-                        watermarks.get(&name).is_none_or(|&wm| offset > wm)
-                    };
+                    let held = super::held_up_to(write, &watermarks);
+                    let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
                     let current = stored.as_ref().and_then(|s| s.aggregate.as_deref());
                     let aggregate = fold.fold(current, &include).map_err(|e| {
                         StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))

@@ -100,10 +100,8 @@ impl Store for MemoryStore {
         }
         if let Some(fold) = write.fold {
             let watermarks = item.watermarks.clone();
-            let include = |tp: u32, offset: i64| {
-                let name = write.partitions[tp as usize].to_string();
-                watermarks.get(&name).is_none_or(|&wm| offset > wm)
-            };
+            let held = super::held_up_to(&write, &watermarks);
+            let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
             let aggregate = fold
                 .fold(item.aggregate.as_deref(), &include)
                 .map_err(|e| {

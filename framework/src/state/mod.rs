@@ -322,11 +322,11 @@ pub(crate) fn above_watermarks(
     write: &ItemWrite<'_>,
     watermarks: &HashMap<String, i64>,
 ) -> (i64, Vec<(u32, i64)>) {
+    let held = held_up_to(write, watermarks);
     let mut delta = 0;
     let mut marks: Vec<(u32, i64)> = Vec::new();
     for c in write.contributions {
-        let tp = write.partitions[c.tp as usize].to_string();
-        if watermarks.get(&tp).is_some_and(|&wm| c.offset <= wm) {
+        if !is_new(&held, c.tp, c.offset) {
             continue;
         }
         delta += c.delta;
@@ -336,6 +336,27 @@ pub(crate) fn above_watermarks(
         }
     }
     (delta, marks)
+}
+
+/// The stored watermark of each of the write's partitions (by partition index), looked up
+/// once per item rather than once per contribution.
+pub(crate) fn held_up_to(
+    write: &ItemWrite<'_>,
+    watermarks: &HashMap<String, i64>,
+) -> Vec<Option<i64>> {
+    write
+        .partitions
+        .iter()
+        .map(|tp| watermarks.get(&tp.to_string()).copied())
+        .collect()
+}
+
+/// Whether the record at `offset` of partition index `tp` is above its stored watermark.
+pub(crate) fn is_new(held: &[Option<i64>], tp: u32, offset: i64) -> bool {
+    held.get(tp as usize)
+        .copied()
+        .flatten()
+        .is_none_or(|wm| offset > wm)
 }
 
 #[cfg(test)]
