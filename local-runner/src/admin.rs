@@ -1,16 +1,51 @@
 //! Topic administration and a line producer, for demos and tests.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 /// How long a metadata request may take before the broker counts as unreachable.
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a group request waits for its coordinator to settle (see [`with_coordinator`]).
+pub const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
+
+/// Runs a consumer-group request (committed offsets, a commit), retrying it while the
+/// group's coordinator is not ready: a broker that has just started creates and loads
+/// `__consumer_offsets` on the first group request and answers `NOT_COORDINATOR`,
+/// `COORDINATOR_NOT_AVAILABLE` or `COORDINATOR_LOAD_IN_PROGRESS` meanwhile, as it does
+/// while a coordinator moves. Other errors, and the last one after [`COORDINATOR_WAIT`],
+/// are returned as they are.
+pub fn with_coordinator<T>(mut request: impl FnMut() -> KafkaResult<T>) -> KafkaResult<T> {
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match request() {
+            Err(e) if coordinator_settling(&e) && Instant::now() < deadline => {
+                tracing::debug!(error = %e, "group coordinator not ready; retrying");
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn coordinator_settling(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::NotCoordinator
+                | RDKafkaErrorCode::CoordinatorNotAvailable
+                | RDKafkaErrorCode::CoordinatorLoadInProgress
+        )
+    )
+}
 
 fn admin(bootstrap: &str) -> Result<AdminClient<DefaultClientContext>, String> {
     ClientConfig::new()
@@ -86,10 +121,7 @@ pub async fn produce_lines(
         let delivery = loop {
             match producer.send_result(record) {
                 Ok(d) => break d,
-                Err((
-                    rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
-                    back,
-                )) => {
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
                     record = back;
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }

@@ -13,7 +13,7 @@ use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::admin::METADATA_TIMEOUT;
+use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 
 /// Where a partition without committed offsets starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -80,8 +80,7 @@ pub fn initialize(
             }
         }
     }
-    let committed = consumer
-        .committed_offsets(all, METADATA_TIMEOUT)
+    let committed = with_coordinator(|| consumer.committed_offsets(all.clone(), METADATA_TIMEOUT))
         .map_err(|e| format!("cannot read the committed offsets of group {group_id}: {e}"))?;
     let mut start = TopicPartitionList::new();
     for element in committed.elements() {
@@ -119,7 +118,7 @@ pub fn initialize(
             .map_err(|e| format!("{topic}-{partition}: {e}"))?;
     }
     if start.count() > 0 {
-        match consumer.commit(&start, CommitMode::Sync) {
+        match with_coordinator(|| consumer.commit(&start, CommitMode::Sync)) {
             Ok(()) => {}
             // The group already has live members (another runner started at the same
             // time): they own the positions now, and a partition without a commit starts

@@ -29,7 +29,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::admin::METADATA_TIMEOUT;
+use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 use crate::batch::{Buffers, to_record};
 pub use crate::batch::{MAX_BATCH_SIZE, MAX_PAYLOAD_BYTES};
 pub use crate::config::{EventShape, Faults, RunnerConfig};
@@ -546,7 +546,7 @@ impl Runner {
         if moved.is_empty() {
             return Ok(());
         }
-        match consumer.commit(&offsets, CommitMode::Sync) {
+        match with_coordinator(|| consumer.commit(&offsets, CommitMode::Sync)) {
             Ok(()) => {
                 state.committed.extend(moved);
                 Ok(())
@@ -621,8 +621,7 @@ impl Runner {
         if assignment.count() == 0 {
             return Ok(false);
         }
-        let committed = consumer
-            .committed(METADATA_TIMEOUT)
+        let committed = with_coordinator(|| consumer.committed(METADATA_TIMEOUT))
             .map_err(|e| format!("cannot read committed offsets: {e}"))?;
         for element in assignment.elements() {
             let (low, high) = consumer

@@ -451,9 +451,11 @@ pub fn runner_process(
     command
 }
 
-/// The offsets `group` has committed on `topic`'s partitions `0..partitions`, summed
-/// (a partition without a commit counts 0).
-pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
+/// A group's committed offset per partition (`None`: nothing committed).
+pub type Commits = BTreeMap<i32, Option<i64>>;
+
+/// The offsets `group` has committed on `topic`'s partitions `0..partitions`.
+pub fn committed(group: &str, topic: &str, partitions: i32) -> Commits {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("group.id", group)
@@ -463,16 +465,29 @@ pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
     for p in 0..partitions {
         list.add_partition(topic, p);
     }
-    let offsets = consumer
-        .committed_offsets(list, Duration::from_secs(10))
-        .expect("committed");
-    offsets
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
+    let offsets = local_runner::admin::with_coordinator(|| {
+        consumer.committed_offsets(list.clone(), Duration::from_secs(10))
+    })
+    .expect("committed offsets");
+    (0..partitions)
+        .map(|p| {
+            let offset = offsets
+                .find_partition(topic, p)
+                .and_then(|e| match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                });
+            (p, offset)
         })
+        .collect()
+}
+
+/// The offsets `group` has committed on `topic`'s partitions `0..partitions`, summed
+/// (a partition without a commit counts 0).
+pub fn committed_total(group: &str, topic: &str, partitions: i32) -> i64 {
+    committed(group, topic, partitions)
+        .values()
+        .map(|o| o.unwrap_or(0))
         .sum()
 }
 

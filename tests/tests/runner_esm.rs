@@ -19,9 +19,8 @@ use local_runner::runner::MAX_PAYLOAD_BYTES;
 use local_runner::{
     InvokeError, RunSummary, Runner, RunnerConfig, StartingPosition, Transport, admin,
 };
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// One invocation as the function saw it.
 struct Call {
@@ -151,36 +150,6 @@ async fn run(config: RunnerConfig, function: Arc<Recorder>) -> RunSummary {
         .await
         .expect("the runner finished")
         .expect("the runner succeeded")
-}
-
-/// A group's committed offset per partition (`None`: nothing committed).
-type Commits = BTreeMap<i32, Option<i64>>;
-
-/// The group's committed offset per partition of `topic`.
-fn committed(group: &str, topic: &str, partitions: i32) -> Commits {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let offsets = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    (0..partitions)
-        .map(|p| {
-            let offset = offsets
-                .find_partition(topic, p)
-                .and_then(|e| match e.offset() {
-                    Offset::Offset(o) => Some(o),
-                    _ => None,
-                });
-            (p, offset)
-        })
-        .collect()
 }
 
 /// Per partition, the offsets in the order the function received them (all calls).
