@@ -22,6 +22,7 @@
 //! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 use tokio::sync::OnceCell;
@@ -50,8 +51,10 @@ pub struct Config {
 }
 
 impl Config {
-    /// Reads `LAMBDA_STREAMS_TABLE`, `LAMBDA_STREAMS_BOOTSTRAP_SERVERS` and
-    /// `LAMBDA_STREAMS_GUARANTEE`; an invalid value is an error naming the variable.
+    /// Reads `LAMBDA_STREAMS_TABLE`, `LAMBDA_STREAMS_BOOTSTRAP_SERVERS`,
+    /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
+    /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`
+    /// and `LAMBDA_STREAMS_METRICS`; an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let guarantee = match var("LAMBDA_STREAMS_GUARANTEE") {
@@ -75,6 +78,14 @@ impl Config {
                 )));
             }
         };
+        let idle_partition_timeout = match var("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS") {
+            Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|_| {
+                StreamError::Config(format!(
+                    "LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS: {ms:?} is not a number of milliseconds"
+                ))
+            })?),
+            None => crate::runtime::batch::DEFAULT_IDLE_PARTITION_TIMEOUT,
+        };
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -93,6 +104,7 @@ impl Config {
             batch: BatchOptions {
                 poison,
                 partial_batch_response,
+                idle_partition_timeout,
             },
             metrics_function,
         })

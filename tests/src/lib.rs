@@ -309,8 +309,17 @@ impl Proxy {
 
     /// Refuses new connections and cuts the open ones.
     pub fn set_down(&self) {
-        self.down.store(true, Ordering::SeqCst);
-        self.cut.notify_waiters();
+        self.switch()();
+    }
+
+    /// A function that takes the proxy down (as [`set_down`](Self::set_down)), to be
+    /// called from elsewhere (a store's write hook, say).
+    pub fn switch(&self) -> impl Fn() + Send + Sync + 'static {
+        let (down, cut) = (self.down.clone(), self.cut.clone());
+        move || {
+            down.store(true, Ordering::SeqCst);
+            cut.notify_waiters();
+        }
     }
 
     /// Accepts connections again.

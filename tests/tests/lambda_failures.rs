@@ -94,6 +94,7 @@ async fn partial_batch_response_commits_what_came_before_and_names_the_failed_re
     let options = BatchOptions {
         poison: PoisonPolicy::Fail,
         partial_batch_response: true,
+        ..BatchOptions::default()
     };
     let (handler, table) = handler(options, Arc::new(MemorySink::new())).await;
     let batch = event(&[
@@ -145,6 +146,7 @@ async fn skip_policy_counts_and_skips_poison_records() {
     let options = BatchOptions {
         poison: PoisonPolicy::Skip,
         partial_batch_response: false,
+        ..BatchOptions::default()
     };
     let (handler, table) = handler(options, Arc::new(MemorySink::new())).await;
     let batch = event(&[&[Some("a"), None, Some("boom"), Some("a")]]);
@@ -197,6 +199,7 @@ async fn dead_letter_policy_produces_the_record_with_its_error_and_source() {
     let options = BatchOptions {
         poison: PoisonPolicy::DeadLetter { topic: dlq.clone() },
         partial_batch_response: false,
+        ..BatchOptions::default()
     };
     let sink: Arc<dyn Sink> = Arc::new(KafkaSink::new(&bootstrap(), &[]).expect("producer"));
     require_services();

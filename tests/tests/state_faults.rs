@@ -11,10 +11,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use lambda_streams::dsl::TimeWindows;
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
@@ -24,7 +22,7 @@ use lambda_streams::sink::{MemorySink, VERSION_HEADER};
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
-use lambda_streams::state::{ItemState, ItemWrite, StateError, Store, WriteStats};
+use lambda_streams::state::Store;
 use lambda_streams::{Guarantee, StreamError, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use rand::rngs::StdRng;
@@ -713,39 +711,6 @@ async fn a_zombie_finishing_after_its_retry_changes_nothing() {
     assert_eq!(latest_emitted(&sink), log.truth());
 }
 
-/// Cuts the network to the emulator after `after` item writes: a store outage mid-batch.
-struct CutAfter<'a> {
-    inner: &'a DynamoStore,
-    proxy: &'a Proxy,
-    after: u64,
-    writes: AtomicU64,
-}
-
-#[async_trait]
-impl Store for CutAfter<'_> {
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        if self.writes.fetch_add(1, Ordering::SeqCst) == self.after {
-            self.proxy.set_down();
-        }
-        self.inner.apply(write).await
-    }
-    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
-        self.inner.get(store, key).await
-    }
-    async fn stream_times(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
-        self.inner.stream_times(partitions).await
-    }
-    async fn advance_stream_times(
-        &self,
-        times: &[(TopicPartition, i64)],
-    ) -> Result<(), StateError> {
-        self.inner.advance_stream_times(times).await
-    }
-}
-
 /// Scenario 6: the emulator is unreachable for a few seconds mid-batch. The batch fails
 /// with an error naming the store and key; once the emulator is back, the redelivered batch
 /// completes and the state is exact.
@@ -762,12 +727,13 @@ async fn the_emulator_going_away_mid_batch_fails_the_batch_and_loses_nothing() {
     let log = Log::random(&mut rng, 2, 60, 30);
     let (topology, sink) = (topology(), MemorySink::new());
     let event = log.event(&[(0, 0, 60), (1, 0, 60)]);
-    let cutting = CutAfter {
-        inner: &store,
-        proxy: &proxy,
-        after: 7,
-        writes: AtomicU64::new(0),
-    };
+    // The network to the emulator goes down before the 8th item write.
+    let down = proxy.switch();
+    let cutting = FaultyStore::new(&store).on_write(move |before| {
+        if before == 7 {
+            down();
+        }
+    });
     let error = topology
         .process(&event, &cutting, &sink)
         .await

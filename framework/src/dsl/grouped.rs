@@ -16,7 +16,7 @@ pub struct KGroupedStream<K, V> {
 }
 
 /// Which windows a record falls in, and whether each is still open (`None`: not windowed).
-pub(crate) type Windowing = Option<super::windowed::TimeWindows>;
+pub(crate) type Windowing = Option<super::windowed::WindowSpec>;
 
 /// A general aggregation's adder: `(key, value, aggregate) -> aggregate`.
 pub(crate) type Adder<K, V, A> = Box<dyn Fn(&K, V, A) -> A + Send + Sync>;
@@ -157,6 +157,7 @@ where
         inner.stores.push(StoreSpec {
             name: store.to_owned(),
             on_update,
+            emit_on_close: None,
         });
         inner
             .description
@@ -176,7 +177,7 @@ where
             match &windows {
                 None => ctx.contribute(index, encoded, None, 1),
                 Some(windows) => {
-                    for window in windows.open_windows(ctx) {
+                    for window in windows.open_windows(ctx, index) {
                         ctx.contribute(index, encoded.clone(), Some(window), 1);
                     }
                 }
@@ -204,7 +205,11 @@ where
                 };
                 let targets = match &windows {
                     None => vec![None],
-                    Some(windows) => windows.open_windows(ctx).into_iter().map(Some).collect(),
+                    Some(windows) => windows
+                        .open_windows(ctx, index)
+                        .into_iter()
+                        .map(Some)
+                        .collect(),
                 };
                 for window in targets {
                     let (aggregation, key, value) =

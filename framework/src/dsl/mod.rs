@@ -23,7 +23,7 @@ pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
 pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
-pub use windowed::{TimeWindowedKStream, TimeWindows, Windowed};
+pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::StreamError;
 use crate::event::Record;
@@ -82,6 +82,9 @@ pub(crate) type UpdateFn = Arc<
 pub(crate) struct StoreSpec {
     pub(crate) name: String,
     pub(crate) on_update: UpdateFn,
+    /// For an emit-on-close windowed store: the window size (ms). Its updates are
+    /// emitted once per window, when the window closes, instead of after every batch.
+    pub(crate) emit_on_close: Option<i64>,
 }
 
 /// Everything a built topology holds.

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::KTable;
+use super::{KTable, lock};
 use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
 use crate::runtime::context::{Ctx, ItemWindow};
 use crate::serdes::Serde;
@@ -81,25 +81,52 @@ impl TimeWindows {
         start.saturating_add(self.size).saturating_add(self.grace) <= stream_time
     }
 
-    /// The windows of the current record that are still open; the closed ones are counted
-    /// as late.
-    pub(crate) fn open_windows(&self, ctx: &mut Ctx) -> Vec<ItemWindow> {
+    /// When the window starting at `start` closes: its end plus grace (epoch ms).
+    pub fn close_time(&self, start: i64) -> i64 {
+        start.saturating_add(self.size).saturating_add(self.grace)
+    }
+}
+
+/// When a windowed aggregation emits its results, as Kafka Streams' `EmitStrategy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmitStrategy {
+    /// After every batch that changed the window (the default): the latest value of a
+    /// window, updated as records arrive.
+    #[default]
+    OnWindowUpdate,
+    /// Once per window, its final value, when the window closes (stream time passes its
+    /// end plus grace), as Kafka Streams' `EmitStrategy.onWindowClose()` or
+    /// `suppress(untilWindowCloses)`. See [`TimeWindowedKStream::emit_strategy`].
+    OnWindowClose,
+}
+
+/// The windows of a windowed aggregation and how it emits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WindowSpec {
+    pub(crate) windows: TimeWindows,
+    pub(crate) emit: EmitStrategy,
+}
+
+impl WindowSpec {
+    /// The windows of the current record that are still open in store `store`; the
+    /// closed ones are counted as late.
+    pub(crate) fn open_windows(&self, ctx: &mut Ctx, store: usize) -> Vec<ItemWindow> {
         let Some((_, _, timestamp)) = ctx.record_time() else {
             return Vec::new();
         };
-        let stream_time = ctx.stream_time();
+        let now = ctx.close_time(store);
+        let windows = &self.windows;
         let mut open = Vec::new();
-        for start in self.window_starts(timestamp) {
-            if self.is_closed(start, stream_time) {
+        for start in windows.window_starts(timestamp) {
+            if windows.is_closed(start, now) {
                 ctx.late_records += 1;
             } else {
-                let expires_ms = start
-                    .saturating_add(self.size)
-                    .saturating_add(self.grace)
-                    .saturating_add(self.retention);
+                let close = windows.close_time(start);
+                let expires_ms = close.saturating_add(windows.retention);
                 open.push(ItemWindow {
                     start,
                     expires_at: expires_ms.div_euclid(1000) + 1,
+                    close_at: (self.emit == EmitStrategy::OnWindowClose).then_some(close),
                 });
             }
         }
@@ -152,6 +179,7 @@ pub struct Windowed<K> {
 pub struct TimeWindowedKStream<K, V> {
     grouped: KGroupedStream<K, V>,
     windows: TimeWindows,
+    emit: EmitStrategy,
 }
 
 impl<K, V> TimeWindowedKStream<K, V>
@@ -160,7 +188,77 @@ where
     V: Clone + Send + Sync + 'static,
 {
     pub(crate) fn new(grouped: KGroupedStream<K, V>, windows: TimeWindows) -> Self {
-        TimeWindowedKStream { grouped, windows }
+        TimeWindowedKStream {
+            grouped,
+            windows,
+            emit: EmitStrategy::default(),
+        }
+    }
+
+    /// When the aggregation emits: after every update (the default) or once per window
+    /// when it closes ([`EmitStrategy::OnWindowClose`]).
+    ///
+    /// With `OnWindowClose`, a window closes when the *low watermark* passes its end plus
+    /// grace: the lowest stream time over the source partitions, leaving out partitions
+    /// whose stream time has not advanced for the idle timeout
+    /// ([`BatchOptions::idle_partition_timeout`](crate::runtime::BatchOptions), 30 s by
+    /// default), so that one quiet partition cannot hold every window open. The batch
+    /// whose records move the low watermark emits the windows it closes, after its own
+    /// output; each emitted record carries the window's final version, and a window is
+    /// marked closed only after its record is acknowledged, so a retried batch emits it
+    /// again with the same version (consumers keep the highest version per key: design
+    /// notes, section 4a). A record for a closed window is late: dropped and counted.
+    ///
+    /// Cost: the window items enter a sparse index (`closing`, keys only) when created
+    /// and leave it when closed; closing reads the closed windows once (strongly
+    /// consistent `BatchGetItem`) and writes each once. A batch of such a store queries
+    /// the index once.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+    /// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("page-views", Unit, Utf8)
+    ///     .group_by(|_, page: &String| page.clone(), Utf8)
+    ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count("views-per-minute")
+    ///     .to_stream()
+    ///     .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+    ///     .to("views", Utf8, DecimalI64);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut views = driver.input_topic("page-views", Unit, Utf8);
+    /// let mut out = driver.output_topic("views", Utf8, DecimalI64);
+    /// views.pipe_input_with_timestamp((), "/home".to_owned(), 5_000).unwrap();
+    /// views.pipe_input_with_timestamp((), "/home".to_owned(), 59_000).unwrap();
+    /// views.pipe_input_with_timestamp((), "/home".to_owned(), 61_000).unwrap();
+    /// assert!(out.read_key_values().unwrap().is_empty()); // [0, 60 s) is still open
+    /// views.pipe_input_with_timestamp((), "/about".to_owned(), 70_000).unwrap(); // closes it
+    /// assert_eq!(out.read_key_values().unwrap(), vec![("/home@0".to_owned(), 2)]);
+    /// ```
+    pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
+        self.emit = emit;
+        self
+    }
+
+    fn spec(&self) -> WindowSpec {
+        WindowSpec {
+            windows: self.windows,
+            emit: self.emit,
+        }
+    }
+
+    /// Marks store `index` emit-on-close when the strategy says so.
+    fn set_emit(&self, index: usize) {
+        if self.emit == EmitStrategy::OnWindowClose {
+            let mut inner = lock(&self.grouped.shared);
+            inner.stores[index].emit_on_close = Some(self.windows.size);
+        }
     }
 
     fn table_key(&self) -> impl Fn(K, Option<i64>) -> Windowed<K> + Send + Sync + 'static {
@@ -183,7 +281,8 @@ where
                 .register(store, "windowed count", true, self.table_key(), |s| {
                     Ok(s.value)
                 });
-        self.grouped.add_count(index, Some(self.windows));
+        self.grouped.add_count(index, Some(self.spec()));
+        self.set_emit(index);
         table
     }
 
@@ -212,8 +311,8 @@ where
             self.table_key(),
             move |state| decode_aggregate(&*serde, state),
         );
-        self.grouped
-            .add_fold(index, aggregation, Some(self.windows));
+        self.grouped.add_fold(index, aggregation, Some(self.spec()));
+        self.set_emit(index);
         table
     }
 }

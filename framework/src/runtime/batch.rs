@@ -1,8 +1,9 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
@@ -11,7 +12,7 @@ use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, Record, TopicPartition};
 use crate::sink::{OutputRecord, SOURCE_HEADER, Sink};
-use crate::state::{ItemState, ItemWrite, Store, WriteStats};
+use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
 
 /// How many state writes a batch keeps in flight at once: DynamoDB answers in
 /// milliseconds, so a batch must not pay that latency once per item in series.
@@ -58,7 +59,7 @@ impl std::str::FromStr for PoisonPolicy {
 }
 
 /// How a batch is executed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct BatchOptions {
     /// What to do with poison records.
     pub poison: PoisonPolicy,
@@ -67,6 +68,22 @@ pub struct BatchOptions {
     /// `FunctionResponseTypes: [ReportBatchItemFailures]`: without it, Lambda ignores the
     /// response and would commit the failed records.
     pub partial_batch_response: bool,
+    /// For emit-on-close windows: a source partition whose stream time has not advanced
+    /// for this long no longer holds the low watermark back (30 s by default).
+    pub idle_partition_timeout: Duration,
+}
+
+/// The default [`BatchOptions::idle_partition_timeout`].
+pub const DEFAULT_IDLE_PARTITION_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            poison: PoisonPolicy::default(),
+            partial_batch_response: false,
+            idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
+        }
+    }
 }
 
 /// What one batch did: counts for logs, metrics and benchmarks.
@@ -87,6 +104,8 @@ pub struct BatchReport {
     pub poison_records: u64,
     /// Poison records produced to the dead-letter topic.
     pub dead_lettered: u64,
+    /// Windows of emit-on-close stores this batch closed and emitted.
+    pub windows_closed: u64,
     /// The cost of the state writes.
     pub state: WriteStats,
     /// Wall time of the batch.
@@ -144,15 +163,25 @@ impl Topology {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
-        let initial_times = if self.inner.windowed {
-            store.stream_times(&ctx.partitions).await?
+        let clock = if self.inner.windowed {
+            store.clock().await?
         } else {
-            vec![None; ctx.partitions.len()]
+            Clock::default()
         };
+        let initial_times: Vec<Option<i64>> = ctx
+            .partitions
+            .iter()
+            .map(|tp| clock.partitions.get(tp).map(|t| t.stream_time))
+            .collect();
         ctx.stream_times = initial_times
             .iter()
             .map(|t| t.unwrap_or(i64::MIN))
             .collect();
+        for (index, spec) in self.inner.stores.iter().enumerate() {
+            if let Some(closed) = clock.closed.get(&spec.name) {
+                ctx.closed[index] = *closed;
+            }
+        }
         let mut outcome = BatchOutcome::default();
         let mut dead_letters = Vec::new();
         'partitions: for (index, batch) in event.partitions.iter().enumerate() {
@@ -214,6 +243,10 @@ impl Topology {
                 .write_store(index, pending, &ctx, store, &mut outcome.report.state)
                 .await?;
             let spec = &self.inner.stores[index];
+            if spec.emit_on_close.is_some() {
+                // Emitted once, when the window closes (below).
+                continue;
+            }
             for ((key, window), timestamp, state) in updates {
                 ctx.origin = Origin::Update {
                     version: state.version,
@@ -233,6 +266,7 @@ impl Topology {
         if self.inner.windowed {
             // Last, once everything else succeeded: a retry of a failed batch decides
             // lateness against the same stream time as the first attempt.
+            let now_ms = unix_millis();
             let advanced: Vec<_> = ctx
                 .partitions
                 .iter()
@@ -242,12 +276,87 @@ impl Topology {
                 .map(|((tp, now), _)| (tp.clone(), *now))
                 .collect();
             if !advanced.is_empty() {
-                store.advance_stream_times(&advanced).await?;
+                store.advance_stream_times(&advanced, now_ms).await?;
             }
+            let low = self.low_watermark(&clock, &advanced, now_ms, options);
+            self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
+                .await?;
         }
         outcome.report.late_records = ctx.late_records;
         outcome.report.duration = started.elapsed();
         Ok(outcome)
+    }
+
+    /// The low watermark of the topology's source partitions after this batch: the lowest
+    /// stream time over the partitions whose stream time advanced within the idle timeout
+    /// (`None`: no such partition).
+    fn low_watermark(
+        &self,
+        clock: &Clock,
+        advanced: &[(TopicPartition, i64)],
+        now_ms: i64,
+        options: &BatchOptions,
+    ) -> Option<i64> {
+        let idle_ms = i64::try_from(options.idle_partition_timeout.as_millis()).unwrap_or(i64::MAX);
+        let mut times: HashMap<&TopicPartition, PartitionTime> = clock
+            .partitions
+            .iter()
+            .filter(|(tp, _)| self.inner.sources.contains_key(&tp.topic))
+            .map(|(tp, t)| (tp, *t))
+            .collect();
+        for (tp, time) in advanced {
+            times.insert(
+                tp,
+                PartitionTime {
+                    stream_time: *time,
+                    advanced_at: now_ms,
+                },
+            );
+        }
+        times
+            .values()
+            .filter(|t| now_ms.saturating_sub(t.advanced_at) <= idle_ms)
+            .map(|t| t.stream_time)
+            .min()
+    }
+
+    /// Emits the windows of emit-on-close stores that close at or before `low`, once each:
+    /// their final values through the store's downstream operators, produced and
+    /// acknowledged, then the windows marked closed (a crash in between emits them again,
+    /// with the same versions).
+    async fn close_windows(
+        &self,
+        low: Option<i64>,
+        ctx: &mut Ctx,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        report: &mut BatchReport,
+    ) -> Result<(), StreamError> {
+        let Some(low) = low else {
+            return Ok(());
+        };
+        for spec in &self.inner.stores {
+            let Some(size) = spec.emit_on_close else {
+                continue;
+            };
+            let windows = store.closed_windows(&spec.name, low).await?;
+            for window in &windows {
+                ctx.origin = Origin::Update {
+                    version: window.state.version,
+                    timestamp: window.start.saturating_add(size).saturating_sub(1),
+                };
+                (spec.on_update)(ctx, &window.key, Some(window.start), &window.state)?;
+            }
+            let outputs = std::mem::take(&mut ctx.outputs);
+            report.records_out += outputs.len() as u64;
+            if !outputs.is_empty() {
+                sink.send(outputs).await?;
+            }
+            let stats = store.mark_closed(&spec.name, &windows, low).await?;
+            report.state.add(&stats);
+            report.windows_closed += windows.len() as u64;
+        }
+        Ok(())
     }
 
     /// Writes one store's touched items, concurrently, and returns their new states
@@ -272,6 +381,7 @@ impl Topology {
                     partitions,
                     window,
                     expires_at: item.expires_at,
+                    close_at: item.close_at,
                     fold,
                 };
                 let (state, stats) = store.apply(write).await?;
@@ -315,6 +425,12 @@ fn dead_letter(
         headers,
         timestamp: Some(record.timestamp),
     }
+}
+
+fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

@@ -36,16 +36,20 @@ pub(crate) struct PendingItem {
     pub(crate) fold: Option<Box<dyn PendingFold>>,
     /// When a windowed item may be deleted (epoch seconds).
     pub(crate) expires_at: Option<i64>,
+    /// When a window of an emit-on-close store closes (epoch ms).
+    pub(crate) close_at: Option<i64>,
 }
 
 /// A pending item: the encoded key, and the window start of a windowed item.
 pub(crate) type PendingKey = (Vec<u8>, Option<i64>);
 
-/// A window of a windowed item: its start (epoch ms) and when it may be deleted (epoch s).
+/// A window of a windowed item: its start (epoch ms), when it may be deleted (epoch s),
+/// and, for an emit-on-close store, when it closes (epoch ms).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ItemWindow {
     pub(crate) start: i64,
     pub(crate) expires_at: i64,
+    pub(crate) close_at: Option<i64>,
 }
 
 /// State of one batch as records move through the topology: what the aggregations
@@ -59,6 +63,9 @@ pub(crate) struct Ctx {
     pub(crate) stream_times: Vec<i64>,
     /// (record, window) pairs dropped because the window had closed.
     pub(crate) late_records: u64,
+    /// Per store (by index): the time up to which its windows are closed and emitted
+    /// (emit-on-close stores; `i64::MIN` otherwise).
+    pub(crate) closed: Vec<i64>,
     pub(crate) outputs: Vec<OutputRecord>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
@@ -77,6 +84,7 @@ impl Ctx {
             dropped_null_keys: 0,
             stream_times: Vec::new(),
             late_records: 0,
+            closed: vec![i64::MIN; stores],
         }
     }
 
@@ -103,6 +111,7 @@ impl Ctx {
             .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
         item.expires_at = window.map(|w| w.expires_at);
+        item.close_at = window.and_then(|w| w.close_at);
         match item.contributions.last_mut() {
             Some(last) if last.tp == tp && last.offset == offset => last.delta += delta,
             _ => item.contributions.push(Contribution { tp, offset, delta }),
@@ -132,6 +141,7 @@ impl Ctx {
             .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
         item.expires_at = window.map(|w| w.expires_at);
+        item.close_at = window.and_then(|w| w.close_at);
         item.contributions.push(Contribution {
             tp,
             offset,
@@ -165,6 +175,14 @@ impl Ctx {
             } => Some((tp, offset, timestamp)),
             Origin::Update { .. } => None,
         }
+    }
+
+    /// The time before which windows of store `store` are closed for the current record:
+    /// its partition's stream time (its own timestamp included), or the store's closed
+    /// time when that is later.
+    pub(crate) fn close_time(&self, store: usize) -> i64 {
+        self.stream_time()
+            .max(self.closed.get(store).copied().unwrap_or(i64::MIN))
     }
 
     /// The stream time of the current record's partition (its own timestamp included).

@@ -31,26 +31,27 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::event::TopicPartition;
 use async_trait::async_trait;
+use futures::{StreamExt, TryStreamExt};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
+    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
     TimeToLiveSpecification,
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 use super::{
-    Guarantee, ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats,
-    above_watermarks, offset_ranges,
+    Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
+    StateErrorKind, Store, WriteStats, above_watermarks, offset_ranges,
 };
 
 /// The item format this release writes and reads.
@@ -61,6 +62,14 @@ pub const WATERMARK_PREFIX: &str = "w:";
 pub const STREAM_TIME_KEY: &str = "__stream-time";
 /// The TTL attribute of windowed items (epoch seconds).
 pub const TTL_ATTRIBUTE: &str = "ttl";
+/// The global secondary index that finds emit-on-close windows by close time: partition
+/// key `cq` (the store name), sort key `cl` (the close time, epoch ms), keys only. A
+/// window leaves the (sparse) index when it is marked closed.
+pub const CLOSING_INDEX: &str = "closing";
+/// The attributes of [`CLOSING_INDEX`].
+pub const CLOSING_STORE: &str = "cq";
+/// See [`CLOSING_STORE`].
+pub const CLOSING_TIME: &str = "cl";
 
 /// How many times the fallback path retries a conflicting write before giving up.
 const MAX_CONFLICT_ATTEMPTS: u32 = 16;
@@ -105,6 +114,9 @@ impl DynamoStore {
         if write.expires_at.is_some() {
             set.push("#ttl = :ttl".to_owned());
         }
+        if write.close_at.is_some() {
+            set.push("#cq = :cq, #cl = :cl".to_owned());
+        }
         set
     }
 
@@ -134,10 +146,18 @@ impl DynamoStore {
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
             .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()));
-        match write.expires_at {
+        let request = match write.expires_at {
             Some(at) => request
                 .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
                 .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
+            None => request,
+        };
+        match write.close_at {
+            Some(at) => request
+                .expression_attribute_names("#cq", CLOSING_STORE)
+                .expression_attribute_names("#cl", CLOSING_TIME)
+                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
             None => request,
         }
     }
@@ -376,12 +396,49 @@ impl Store for DynamoStore {
             .map_err(|e| StateError::new(store, key, StateErrorKind::Corrupt(e)))
     }
 
-    /// One item (`pk = "__stream-time"`) holds an attribute `t:<topic>-<partition>` per
-    /// partition: one strongly consistent read per batch.
-    async fn stream_times(
+    /// Queries the key's items with `sk` (the window start) in `from..=to`.
+    async fn windows(
         &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        let err = |e: String| StateError::new(store, key, StateErrorKind::Request(e));
+        let now = unix_seconds();
+        let mut out = Vec::new();
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :pk AND sk BETWEEN :from AND :to")
+            .expression_attribute_values(":pk", AttributeValue::S(item_key(store, key)))
+            .expression_attribute_values(":from", AttributeValue::N(from.to_string()))
+            .expression_attribute_values(":to", AttributeValue::N(to.to_string()))
+            .consistent_read(true)
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            for item in page.items() {
+                if expired(item, now) {
+                    continue;
+                }
+                let start = number(item, "sk")
+                    .map_err(|e| StateError::new(store, key, StateErrorKind::Corrupt(e)))?;
+                let state = parse_state(item)
+                    .map_err(|e| StateError::new(store, key, StateErrorKind::Corrupt(e)))?;
+                out.push((start, state));
+            }
+        }
+        Ok(out)
+    }
+
+    /// One item (`pk = "__stream-time"`) holds, per partition, `t:<topic>-<partition>`
+    /// (stream time) and `u:<topic>-<partition>` (when it advanced), and per
+    /// emit-on-close store `c:<store>` (closed up to): one strongly consistent read.
+    async fn clock(&self) -> Result<Clock, StateError> {
+        let corrupt = |e: String| StateError::new(STREAM_TIME_KEY, b"", StateErrorKind::Corrupt(e));
         let out = self
             .client
             .get_item()
@@ -399,18 +456,30 @@ impl Store for DynamoStore {
                 )
             })?;
         let item = out.item().cloned().unwrap_or_default();
-        partitions
-            .iter()
-            .map(|tp| {
-                let name = format!("t:{tp}");
-                match item.get(&name) {
-                    None => Ok(None),
-                    Some(_) => number(&item, &name).map(Some).map_err(|e| {
-                        StateError::new(STREAM_TIME_KEY, b"", StateErrorKind::Corrupt(e))
-                    }),
-                }
-            })
-            .collect()
+        let mut clock = Clock::default();
+        for name in item.keys() {
+            if let Some(tp) = name.strip_prefix("t:") {
+                let tp = TopicPartition::from_key(tp)
+                    .ok_or_else(|| corrupt(format!("attribute {name:?} names no partition")))?;
+                let stream_time = number(&item, name).map_err(corrupt)?;
+                let advanced_at = match item.get(&format!("u:{tp}")) {
+                    Some(_) => number(&item, &format!("u:{tp}")).map_err(corrupt)?,
+                    None => 0,
+                };
+                clock.partitions.insert(
+                    tp,
+                    PartitionTime {
+                        stream_time,
+                        advanced_at,
+                    },
+                );
+            } else if let Some(store) = name.strip_prefix("c:") {
+                clock
+                    .closed
+                    .insert(store.to_owned(), number(&item, name).map_err(corrupt)?);
+            }
+        }
+        Ok(clock)
     }
 
     /// One conditional write per partition (`t:<tp> < :time`); a refused one means
@@ -418,38 +487,219 @@ impl Store for DynamoStore {
     async fn advance_stream_times(
         &self,
         times: &[(TopicPartition, i64)],
+        now_ms: i64,
     ) -> Result<(), StateError> {
         for (tp, time) in times {
-            let result = self
-                .client
-                .update_item()
-                .table_name(&self.table)
-                .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
-                .key("sk", AttributeValue::N("0".into()))
-                .update_expression("SET #t = :t")
-                .condition_expression("attribute_not_exists(#t) OR #t < :t")
-                .expression_attribute_names("#t", format!("t:{tp}"))
-                .expression_attribute_values(":t", AttributeValue::N(time.to_string()))
-                .send()
-                .await;
-            match result {
-                Ok(_) => {}
-                Err(SdkError::ServiceError(e))
-                    if e.err().is_conditional_check_failed_exception() => {}
-                Err(e) => {
-                    return Err(StateError::new(
-                        STREAM_TIME_KEY,
-                        tp.to_string().as_bytes(),
-                        StateErrorKind::Request(describe_sdk_error(&e)),
-                    ));
+            self.advance_clock(
+                &format!("t:{tp}"),
+                *time,
+                Some((&format!("u:{tp}"), now_ms)),
+            )
+            .await
+            .map_err(|e| StateError::new(STREAM_TIME_KEY, tp.to_string().as_bytes(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Queries [`CLOSING_INDEX`] for the store's windows closing at or before `up_to`,
+    /// then reads them (strongly consistent `BatchGetItem`, 100 at a time: the index is
+    /// eventually consistent, the items are not), leaving out those already closed.
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<ClosedWindow>, StateError> {
+        let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(CLOSING_INDEX)
+            .key_condition_expression("#cq = :cq AND #cl <= :t")
+            .expression_attribute_names("#cq", CLOSING_STORE)
+            .expression_attribute_names("#cl", CLOSING_TIME)
+            .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+            .expression_attribute_values(":t", AttributeValue::N(up_to.to_string()))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                err(format!(
+                    "cannot query index {CLOSING_INDEX:?} of table {:?} (emit-on-close \
+                     stores need it; see create_table and template.yaml): {}",
+                    self.table,
+                    describe_sdk_error(&e)
+                ))
+            })?;
+            for item in page.items() {
+                let mut key = HashMap::new();
+                for name in ["pk", "sk"] {
+                    let value = item
+                        .get(name)
+                        .ok_or_else(|| err(format!("an index entry has no {name}")))?;
+                    key.insert(name.to_owned(), value.clone());
+                }
+                keys.push(key);
+            }
+        }
+        let mut windows = Vec::new();
+        for chunk in keys.chunks(100) {
+            let mut pending = KeysAndAttributes::builder()
+                .set_keys(Some(chunk.to_vec()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| err(e.to_string()))?;
+            for attempt in 0.. {
+                if attempt > 0 {
+                    tokio::time::sleep(backoff(attempt.min(6))).await;
+                }
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, pending.clone())
+                    .send()
+                    .await
+                    .map_err(|e| err(describe_sdk_error(&e)))?;
+                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                    let still_open = item.contains_key(CLOSING_STORE)
+                        && number::<i64>(item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
+                    if !still_open {
+                        continue;
+                    }
+                    let key = match item.get("k") {
+                        Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
+                        _ => return Err(err("an item has no key attribute k".into())),
+                    };
+                    let corrupt =
+                        |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
+                    windows.push(ClosedWindow {
+                        start: number(item, "sk").map_err(corrupt)?,
+                        state: parse_state(item).map_err(corrupt)?,
+                        key: key.clone(),
+                    });
+                }
+                match out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    Some(left) if !left.keys().is_empty() => pending = left.clone(),
+                    _ => break,
                 }
             }
         }
-        Ok(())
+        windows.sort_by(|a, b| (&a.key, a.start).cmp(&(&b.key, b.start)));
+        Ok(windows)
+    }
+
+    /// Per window, `REMOVE cq, cl` on the condition that its version is the one read (an
+    /// update since then keeps it in the index, to be emitted again); then `c:<store>`.
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[ClosedWindow],
+        up_to: i64,
+    ) -> Result<WriteStats, StateError> {
+        let marks: Vec<_> = windows.iter().map(|w| self.mark_one(store, w)).collect();
+        let results: Vec<WriteStats> = futures::stream::iter(marks)
+            .buffer_unordered(crate::runtime::batch::WRITE_CONCURRENCY)
+            .try_collect()
+            .await?;
+        let mut stats = WriteStats::default();
+        for s in &results {
+            stats.add(s);
+        }
+        self.advance_clock(&format!("c:{store}"), up_to, None)
+            .await
+            .map_err(|e| StateError::new(STREAM_TIME_KEY, store.as_bytes(), e))?;
+        stats.requests += 1;
+        Ok(stats)
     }
 }
 
 impl DynamoStore {
+    /// Removes one closed window from [`CLOSING_INDEX`] if its version is still `window`'s.
+    async fn mark_one(
+        &self,
+        store: &str,
+        window: &ClosedWindow,
+    ) -> Result<WriteStats, StateError> {
+                let mut stats = WriteStats {
+                    requests: 1,
+                    ..WriteStats::default()
+                };
+                let result = self
+                    .client
+                    .update_item()
+                    .table_name(&self.table)
+                    .key("pk", AttributeValue::S(item_key(store, &window.key)))
+                    .key("sk", AttributeValue::N(window.start.to_string()))
+                    .update_expression("REMOVE #cq, #cl")
+                    .condition_expression("#ver = :v")
+                    .expression_attribute_names("#cq", CLOSING_STORE)
+                    .expression_attribute_names("#cl", CLOSING_TIME)
+                    .expression_attribute_names("#ver", "ver")
+                    .expression_attribute_values(
+                        ":v",
+                        AttributeValue::N(window.state.version.to_string()),
+                    )
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await;
+                match result {
+                    Ok(out) => {
+                        if let Some(units) =
+                            out.consumed_capacity().and_then(|c| c.capacity_units())
+                        {
+                            stats.consumed_write_units += units;
+                        }
+                    }
+                    Err(SdkError::ServiceError(e))
+                        if e.err().is_conditional_check_failed_exception() =>
+                    {
+                        stats.conditional_failures += 1;
+                    }
+                    Err(e) => {
+                        return Err(StateError::new(
+                            store,
+                            &window.key,
+                            StateErrorKind::Request(describe_sdk_error(&e)),
+                        ));
+                    }
+                }
+                Ok(stats)
+            }
+
+    /// Moves attribute `name` of the clock item forward to `time` (never back), and sets
+    /// `stamp` with it.
+    async fn advance_clock(
+        &self,
+        name: &str,
+        time: i64,
+        stamp: Option<(&str, i64)>,
+    ) -> Result<(), StateErrorKind> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
+            .key("sk", AttributeValue::N("0".into()))
+            .update_expression("SET #t = :t")
+            .condition_expression("attribute_not_exists(#t) OR #t < :t")
+            .expression_attribute_names("#t", name)
+            .expression_attribute_values(":t", AttributeValue::N(time.to_string()));
+        if let Some((stamp, at)) = stamp {
+            request = request
+                .update_expression("SET #t = :t, #u = :u")
+                .expression_attribute_names("#u", stamp)
+                .expression_attribute_values(":u", AttributeValue::N(at.to_string()));
+        }
+        match request.send().await {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                Ok(())
+            }
+            Err(e) => Err(StateErrorKind::Request(describe_sdk_error(&e))),
+        }
+    }
+
     /// Every item of `store` as `(key, value, version)`, in no particular order (an
     /// interactive query; it scans the table, so it is for tools, not for batches).
     pub async fn scan(&self, store: &str) -> Result<Vec<(Vec<u8>, i64, u64)>, StateError> {
@@ -568,12 +818,25 @@ where
     text
 }
 
+fn unix_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Whether an item is past its TTL: DynamoDB deletes such items lazily (within days),
+/// so reads leave them out themselves.
+fn expired(item: &Item, now_seconds: i64) -> bool {
+    number::<i64>(item, TTL_ATTRIBUTE).is_ok_and(|ttl| ttl < now_seconds)
+}
+
 fn backoff(attempt: u32) -> Duration {
     let base = 10u64 << attempt.min(6);
     Duration::from_millis(base / 2 + rand::random_range(0..=base / 2))
 }
 
-/// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`) if it does not exist.
+/// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`, the
+/// [`CLOSING_INDEX`] for emit-on-close windows) if it does not exist.
 /// For local runs and tests; in AWS, `template.yaml` creates it.
 pub async fn create_table(client: &Client, table: &str) -> Result<(), StateError> {
     let err = |e: String| StateError::new("<table>", table.as_bytes(), StateErrorKind::Request(e));
@@ -583,8 +846,23 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StateError
         .billing_mode(BillingMode::PayPerRequest)
         .attribute_definitions(attr("pk", ScalarAttributeType::S))
         .attribute_definitions(attr("sk", ScalarAttributeType::N))
+        .attribute_definitions(attr(CLOSING_STORE, ScalarAttributeType::S))
+        .attribute_definitions(attr(CLOSING_TIME, ScalarAttributeType::N))
         .key_schema(key("pk", KeyType::Hash))
         .key_schema(key("sk", KeyType::Range))
+        .global_secondary_indexes(
+            GlobalSecondaryIndex::builder()
+                .index_name(CLOSING_INDEX)
+                .key_schema(key(CLOSING_STORE, KeyType::Hash))
+                .key_schema(key(CLOSING_TIME, KeyType::Range))
+                .projection(
+                    Projection::builder()
+                        .projection_type(ProjectionType::KeysOnly)
+                        .build(),
+                )
+                .build()
+                .map_err(|e| err(e.to_string()))?,
+        )
         .send()
         .await;
     match created {

@@ -4,14 +4,16 @@
 //! partitions on one key) interleave their writes at the store.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats};
+use super::{
+    Clock, ClosedWindow, ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats,
+};
 use crate::event::TopicPartition;
 
 /// What happens once the first `after` writes went through.
@@ -33,7 +35,12 @@ pub struct FaultyStore<S> {
     remaining: AtomicI64,
     max_delay: Duration,
     rng: Mutex<StdRng>,
+    writes: AtomicU64,
+    hook: Option<WriteHook>,
 }
+
+/// Called before each write with the number of writes before it.
+type WriteHook = Box<dyn Fn(u64) + Send + Sync>;
 
 impl<S: Store> FaultyStore<S> {
     /// A transparent layer (add faults with the builder methods).
@@ -44,6 +51,8 @@ impl<S: Store> FaultyStore<S> {
             remaining: AtomicI64::new(i64::MAX),
             max_delay: Duration::ZERO,
             rng: Mutex::new(StdRng::seed_from_u64(0)),
+            writes: AtomicU64::new(0),
+            hook: None,
         }
     }
 
@@ -71,6 +80,13 @@ impl<S: Store> FaultyStore<S> {
         self
     }
 
+    /// Calls `hook` before every write with the number of writes before it: to cause an
+    /// outside fault at a chosen point (take the network down after the k-th write, say).
+    pub fn on_write(mut self, hook: impl Fn(u64) + Send + Sync + 'static) -> Self {
+        self.hook = Some(Box::new(hook));
+        self
+    }
+
     /// Whether a failure has been injected yet.
     pub fn fired(&self) -> bool {
         self.crash != Crash::Never && self.remaining.load(Ordering::SeqCst) < 0
@@ -80,6 +96,10 @@ impl<S: Store> FaultyStore<S> {
 #[async_trait]
 impl<S: Store> Store for FaultyStore<S> {
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        let before = self.writes.fetch_add(1, Ordering::SeqCst);
+        if let Some(hook) = &self.hook {
+            hook(before);
+        }
         if !self.max_delay.is_zero() {
             let micros = {
                 let mut rng = self
@@ -115,17 +135,42 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.get(store, key).await
     }
 
-    async fn stream_times(
+    async fn windows(
         &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
-        self.inner.stream_times(partitions).await
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        self.inner.windows(store, key, from, to).await
+    }
+
+    async fn clock(&self) -> Result<Clock, StateError> {
+        self.inner.clock().await
     }
 
     async fn advance_stream_times(
         &self,
         times: &[(TopicPartition, i64)],
+        now_ms: i64,
     ) -> Result<(), StateError> {
-        self.inner.advance_stream_times(times).await
+        self.inner.advance_stream_times(times, now_ms).await
+    }
+
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<ClosedWindow>, StateError> {
+        self.inner.closed_windows(store, up_to).await
+    }
+
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[ClosedWindow],
+        up_to: i64,
+    ) -> Result<WriteStats, StateError> {
+        self.inner.mark_closed(store, windows, up_to).await
     }
 }

@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats, above_watermarks,
+    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
+    WriteStats, above_watermarks,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,8 @@ struct Item {
     aggregate: Option<Vec<u8>>,
     version: u64,
     watermarks: HashMap<String, i64>,
+    /// An emit-on-close window not marked closed yet: when it closes.
+    close_at: Option<i64>,
 }
 
 impl Item {
@@ -37,7 +40,7 @@ type ItemId = (String, Vec<u8>, Option<i64>);
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     items: Mutex<HashMap<ItemId, Item>>,
-    stream_times: Mutex<HashMap<TopicPartition, i64>>,
+    clock: Mutex<Clock>,
 }
 
 impl MemoryStore {
@@ -112,6 +115,9 @@ impl Store for MemoryStore {
             item.value += delta;
         }
         item.version += 1;
+        if write.close_at.is_some() {
+            item.close_at = write.close_at;
+        }
         for (tp, offset) in marks {
             item.watermarks
                 .insert(write.partitions[tp as usize].to_string(), offset);
@@ -126,29 +132,99 @@ impl Store for MemoryStore {
             .map(Item::state))
     }
 
-    async fn stream_times(
+    async fn windows(
         &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
-        let times = self
-            .stream_times
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, k, _), _)| s == store && k == key)
+            .filter_map(|((_, _, window), item)| {
+                window
+                    .filter(|w| (from..=to).contains(w))
+                    .map(|w| (w, item.state()))
+            })
+            .collect();
+        out.sort_by_key(|(w, _)| *w);
+        Ok(out)
+    }
+
+    async fn clock(&self) -> Result<Clock, StateError> {
+        Ok(self
+            .clock
             .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        Ok(partitions.iter().map(|tp| times.get(tp).copied()).collect())
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone())
     }
 
     async fn advance_stream_times(
         &self,
         advances: &[(TopicPartition, i64)],
+        now_ms: i64,
     ) -> Result<(), StateError> {
-        let mut times = self
-            .stream_times
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
         for (tp, time) in advances {
-            let entry = times.entry(tp.clone()).or_insert(*time);
-            *entry = (*entry).max(*time);
+            let entry = clock
+                .partitions
+                .entry(tp.clone())
+                .or_insert(PartitionTime {
+                    stream_time: *time,
+                    advanced_at: now_ms,
+                });
+            if *time >= entry.stream_time {
+                *entry = PartitionTime {
+                    stream_time: *time,
+                    advanced_at: now_ms,
+                };
+            }
         }
         Ok(())
+    }
+
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<ClosedWindow>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, _, _), item)| s == store && item.close_at.is_some_and(|c| c <= up_to))
+            .filter_map(|((_, key, window), item)| {
+                window.map(|start| ClosedWindow {
+                    key: key.clone(),
+                    start,
+                    state: item.state(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (&a.key, a.start).cmp(&(&b.key, b.start)));
+        Ok(out)
+    }
+
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[ClosedWindow],
+        up_to: i64,
+    ) -> Result<WriteStats, StateError> {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stats = WriteStats::default();
+        for window in windows {
+            stats.requests += 1;
+            let id = (store.to_owned(), window.key.clone(), Some(window.start));
+            match items.get_mut(&id) {
+                Some(item) if item.version == window.state.version => item.close_at = None,
+                _ => stats.conditional_failures += 1,
+            }
+        }
+        let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        let closed = clock.closed.entry(store.to_owned()).or_insert(up_to);
+        *closed = (*closed).max(up_to);
+        Ok(stats)
     }
 }

@@ -49,6 +49,10 @@ pub struct ItemWrite<'a> {
     pub contributions: &'a [Contribution],
     /// The batch's topic-partitions, indexed by [`Contribution::tp`].
     pub partitions: &'a [TopicPartition],
+    /// For a window of an emit-on-close store: when it closes (end + grace, epoch ms).
+    /// The store keeps the item findable by [`Store::closed_windows`] until it is marked
+    /// closed.
+    pub close_at: Option<i64>,
     /// `None`: the contributions' deltas are added (count, sum: commutative, written with
     /// DynamoDB's `ADD`). `Some`: a general aggregate, folded onto the stored one
     /// (read-modify-write conditioned on the version).
@@ -125,6 +129,39 @@ impl WriteStats {
     }
 }
 
+/// The persisted time of one source partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionTime {
+    /// The stream time: the highest record timestamp processed (epoch ms).
+    pub stream_time: i64,
+    /// When (wall clock, epoch ms) the stream time last moved forward.
+    pub advanced_at: i64,
+}
+
+/// The persisted clock of a table: where every source partition's stream time is, and up
+/// to which time each emit-on-close store has closed its windows. One strongly
+/// consistent read per batch of a windowed topology.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// Per source topic-partition seen so far.
+    pub partitions: HashMap<TopicPartition, PartitionTime>,
+    /// Per store: the windows that close (end + grace) at or before this time are
+    /// closed and emitted; a record for one of them is late.
+    pub closed: HashMap<String, i64>,
+}
+
+/// A window whose close time has passed and that is not emitted yet: what an
+/// emit-on-close store emits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedWindow {
+    /// The item's key, as the aggregation's key serde encoded it.
+    pub key: Vec<u8>,
+    /// The window start (epoch ms).
+    pub start: i64,
+    /// The item's final state.
+    pub state: ItemState,
+}
+
 /// A state store with exactly-once application of contributions.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -134,68 +171,101 @@ pub trait Store: Send + Sync {
     /// Reads an item (strongly consistent); `None` when it does not exist.
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
 
-    /// The persisted stream time (the highest record timestamp processed, epoch ms) of
-    /// each partition, `None` for a partition not seen yet.
-    async fn stream_times(
+    /// The windowed items of `key` in `store` whose window starts in `from..=to`, by
+    /// start (strongly consistent; items past their TTL are left out).
+    async fn windows(
         &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError>;
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, ItemState)>, StateError>;
 
-    /// Moves the persisted stream time of partitions forward (never back: a lower value
-    /// than the stored one changes nothing).
-    async fn advance_stream_times(&self, times: &[(TopicPartition, i64)])
-    -> Result<(), StateError>;
-}
+    /// The table's clock: every partition's stream time, every store's closed time.
+    async fn clock(&self) -> Result<Clock, StateError>;
 
-#[async_trait]
-impl<T: Store + ?Sized> Store for &T {
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        (**self).apply(write).await
-    }
-
-    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
-        (**self).get(store, key).await
-    }
-
-    async fn stream_times(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
-        (**self).stream_times(partitions).await
-    }
-
+    /// Moves the persisted stream time of partitions forward, stamping them with
+    /// `now_ms` (wall clock); never back: a lower value than the stored one changes nothing.
     async fn advance_stream_times(
         &self,
         times: &[(TopicPartition, i64)],
-    ) -> Result<(), StateError> {
-        (**self).advance_stream_times(times).await
-    }
+        now_ms: i64,
+    ) -> Result<(), StateError>;
+
+    /// The windows of emit-on-close `store` that close at or before `up_to` and are not
+    /// marked closed yet, with their state (strongly consistent).
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<ClosedWindow>, StateError>;
+
+    /// Marks `windows` (as [`closed_windows`](Self::closed_windows) returned them)
+    /// emitted, each only if its version has not changed since, and moves the store's
+    /// closed time forward to `up_to`.
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[ClosedWindow],
+        up_to: i64,
+    ) -> Result<WriteStats, StateError>;
 }
 
-#[async_trait]
-impl<T: Store + ?Sized> Store for std::sync::Arc<T> {
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        (**self).apply(write).await
-    }
-
-    async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
-        (**self).get(store, key).await
-    }
-
-    async fn stream_times(
-        &self,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, StateError> {
-        (**self).stream_times(partitions).await
-    }
-
-    async fn advance_stream_times(
-        &self,
-        times: &[(TopicPartition, i64)],
-    ) -> Result<(), StateError> {
-        (**self).advance_stream_times(times).await
-    }
+/// Implements [`Store`] for a type that derefs to a store, forwarding every call.
+macro_rules! forward_store {
+    ($($generics:tt)*) => {
+        #[async_trait]
+        impl $($generics)* {
+            async fn apply(
+                &self,
+                write: ItemWrite<'_>,
+            ) -> Result<(ItemState, WriteStats), StateError> {
+                (**self).apply(write).await
+            }
+            async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+                (**self).get(store, key).await
+            }
+            async fn windows(
+                &self,
+                store: &str,
+                key: &[u8],
+                from: i64,
+                to: i64,
+            ) -> Result<Vec<(i64, ItemState)>, StateError> {
+                (**self).windows(store, key, from, to).await
+            }
+            async fn clock(&self) -> Result<Clock, StateError> {
+                (**self).clock().await
+            }
+            async fn advance_stream_times(
+                &self,
+                times: &[(TopicPartition, i64)],
+                now_ms: i64,
+            ) -> Result<(), StateError> {
+                (**self).advance_stream_times(times, now_ms).await
+            }
+            async fn closed_windows(
+                &self,
+                store: &str,
+                up_to: i64,
+            ) -> Result<Vec<ClosedWindow>, StateError> {
+                (**self).closed_windows(store, up_to).await
+            }
+            async fn mark_closed(
+                &self,
+                store: &str,
+                windows: &[ClosedWindow],
+                up_to: i64,
+            ) -> Result<WriteStats, StateError> {
+                (**self).mark_closed(store, windows, up_to).await
+            }
+        }
+    };
 }
+
+forward_store!(<T: Store + ?Sized> Store for &T);
+forward_store!(<T: Store + ?Sized> Store for std::sync::Arc<T>);
+forward_store!(<T: Store + ?Sized> Store for Box<T>);
 
 /// The processing guarantee a topology runs with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -411,6 +481,7 @@ mod tests {
             partitions: &partitions,
             window: None,
             expires_at: None,
+            close_at: None,
             fold: None,
         };
         let stored = HashMap::from([("t-0".to_owned(), 3)]);
