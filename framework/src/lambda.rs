@@ -53,8 +53,9 @@ pub struct Config {
 impl Config {
     /// Reads `LAMBDA_STREAMS_TABLE`, `LAMBDA_STREAMS_BOOTSTRAP_SERVERS`,
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
-    /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`
-    /// and `LAMBDA_STREAMS_METRICS`; an invalid value is an error naming the variable.
+    /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
+    /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`) and
+    /// `LAMBDA_STREAMS_METRICS`; an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let guarantee = match var("LAMBDA_STREAMS_GUARANTEE") {
@@ -86,6 +87,24 @@ impl Config {
             })?),
             None => crate::runtime::batch::DEFAULT_IDLE_PARTITION_TIMEOUT,
         };
+        let mut source_partitions = std::collections::BTreeMap::new();
+        for entry in var("LAMBDA_STREAMS_SOURCE_PARTITIONS")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|e| !e.trim().is_empty())
+        {
+            let parsed = entry
+                .trim()
+                .rsplit_once(':')
+                .and_then(|(topic, n)| Some((topic.to_owned(), n.parse::<i32>().ok()?)))
+                .filter(|(topic, n)| !topic.is_empty() && *n > 0);
+            let Some((topic, n)) = parsed else {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_SOURCE_PARTITIONS: {entry:?} is not <topic>:<partitions>"
+                )));
+            };
+            source_partitions.insert(topic, n);
+        }
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -105,6 +124,7 @@ impl Config {
                 poison,
                 partial_batch_response,
                 idle_partition_timeout,
+                source_partitions,
             },
             metrics_function,
         })

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::dsl::TimeWindows;
+use lambda_streams::dsl::{EmitStrategy, TimeWindows};
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -23,7 +23,7 @@ use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::Store;
-use lambda_streams::{Guarantee, StreamError, StreamsBuilder, Topology};
+use lambda_streams::{BatchOptions, Guarantee, StreamError, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -584,7 +584,11 @@ async fn faulty_run(
         }
         let results = futures::future::join_all(invocations.iter().map(|(batch, layer)| {
             let (topology, sink, event) = (&topology, &sink, log.event(batch));
-            async move { topology.process(&event, layer, sink).await }
+            async move {
+                topology
+                    .process_with(&event, layer, sink, &declared(parts))
+                    .await
+            }
         }))
         .await;
         for ((batch, _), result) in invocations.iter().zip(results) {
@@ -605,13 +609,26 @@ async fn faulty_run(
         while committed[p] < len {
             let hi = (committed[p] + rng.random_range(1..12)).min(len);
             topology
-                .process(&log.event(&[(p, committed[p], hi)]), &store, &sink)
+                .process_with(
+                    &log.event(&[(p, committed[p], hi)]),
+                    &store,
+                    &sink,
+                    &declared(parts),
+                )
                 .await
                 .expect("fault-free batch");
             committed[p] = hi;
         }
     }
     (log, sink)
+}
+
+/// Batch options that declare the source topic's `partitions` (for the low watermark).
+fn declared(partitions: usize) -> BatchOptions {
+    BatchOptions {
+        source_partitions: BTreeMap::from([(TOPIC.to_owned(), partitions as i32)]),
+        ..BatchOptions::default()
+    }
 }
 
 fn seeds(default: u64) -> u64 {
@@ -829,4 +846,199 @@ async fn one_request_per_touched_item_per_batch() {
         (keys, keys)
     );
     assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
+
+// --- Emit on window close -------------------------------------------------------------
+
+const CLOSING: &str = "per-window-final";
+
+/// Hopping windows of 5 ms every 2 ms with 1 ms of grace: window `s` closes at `s + 6`.
+fn closing_windows() -> TimeWindows {
+    TimeWindows::of_size(Duration::from_millis(5))
+        .advance_by(Duration::from_millis(2))
+        .grace(Duration::from_millis(1))
+}
+
+/// [`windowed_topology`]'s counts, emitted once per window when it closes.
+fn closing_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(|_, value: &String| value.clone(), Utf8)
+        .windowed_by(closing_windows())
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count(CLOSING)
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("closed-out", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// The windows of [`windowed_truth`] that have closed once every partition's stream time
+/// is at least `low` (window `s` closes at `s + 5 + 1`).
+fn closed_truth(log: &Log, low: i64) -> BTreeMap<String, i64> {
+    windowed_truth(log)
+        .into_iter()
+        .filter(|(k, _)| {
+            let start: i64 = k.rsplit_once('@').expect("@").1.parse().expect("start");
+            start + 6 <= low
+        })
+        .collect()
+}
+
+/// Every emitted `<key>@<start>` with how many times it was emitted and its values.
+fn emissions(sink: &MemorySink) -> BTreeMap<String, Vec<i64>> {
+    let mut out: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for record in sink.records() {
+        let key = String::from_utf8(record.key.clone().expect("key")).expect("utf-8");
+        let value = std::str::from_utf8(record.value.as_deref().expect("value"))
+            .expect("utf-8")
+            .parse()
+            .expect("count");
+        out.entry(key).or_default().push(value);
+    }
+    out
+}
+
+/// The random fault model on an emit-on-close windowed count: whatever the redeliveries,
+/// crashes and zombies, every window that closed is emitted, and the highest version
+/// emitted per window is its exact count; no window still open is emitted.
+async fn closing_scenario(seed: u64, store: Arc<dyn Store>) {
+    let (log, sink) = faulty_run(seed, store, closing_topology(), false).await;
+    // After the drain every partition's stream time is its last record's timestamp.
+    let low = BASE_TIME + log.0[0].len() as i64 - 1;
+    let truth = closed_truth(&log, low);
+    assert!(!truth.is_empty() || log.0[0].len() < 7, "seed {seed}: some window closes");
+    assert_eq!(
+        latest_emitted(&sink),
+        truth,
+        "seed {seed}: the final emission of every closed window, and nothing else"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_emit_on_close_windows_on_the_emulator_are_exact() {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    for seed in 0..seeds(15) {
+        let table = unique("closing");
+        create_table(&client, &table).await.expect("table");
+        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+            client.clone(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        closing_scenario(seed, store).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_faults_on_emit_on_close_windows_in_memory_are_exact() {
+    for seed in 0..seeds(200) {
+        closing_scenario(seed, Arc::new(MemoryStore::new())).await;
+    }
+}
+
+/// Without faults, on the emulator: each window is emitted exactly once, with its exact
+/// count, only after the low watermark (both partitions) passed its end plus grace; a
+/// record for a closed window is dropped and counted, and emits nothing; a partition
+/// whose stream time stops advancing holds windows open only for the idle timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let topology = closing_topology();
+    let sink = MemorySink::new();
+    let two = declared(2);
+    let mut rng = StdRng::seed_from_u64(7);
+    let log = Log::random(&mut rng, 2, 40, 3);
+    // Partition 0 runs ahead to 29: partition 1, declared but not seen yet, holds every
+    // window open.
+    topology
+        .process_with(&log.event(&[(0, 0, 30)]), &store, &sink, &two)
+        .await
+        .expect("batch");
+    assert!(sink.records().is_empty(), "nothing closes before partition 1 is heard from");
+    // Partition 1 to 10: the low watermark is 10.
+    for (p, lo, hi) in [(1, 0, 11)] {
+        topology
+            .process_with(&log.event(&[(p, lo, hi)]), &store, &sink, &two)
+            .await
+            .expect("batch");
+    }
+    let low = BASE_TIME + 10;
+    let first = emissions(&sink);
+    let expected = closed_truth(
+        &Log(vec![log.0[0][..11].to_vec(), log.0[1][..11].to_vec()]),
+        low,
+    );
+    assert!(!expected.is_empty());
+    assert_eq!(
+        first.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>(),
+        expected.iter().map(|(k, v)| (k.clone(), vec![*v])).collect(),
+        "the windows closed by the low watermark, once each, exact"
+    );
+
+    // A record of partition 1 for a closed window (offset 11, timestamp of offset 2): late.
+    let mut late = log.event(&[(1, 11, 12)]);
+    late.partitions[0].records[0].timestamp = BASE_TIME + 2;
+    let report = topology
+        .process_with(&late, &store, &sink, &two)
+        .await
+        .expect("late")
+        .report;
+    assert!(report.late_records >= 1, "late records: {}", report.late_records);
+    assert_eq!(report.items_touched, 0);
+    assert_eq!(emissions(&sink), first, "a late record emits nothing");
+
+    // Both partitions to the end: every window closed by the final low watermark is
+    // emitted once, none twice.
+    for (p, lo, hi) in [(1, 12, 40), (0, 30, 40)] {
+        topology
+            .process_with(&log.event(&[(p, lo, hi)]), &store, &sink, &two)
+            .await
+            .expect("batch");
+    }
+    // The reference: the input without the late record (its key marked, then left out).
+    let mut truth = Log(log.0.clone());
+    truth.0[1][11] = "late".to_owned();
+    let all = emissions(&sink);
+    assert!(all.values().all(|v| v.len() == 1), "each window once: {all:?}");
+    let mut final_truth = closed_truth(&truth, BASE_TIME + 39);
+    final_truth.retain(|k, _| !k.starts_with("late@"));
+    assert_eq!(
+        all.into_iter().map(|(k, v)| (k, v[0])).collect::<BTreeMap<_, _>>(),
+        final_truth
+    );
+
+    // Idle partitions: partition 1 stops; partition 0 goes on. With the default timeout
+    // (30 s) partition 1 holds the windows open; once it has been idle for longer than
+    // the timeout, partition 0 alone closes them.
+    let more = Log(vec![vec!["z".to_owned(); 60], vec!["z".to_owned(); 60]]);
+    let before = sink.records().len();
+    topology
+        .process_with(&more.event(&[(0, 40, 50)]), &store, &sink, &two)
+        .await
+        .expect("batch");
+    assert_eq!(sink.records().len(), before, "partition 1 (at 39) holds windows open");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let options = BatchOptions {
+        idle_partition_timeout: Duration::from_millis(200),
+        ..declared(2)
+    };
+    let outcome = topology
+        .process_with(&more.event(&[(0, 50, 60)]), &store, &sink, &options)
+        .await
+        .expect("batch");
+    assert!(outcome.report.windows_closed > 0);
+    let closed: Vec<String> = emissions(&sink)
+        .into_keys()
+        .filter(|k| k.starts_with("z@"))
+        .collect();
+    // Partition 0's stream time is BASE + 59: windows up to start BASE + 53 closed.
+    let expected_z: Vec<String> = (BASE_TIME + 36..=BASE_TIME + 53)
+        .filter(|s| s % 2 == 0)
+        .map(|s| format!("z@{s}"))
+        .collect();
+    assert_eq!(closed, expected_z);
 }

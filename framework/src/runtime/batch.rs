@@ -1,7 +1,7 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -71,6 +71,14 @@ pub struct BatchOptions {
     /// For emit-on-close windows: a source partition whose stream time has not advanced
     /// for this long no longer holds the low watermark back (30 s by default).
     pub idle_partition_timeout: Duration,
+    /// For emit-on-close windows: the number of partitions of each source topic. A
+    /// declared partition that has not delivered a record yet holds the low watermark
+    /// back (until the idle timeout, counted from the table's first stream time), so that
+    /// a window cannot close before every partition has been heard from. Without it, the
+    /// low watermark is over the partitions seen so far: at the very start, the first
+    /// partitions' records can close windows that a slower partition still feeds (its
+    /// records for them are then late).
+    pub source_partitions: BTreeMap<String, i32>,
 }
 
 /// The default [`BatchOptions::idle_partition_timeout`].
@@ -82,6 +90,7 @@ impl Default for BatchOptions {
             poison: PoisonPolicy::default(),
             partial_batch_response: false,
             idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
+            source_partitions: BTreeMap::new(),
         }
     }
 }
@@ -278,9 +287,15 @@ impl Topology {
             if !advanced.is_empty() {
                 store.advance_stream_times(&advanced, now_ms).await?;
             }
-            let low = self.low_watermark(&clock, &advanced, now_ms, options);
-            self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
-                .await?;
+            if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
+                // Read the clock again, after this batch's own advance: of two batches
+                // of different partitions running at once, at least the later reader
+                // sees both advances, so the windows they close together do close.
+                let clock = store.clock().await?;
+                let low = self.low_watermark(&clock, &advanced, now_ms, options);
+                self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
+                    .await?;
+            }
         }
         outcome.report.late_records = ctx.late_records;
         outcome.report.duration = started.elapsed();
@@ -304,6 +319,19 @@ impl Topology {
             .filter(|(tp, _)| self.inner.sources.contains_key(&tp.topic))
             .map(|(tp, t)| (tp, *t))
             .collect();
+        let declared: Vec<TopicPartition> = options
+            .source_partitions
+            .iter()
+            .filter(|(topic, _)| self.inner.sources.contains_key(*topic))
+            .flat_map(|(topic, n)| (0..*n).map(|p| TopicPartition::new(topic.as_str(), p)))
+            .collect();
+        let unseen = PartitionTime {
+            stream_time: i64::MIN,
+            advanced_at: clock.started_at.unwrap_or(now_ms),
+        };
+        for tp in &declared {
+            times.entry(tp).or_insert(unseen);
+        }
         for (tp, time) in advanced {
             times.insert(
                 tp,
@@ -318,6 +346,7 @@ impl Topology {
             .filter(|t| now_ms.saturating_sub(t.advanced_at) <= idle_ms)
             .map(|t| t.stream_time)
             .min()
+            .filter(|low| *low > i64::MIN)
     }
 
     /// Emits the windows of emit-on-close stores that close at or before `low`, once each:

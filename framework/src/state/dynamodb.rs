@@ -435,8 +435,9 @@ impl Store for DynamoStore {
     }
 
     /// One item (`pk = "__stream-time"`) holds, per partition, `t:<topic>-<partition>`
-    /// (stream time) and `u:<topic>-<partition>` (when it advanced), and per
-    /// emit-on-close store `c:<store>` (closed up to): one strongly consistent read.
+    /// (stream time) and `u:<topic>-<partition>` (when it advanced), per emit-on-close
+    /// store `c:<store>` (closed up to), and `s` (when the first stream time was
+    /// recorded): one strongly consistent read.
     async fn clock(&self) -> Result<Clock, StateError> {
         let corrupt = |e: String| StateError::new(STREAM_TIME_KEY, b"", StateErrorKind::Corrupt(e));
         let out = self
@@ -473,6 +474,8 @@ impl Store for DynamoStore {
                         advanced_at,
                     },
                 );
+            } else if name == "s" {
+                clock.started_at = Some(number(&item, name).map_err(corrupt)?);
             } else if let Some(store) = name.strip_prefix("c:") {
                 clock
                     .closed
@@ -687,8 +690,9 @@ impl DynamoStore {
             .expression_attribute_values(":t", AttributeValue::N(time.to_string()));
         if let Some((stamp, at)) = stamp {
             request = request
-                .update_expression("SET #t = :t, #u = :u")
+                .update_expression("SET #t = :t, #u = :u, #s = if_not_exists(#s, :u)")
                 .expression_attribute_names("#u", stamp)
+                .expression_attribute_names("#s", "s")
                 .expression_attribute_values(":u", AttributeValue::N(at.to_string()));
         }
         match request.send().await {

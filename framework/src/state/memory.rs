@@ -167,6 +167,7 @@ impl Store for MemoryStore {
         now_ms: i64,
     ) -> Result<(), StateError> {
         let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
+        clock.started_at.get_or_insert(now_ms);
         for (tp, time) in advances {
             let entry = clock
                 .partitions

@@ -148,6 +148,9 @@ pub struct Clock {
     /// Per store: the windows that close (end + grace) at or before this time are
     /// closed and emitted; a record for one of them is late.
     pub closed: HashMap<String, i64>,
+    /// When (wall clock, epoch ms) the first stream time was recorded: a declared
+    /// partition not seen yet counts as heard from at this time.
+    pub started_at: Option<i64>,
 }
 
 /// A window whose close time has passed and that is not emitted yet: what an
