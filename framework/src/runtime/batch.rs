@@ -333,13 +333,15 @@ impl Topology {
             times.entry(tp).or_insert(unseen);
         }
         for (tp, time) in advanced {
-            times.insert(
-                tp,
-                PartitionTime {
-                    stream_time: *time,
-                    advanced_at: now_ms,
-                },
-            );
+            // The clock may hold a later time already (a concurrent batch of the partition).
+            let mine = PartitionTime {
+                stream_time: *time,
+                advanced_at: now_ms,
+            };
+            let entry = times.entry(tp).or_insert(mine);
+            if entry.stream_time <= *time {
+                *entry = mine;
+            }
         }
         times
             .values()
