@@ -9,9 +9,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
-use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::state::{ItemState, Store};
 use local_runner::embedded::EmbeddedDynamo;
 use local_runner::{
     EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
@@ -208,6 +208,14 @@ struct QueryArgs {
     /// Print only this key (UTF-8), or `null` when it has no item.
     #[arg(long, conflicts_with = "top")]
     key: Option<String>,
+    /// With `--key`, of a windowed store: the windows starting at or after this time
+    /// (epoch ms), one JSON line each.
+    #[arg(long, requires = "key")]
+    from: Option<i64>,
+    /// With `--key`, of a windowed store: the windows starting at or before this time
+    /// (epoch ms).
+    #[arg(long, requires = "key")]
+    to: Option<i64>,
     #[command(flatten)]
     state: StateArgs,
 }
@@ -268,9 +276,13 @@ async fn dispatch(cli: Cli) -> Result<(), String> {
         Command::Query(args) => {
             let (store, _embedded) =
                 open_store(&args.state, "lambda-streams", Guarantee::ExactlyOnce).await?;
-            match args.key {
-                Some(key) => print_key(&store, &args.store, &key).await,
-                None => print_items(&store, &args.store, args.top).await,
+            match (args.key, args.from.is_some() || args.to.is_some()) {
+                (Some(key), true) => {
+                    let (from, to) = (args.from.unwrap_or(i64::MIN), args.to.unwrap_or(i64::MAX));
+                    print_windows(&store, &args.store, &key, from, to).await
+                }
+                (Some(key), false) => print_key(&store, &args.store, &key).await,
+                (None, _) => print_items(&store, &args.store, args.top).await,
             }
         }
     }
@@ -436,40 +448,64 @@ fn unlimited_or(option: &str, value: i64) -> Result<Option<u64>, String> {
 
 /// One key's item as JSON (`null` when it does not exist); a general aggregate's value is
 /// printed as its stored text when it is UTF-8 (JSON serdes), else as hex.
+/// An item's state as JSON: `{"key", "window"?, "value", "version"}`; a general
+/// aggregate's bytes as JSON when they are JSON, else as text or hex.
+fn item_json(key: &str, window: Option<i64>, state: &ItemState) -> serde_json::Value {
+    let value = match &state.aggregate {
+        None => serde_json::json!(state.value),
+        Some(bytes) => match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(text).unwrap_or_else(|_| serde_json::json!(text)),
+            Err(_) => serde_json::json!(lambda_streams::state::printable_key(bytes)),
+        },
+    };
+    let mut json = serde_json::json!({ "key": key, "value": value, "version": state.version });
+    if let Some(start) = window {
+        json["window_start"] = serde_json::json!(start);
+    }
+    json
+}
+
 async fn print_key(store: &DynamoStore, name: &str, key: &str) -> Result<(), String> {
-    use lambda_streams::state::Store;
     let item = store
         .get(name, key.as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let json = match item {
         None => serde_json::Value::Null,
-        Some(state) => {
-            let value = match &state.aggregate {
-                None => serde_json::json!(state.value),
-                Some(bytes) => match std::str::from_utf8(bytes) {
-                    Ok(text) => {
-                        serde_json::from_str(text).unwrap_or_else(|_| serde_json::json!(text))
-                    }
-                    Err(_) => serde_json::json!(lambda_streams::state::printable_key(bytes)),
-                },
-            };
-            serde_json::json!({ "key": key, "value": value, "version": state.version })
-        }
+        Some(state) => item_json(key, None, &state),
     };
     println!("{json}");
     Ok(())
 }
 
+async fn print_windows(
+    store: &DynamoStore,
+    name: &str,
+    key: &str,
+    from: i64,
+    to: i64,
+) -> Result<(), String> {
+    let windows = store
+        .windows(name, key.as_bytes(), from, to)
+        .await
+        .map_err(|e| e.to_string())?;
+    for (start, state) in windows {
+        println!("{}", item_json(key, Some(start), &state));
+    }
+    Ok(())
+}
+
 async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Result<(), String> {
     let mut items = store.scan(name).await.map_err(|e| e.to_string())?;
-    items.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-    for (key, value, version) in items.into_iter().take(top.unwrap_or(usize::MAX)) {
-        let key = String::from_utf8_lossy(&key);
-        println!(
-            "{}",
-            serde_json::json!({ "key": key, "value": value, "version": version })
-        );
+    items.sort_by(|a, b| {
+        b.state
+            .value
+            .cmp(&a.state.value)
+            .then_with(|| (&a.key, a.window).cmp(&(&b.key, b.window)))
+    });
+    for item in items.into_iter().take(top.unwrap_or(usize::MAX)) {
+        let key = String::from_utf8_lossy(&item.key);
+        println!("{}", item_json(&key, item.window, &item.state));
     }
     Ok(())
 }

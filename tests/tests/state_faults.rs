@@ -22,7 +22,7 @@ use lambda_streams::sink::{MemorySink, VERSION_HEADER};
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
-use lambda_streams::state::Store;
+use lambda_streams::state::{ItemState, Store};
 use lambda_streams::{BatchOptions, Guarantee, StreamError, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use rand::rngs::StdRng;
@@ -908,7 +908,10 @@ async fn closing_scenario(seed: u64, store: Arc<dyn Store>) {
     // After the drain every partition's stream time is its last record's timestamp.
     let low = BASE_TIME + log.0[0].len() as i64 - 1;
     let truth = closed_truth(&log, low);
-    assert!(!truth.is_empty() || log.0[0].len() < 7, "seed {seed}: some window closes");
+    assert!(
+        !truth.is_empty() || log.0[0].len() < 7,
+        "seed {seed}: some window closes"
+    );
     assert_eq!(
         latest_emitted(&sink),
         truth,
@@ -958,7 +961,10 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
         .process_with(&log.event(&[(0, 0, 30)]), &store, &sink, &two)
         .await
         .expect("batch");
-    assert!(sink.records().is_empty(), "nothing closes before partition 1 is heard from");
+    assert!(
+        sink.records().is_empty(),
+        "nothing closes before partition 1 is heard from"
+    );
     // Partition 1 to 10: the low watermark is 10.
     for (p, lo, hi) in [(1, 0, 11)] {
         topology
@@ -974,8 +980,14 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
     );
     assert!(!expected.is_empty());
     assert_eq!(
-        first.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>(),
-        expected.iter().map(|(k, v)| (k.clone(), vec![*v])).collect(),
+        first
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+        expected
+            .iter()
+            .map(|(k, v)| (k.clone(), vec![*v]))
+            .collect(),
         "the windows closed by the low watermark, once each, exact"
     );
 
@@ -987,7 +999,11 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
         .await
         .expect("late")
         .report;
-    assert!(report.late_records >= 1, "late records: {}", report.late_records);
+    assert!(
+        report.late_records >= 1,
+        "late records: {}",
+        report.late_records
+    );
     assert_eq!(report.items_touched, 0);
     assert_eq!(emissions(&sink), first, "a late record emits nothing");
 
@@ -1003,11 +1019,16 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
     let mut truth = Log(log.0.clone());
     truth.0[1][11] = "late".to_owned();
     let all = emissions(&sink);
-    assert!(all.values().all(|v| v.len() == 1), "each window once: {all:?}");
+    assert!(
+        all.values().all(|v| v.len() == 1),
+        "each window once: {all:?}"
+    );
     let mut final_truth = closed_truth(&truth, BASE_TIME + 39);
     final_truth.retain(|k, _| !k.starts_with("late@"));
     assert_eq!(
-        all.into_iter().map(|(k, v)| (k, v[0])).collect::<BTreeMap<_, _>>(),
+        all.into_iter()
+            .map(|(k, v)| (k, v[0]))
+            .collect::<BTreeMap<_, _>>(),
         final_truth
     );
 
@@ -1020,7 +1041,11 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
         .process_with(&more.event(&[(0, 40, 50)]), &store, &sink, &two)
         .await
         .expect("batch");
-    assert_eq!(sink.records().len(), before, "partition 1 (at 39) holds windows open");
+    assert_eq!(
+        sink.records().len(),
+        before,
+        "partition 1 (at 39) holds windows open"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let options = BatchOptions {
         idle_partition_timeout: Duration::from_millis(200),
@@ -1041,4 +1066,139 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
         .map(|s| format!("z@{s}"))
         .collect();
     assert_eq!(closed, expected_z);
+}
+
+/// Interactive queries of a windowed store, on the emulator: by key and window range,
+/// through the `Store` API and through `local-runner query --key --from --to`; windows
+/// past their TTL are left out (DynamoDB deletes them only lazily).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windowed_items_are_queried_by_key_and_window_range() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Unit, Utf8)
+        .group_by(|_, value: &String| value.clone(), Utf8)
+        .windowed_by(
+            TimeWindows::of_size(Duration::from_secs(60))
+                .grace(Duration::from_secs(3600))
+                .retention(Duration::from_secs(3600)),
+        )
+        .count(WINDOWED);
+    let topology = builder.build();
+    let minute = 60_000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let base = now.div_euclid(minute) * minute - 10 * minute;
+    // Key "a": 1 record in minute 0, 2 in minute 1, 3 in minute 3; one record three days
+    // ago, whose window is past its TTL.
+    let old = base - 3 * 86_400_000;
+    let stamps = [
+        old,
+        base,
+        base + minute,
+        base + minute + 1,
+        base + 3 * minute,
+        base + 3 * minute + 5,
+        base + 3 * minute + 9,
+    ];
+    let mut event = Log(vec![vec!["a".to_owned(); stamps.len()]]).event(&[(0, 0, stamps.len())]);
+    for (record, ts) in event.partitions[0].records.iter_mut().zip(stamps) {
+        record.timestamp = ts;
+    }
+    // The old record first, in its own batch, so that it is not late.
+    let mut first = event.clone();
+    first.partitions[0].records.truncate(1);
+    let mut rest = event;
+    rest.partitions[0].records.remove(0);
+    for batch in [first, rest] {
+        topology
+            .process(&batch, &store, &MemorySink::new())
+            .await
+            .expect("batch");
+    }
+    let counts = |windows: Vec<(i64, ItemState)>| -> Vec<(i64, i64)> {
+        windows
+            .into_iter()
+            .map(|(s, state)| (s, state.value))
+            .collect()
+    };
+    let all = store
+        .windows(WINDOWED, b"a", i64::MIN, i64::MAX)
+        .await
+        .expect("query");
+    assert_eq!(
+        counts(all),
+        vec![(base, 1), (base + minute, 2), (base + 3 * minute, 3)],
+        "the expired window is left out"
+    );
+    let range = store
+        .windows(WINDOWED, b"a", base + minute, base + 2 * minute)
+        .await
+        .expect("query");
+    assert_eq!(counts(range), vec![(base + minute, 2)]);
+    assert!(
+        store
+            .windows(WINDOWED, b"b", i64::MIN, i64::MAX)
+            .await
+            .expect("query")
+            .is_empty()
+    );
+
+    // The same through the CLI: one JSON line per window.
+    let output = std::process::Command::new("cargo")
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "lambda-streams-local-runner",
+            "--",
+            "query",
+        ])
+        .args([
+            "--store",
+            WINDOWED,
+            "--table",
+            &table,
+            "--dynamodb-endpoint",
+            &dynamo_endpoint(),
+        ])
+        .args([
+            "--key",
+            "a",
+            "--from",
+            &base.to_string(),
+            "--to",
+            &(base + 3 * minute).to_string(),
+        ])
+        .current_dir(workspace())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("query runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(output.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let printed: Vec<(i64, i64)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["window_start"].as_i64().expect("start"),
+                l["value"].as_i64().expect("value"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        printed,
+        vec![(base, 1), (base + minute, 2), (base + 3 * minute, 3)]
+    );
+    assert!(lines.iter().all(|l| l["key"] == "a"));
 }

@@ -12,8 +12,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{KTable, lock};
 use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
+use super::{KTable, lock};
 use crate::runtime::context::{Ctx, ItemWindow};
 use crate::serdes::Serde;
 

@@ -35,7 +35,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::event::TopicPartition;
 use async_trait::async_trait;
-use futures::{StreamExt, TryStreamExt};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
@@ -43,11 +42,12 @@ use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
-    TimeToLiveSpecification,
+    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnConsumedCapacity, ReturnValue,
+    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use futures::{StreamExt, TryStreamExt};
 
 use super::{
     Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
@@ -564,7 +564,12 @@ impl Store for DynamoStore {
                     .send()
                     .await
                     .map_err(|e| err(describe_sdk_error(&e)))?;
-                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                for item in out
+                    .responses()
+                    .and_then(|r| r.get(&self.table))
+                    .into_iter()
+                    .flatten()
+                {
                     let still_open = item.contains_key(CLOSING_STORE)
                         && number::<i64>(item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
                     if !still_open {
@@ -619,56 +624,45 @@ impl Store for DynamoStore {
 
 impl DynamoStore {
     /// Removes one closed window from [`CLOSING_INDEX`] if its version is still `window`'s.
-    async fn mark_one(
-        &self,
-        store: &str,
-        window: &ClosedWindow,
-    ) -> Result<WriteStats, StateError> {
-                let mut stats = WriteStats {
-                    requests: 1,
-                    ..WriteStats::default()
-                };
-                let result = self
-                    .client
-                    .update_item()
-                    .table_name(&self.table)
-                    .key("pk", AttributeValue::S(item_key(store, &window.key)))
-                    .key("sk", AttributeValue::N(window.start.to_string()))
-                    .update_expression("REMOVE #cq, #cl")
-                    .condition_expression("#ver = :v")
-                    .expression_attribute_names("#cq", CLOSING_STORE)
-                    .expression_attribute_names("#cl", CLOSING_TIME)
-                    .expression_attribute_names("#ver", "ver")
-                    .expression_attribute_values(
-                        ":v",
-                        AttributeValue::N(window.state.version.to_string()),
-                    )
-                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
-                    .send()
-                    .await;
-                match result {
-                    Ok(out) => {
-                        if let Some(units) =
-                            out.consumed_capacity().and_then(|c| c.capacity_units())
-                        {
-                            stats.consumed_write_units += units;
-                        }
-                    }
-                    Err(SdkError::ServiceError(e))
-                        if e.err().is_conditional_check_failed_exception() =>
-                    {
-                        stats.conditional_failures += 1;
-                    }
-                    Err(e) => {
-                        return Err(StateError::new(
-                            store,
-                            &window.key,
-                            StateErrorKind::Request(describe_sdk_error(&e)),
-                        ));
-                    }
+    async fn mark_one(&self, store: &str, window: &ClosedWindow) -> Result<WriteStats, StateError> {
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(item_key(store, &window.key)))
+            .key("sk", AttributeValue::N(window.start.to_string()))
+            .update_expression("REMOVE #cq, #cl")
+            .condition_expression("#ver = :v")
+            .expression_attribute_names("#cq", CLOSING_STORE)
+            .expression_attribute_names("#cl", CLOSING_TIME)
+            .expression_attribute_names("#ver", "ver")
+            .expression_attribute_values(":v", AttributeValue::N(window.state.version.to_string()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await;
+        match result {
+            Ok(out) => {
+                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
+                    stats.consumed_write_units += units;
                 }
-                Ok(stats)
             }
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                stats.conditional_failures += 1;
+            }
+            Err(e) => {
+                return Err(StateError::new(
+                    store,
+                    &window.key,
+                    StateErrorKind::Request(describe_sdk_error(&e)),
+                ));
+            }
+        }
+        Ok(stats)
+    }
 
     /// Moves attribute `name` of the clock item forward to `time` (never back), and sets
     /// `stamp` with it.
@@ -704,10 +698,12 @@ impl DynamoStore {
         }
     }
 
-    /// Every item of `store` as `(key, value, version)`, in no particular order (an
-    /// interactive query; it scans the table, so it is for tools, not for batches).
-    pub async fn scan(&self, store: &str) -> Result<Vec<(Vec<u8>, i64, u64)>, StateError> {
+    /// Every item of `store`, in no particular order: its key, its window start (windowed
+    /// items, which carry a TTL), and its state; items past their TTL are left out. An
+    /// interactive query: it scans the table, so it is for tools, not for batches.
+    pub async fn scan(&self, store: &str) -> Result<Vec<ScannedItem>, StateError> {
         let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
+        let now = unix_seconds();
         let mut items = Vec::new();
         let mut pages = self
             .client
@@ -721,17 +717,35 @@ impl DynamoStore {
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
             for item in page.items() {
+                if expired(item, now) {
+                    continue;
+                }
                 let key = match item.get("k") {
                     Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
                     _ => return Err(err("an item has no key attribute k".into())),
                 };
-                let state = parse_state(item)
-                    .map_err(|e| StateError::new(store, &key, StateErrorKind::Corrupt(e)))?;
-                items.push((key, state.value, state.version));
+                let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
+                let window = match item.contains_key(TTL_ATTRIBUTE) {
+                    true => Some(number(item, "sk").map_err(corrupt)?),
+                    false => None,
+                };
+                let state = parse_state(item).map_err(corrupt)?;
+                items.push(ScannedItem { key, window, state });
             }
         }
         Ok(items)
     }
+}
+
+/// An item as [`DynamoStore::scan`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedItem {
+    /// The key, as the aggregation's key serde encoded it.
+    pub key: Vec<u8>,
+    /// The window start (epoch ms) of a windowed item.
+    pub window: Option<i64>,
+    /// The item's state.
+    pub state: ItemState,
 }
 
 /// The cache key of an item: partition key and window.

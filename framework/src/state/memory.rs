@@ -169,13 +169,10 @@ impl Store for MemoryStore {
         let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
         clock.started_at.get_or_insert(now_ms);
         for (tp, time) in advances {
-            let entry = clock
-                .partitions
-                .entry(tp.clone())
-                .or_insert(PartitionTime {
-                    stream_time: *time,
-                    advanced_at: now_ms,
-                });
+            let entry = clock.partitions.entry(tp.clone()).or_insert(PartitionTime {
+                stream_time: *time,
+                advanced_at: now_ms,
+            });
             if *time >= entry.stream_time {
                 *entry = PartitionTime {
                     stream_time: *time,
