@@ -507,3 +507,121 @@ pub fn emitted_counts(topic: &str) -> BTreeMap<String, i64> {
         .map(|(k, (_, v))| (k, v.parse().expect("a decimal count")))
         .collect()
 }
+
+/// An HTTP/1.1 proxy in front of the DynamoDB emulator that answers some requests itself
+/// with DynamoDB's throttling error (`ProvisionedThroughputExceededException`, HTTP 400),
+/// as DynamoDB does when a partition is over its throughput: the emulator has no
+/// throughput limits, so throttling is injected here, on the real wire protocol.
+pub struct ThrottlingProxy {
+    /// The proxy's loopback port.
+    pub port: u16,
+    throttled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ThrottlingProxy {
+    /// Starts a proxy to `target` (`host:port`); `throttle(n)` decides whether the n-th
+    /// request (from 0) is refused.
+    pub async fn start(
+        target: &str,
+        throttle: impl Fn(u64) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicU64;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let throttled = Arc::new(AtomicU64::new(0));
+        let requests = Arc::new(AtomicU64::new(0));
+        let throttle = Arc::new(throttle);
+        let (target, counted) = (target.to_owned(), throttled.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (target, throttle, requests, counted) = (
+                    target.clone(),
+                    throttle.clone(),
+                    requests.clone(),
+                    counted.clone(),
+                );
+                tokio::spawn(async move {
+                    let _ =
+                        serve_throttling(client, &target, &*throttle, &requests, &counted).await;
+                });
+            }
+        });
+        ThrottlingProxy { port, throttled }
+    }
+
+    /// How many requests the proxy refused.
+    pub fn throttled(&self) -> u64 {
+        self.throttled.load(Ordering::SeqCst)
+    }
+}
+
+/// Reads one HTTP/1.1 message (head and `Content-Length` body) from `stream`; `None` at
+/// the end of the stream.
+async fn read_http_message(
+    stream: &mut tokio::io::BufReader<tokio::net::TcpStream>,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+    let mut message = Vec::new();
+    let mut length = 0usize;
+    loop {
+        let mut line = Vec::new();
+        if stream.read_until(b'\n', &mut line).await? == 0 {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&line).to_ascii_lowercase();
+        if let Some(value) = text.strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        assert!(
+            !text.starts_with("transfer-encoding: chunked"),
+            "the throttling proxy handles Content-Length bodies only"
+        );
+        message.extend_from_slice(&line);
+        if line == b"\r\n" {
+            break;
+        }
+    }
+    let start = message.len();
+    message.resize(start + length, 0);
+    stream.read_exact(&mut message[start..]).await?;
+    Ok(Some(message))
+}
+
+async fn serve_throttling(
+    client: tokio::net::TcpStream,
+    target: &str,
+    throttle: &(dyn Fn(u64) -> bool + Send + Sync),
+    requests: &std::sync::atomic::AtomicU64,
+    throttled: &std::sync::atomic::AtomicU64,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut client = tokio::io::BufReader::new(client);
+    let mut upstream: Option<tokio::io::BufReader<tokio::net::TcpStream>> = None;
+    while let Some(request) = read_http_message(&mut client).await? {
+        if throttle(requests.fetch_add(1, Ordering::SeqCst)) {
+            throttled.fetch_add(1, Ordering::SeqCst);
+            let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}"#;
+            let response = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Type: application/x-amz-json-1.0\r\nx-amzn-RequestId: throttled\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            client.get_mut().write_all(response.as_bytes()).await?;
+            continue;
+        }
+        if upstream.is_none() {
+            upstream = Some(tokio::io::BufReader::new(
+                tokio::net::TcpStream::connect(target).await?,
+            ));
+        }
+        let server = upstream.as_mut().expect("connected");
+        server.get_mut().write_all(&request).await?;
+        match read_http_message(server).await? {
+            Some(response) => client.get_mut().write_all(&response).await?,
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}

@@ -1202,3 +1202,84 @@ async fn windowed_items_are_queried_by_key_and_window_range() {
     );
     assert!(lines.iter().all(|l| l["key"] == "a"));
 }
+
+/// Throttling (DynamoDB's `ProvisionedThroughputExceededException`, injected on the wire
+/// in front of the emulator) is retried with backoff and jitter: with one request in
+/// three refused, every batch completes and the state is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_requests_are_retried_and_the_state_is_exact() {
+    let (_, table) = dynamo_table().await;
+    let proxy = ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), |n| {
+        n % 3 == 0
+    })
+    .await;
+    let store = DynamoStore::new(
+        emulator_client(&format!("http://127.0.0.1:{}", proxy.port)),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    let mut rng = StdRng::seed_from_u64(11);
+    let log = Log::random(&mut rng, 2, 60, 8);
+    let (topology, sink) = (topology(), MemorySink::new());
+    for lo in (0..60).step_by(20) {
+        topology
+            .process(
+                &log.event(&[(0, lo, lo + 20), (1, lo, lo + 20)]),
+                &store,
+                &sink,
+            )
+            .await
+            .expect("throttled requests are retried");
+    }
+    assert!(
+        proxy.throttled() > 5,
+        "throttled {} requests",
+        proxy.throttled()
+    );
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+    assert_eq!(latest_emitted(&sink), log.truth());
+}
+
+/// A store that keeps throttling: the batch fails as a whole with an error naming the
+/// store, the key and the throttling, after the bounded retries; its redelivery, once
+/// throughput is back, completes exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_keeps_throttling_fails_the_batch_and_loses_nothing() {
+    let (_, table) = dynamo_table().await;
+    let always =
+        ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), |_| true).await;
+    let throttled = DynamoStore::new(
+        emulator_client(&format!("http://127.0.0.1:{}", always.port)),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    let mut rng = StdRng::seed_from_u64(12);
+    let log = Log::random(&mut rng, 1, 30, 5);
+    let (topology, sink) = (topology(), MemorySink::new());
+    let event = log.event(&[(0, 0, 30)]);
+    let started = std::time::Instant::now();
+    let error = topology
+        .process(&event, &throttled, &sink)
+        .await
+        .expect_err("a store that keeps throttling fails the batch");
+    let message = error.to_string();
+    assert!(
+        message.contains("state store \"counts\", key \"k")
+            && message.contains("ProvisionedThroughputExceeded"),
+        "names the store, the key and the throttling: {message}"
+    );
+    // 6 attempts per request, with backoff: the batch fails in bounded time.
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(always.throttled() >= 6, "retried: {}", always.throttled());
+    assert!(sink.records().is_empty(), "a failed batch emits nothing");
+    let store = DynamoStore::new(
+        emulator_client(&dynamo_endpoint()),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    topology
+        .process(&event, &store, &sink)
+        .await
+        .expect("the redelivery succeeds");
+    assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
