@@ -1283,3 +1283,38 @@ async fn a_store_that_keeps_throttling_fails_the_batch_and_loses_nothing() {
         .expect("the redelivery succeeds");
     assert_eq!(table_counts(&table, STORE).await, log.truth());
 }
+
+/// An aggregate that outgrows DynamoDB's 400 KB item limit fails the batch with an error
+/// naming the store and key and the limit; the stored item keeps its last good value and
+/// version (nothing corrupt, nothing half-written), and a redelivery fails the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_aggregate_over_400_kb_is_a_clear_error_and_writes_nothing() {
+    let (client, table) = dynamo_table().await;
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    // Values of 100 KB for key "big": three fit in an item, five do not.
+    let padding = "p".repeat(100 * 1024);
+    let log = Log(vec![(0..5).map(|i| format!("big@{i}{padding}")).collect()]);
+    let topology = seen_topology();
+    let sink = MemorySink::new();
+    topology
+        .process(&log.event(&[(0, 0, 3)]), &store, &sink)
+        .await
+        .expect("300 KB fit");
+    let before = store.get(SEEN, b"big").await.expect("read").expect("item");
+    for _ in 0..2 {
+        let error = topology
+            .process(&log.event(&[(0, 3, 5)]), &store, &sink)
+            .await
+            .expect_err("500 KB do not fit");
+        let message = error.to_string();
+        assert!(
+            message.contains("state store \"seen\", key \"big\"") && message.contains("400 KB"),
+            "names the store, the key and the limit: {message}"
+        );
+    }
+    let after = store.get(SEEN, b"big").await.expect("read").expect("item");
+    assert_eq!(after, before, "the item is unchanged");
+    let held: Vec<String> =
+        serde_json::from_slice(after.aggregate.as_deref().expect("aggregate")).expect("json");
+    assert_eq!(held.len(), 3);
+}

@@ -33,6 +33,25 @@ impl Item {
     }
 }
 
+/// DynamoDB's item size limit (400 KB), which this store enforces too, so that a
+/// topology that outgrows it fails in unit tests as it would in Lambda.
+const MAX_ITEM_BYTES: usize = 400 * 1024;
+
+/// An item's size as DynamoDB counts it (attribute names plus values), closely enough
+/// to enforce the limit: the keys (`pk` holds the key in base64), the aggregate, the
+/// version and format numbers, and one watermark per partition.
+fn estimated_item_size(
+    write: &ItemWrite<'_>,
+    aggregate: &[u8],
+    watermarks: &HashMap<String, i64>,
+) -> usize {
+    let key = write.key.len();
+    let pk = 2 + write.store.len() + 1 + key.div_ceil(3) * 4;
+    let numbers = 2 + 3 + 2 + 3 * 21;
+    let marks: usize = watermarks.keys().map(|tp| 2 + tp.len() + 21).sum();
+    pk + numbers + (1 + key) + (1 + aggregate.len()) + marks
+}
+
 /// An item's identity: store, key, window start.
 type ItemId = (String, Vec<u8>, Option<i64>);
 
@@ -110,6 +129,13 @@ impl Store for MemoryStore {
                 .map_err(|e| {
                     StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
                 })?;
+            if estimated_item_size(&write, &aggregate, &item.watermarks) > MAX_ITEM_BYTES {
+                return Err(StateError::new(
+                    write.store,
+                    write.key,
+                    StateErrorKind::ItemTooLarge,
+                ));
+            }
             item.aggregate = Some(aggregate);
         } else {
             item.value += delta;
@@ -224,5 +250,67 @@ impl Store for MemoryStore {
         let closed = clock.closed.entry(store.to_owned()).or_insert(up_to);
         *closed = (*closed).max(up_to);
         Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Contribution, Fold};
+
+    struct Grow(usize);
+
+    impl Fold for Grow {
+        fn fold(
+            &self,
+            current: Option<&[u8]>,
+            _include: &dyn Fn(u32, i64) -> bool,
+        ) -> Result<Vec<u8>, String> {
+            let mut out = current.unwrap_or_default().to_vec();
+            out.extend(std::iter::repeat_n(b'x', self.0));
+            Ok(out)
+        }
+    }
+
+    /// Applies the record at `offset` of partition t-0 to item "k", growing it by `grow`.
+    async fn grow(store: &MemoryStore, offset: i64, grow: &Grow) -> Result<ItemState, StateError> {
+        let partitions = [TopicPartition::new("t", 0)];
+        let contributions = [Contribution {
+            tp: 0,
+            offset,
+            delta: 1,
+        }];
+        let write = ItemWrite {
+            store: "s",
+            key: b"k",
+            window: None,
+            expires_at: None,
+            contributions: &contributions,
+            partitions: &partitions,
+            fold: Some(grow),
+            close_at: None,
+        };
+        store.apply(write).await.map(|(state, _)| state)
+    }
+
+    #[tokio::test]
+    async fn an_item_over_400_kb_is_refused_and_left_unchanged() {
+        let store = MemoryStore::new();
+        grow(&store, 0, &Grow(300 * 1024))
+            .await
+            .expect("300 KB fit");
+        let error = grow(&store, 1, &Grow(300 * 1024))
+            .await
+            .expect_err("600 KB do not");
+        assert!(
+            matches!(error.kind, StateErrorKind::ItemTooLarge),
+            "{error}"
+        );
+        let state = store.get("s", b"k").await.expect("get").expect("item");
+        assert_eq!(
+            (state.aggregate.map(|a| a.len()), state.version),
+            (Some(300 * 1024), 1)
+        );
+        grow(&store, 2, &Grow(99 * 1024)).await.expect("399 KB fit");
     }
 }
