@@ -250,6 +250,18 @@ impl<T, S: Serde<T> + ?Sized> Serde<T> for Box<S> {
     }
 }
 
+impl<T, S: Serde<T> + ?Sized> Serde<T> for std::sync::Arc<S> {
+    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
+        (**self).serialize(value)
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
+        (**self).deserialize(data)
+    }
+    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
+        (**self).try_serialize(value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

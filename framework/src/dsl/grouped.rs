@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::table::Lookup;
 use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
 use crate::runtime::context::{Ctx, PendingFold};
@@ -268,7 +269,11 @@ where
         let (index, table) =
             self.register(store, "count", false, |k, _| k, |state| Ok(state.value));
         self.add_count(index, None);
-        table
+        table.with_lookup(Lookup {
+            store: index,
+            key_serde: Arc::clone(&self.key_serde),
+            value: Arc::new(|state| Ok(Some(state.value))),
+        })
     }
 
     /// Aggregates the records per key, as Kafka Streams' `aggregate`: the aggregate of a
@@ -324,15 +329,20 @@ where
             adder: Box::new(adder),
             serde: Arc::clone(&serde),
         });
+        let decode = Arc::clone(&serde);
         let (index, table) = self.register(
             store,
             "aggregate",
             false,
             |k, _| k,
-            move |state| decode_aggregate(&*serde, state),
+            move |state| decode_aggregate(&*decode, state),
         );
         self.add_fold(index, aggregation, None);
-        table
+        table.with_lookup(Lookup {
+            store: index,
+            key_serde: Arc::clone(&self.key_serde),
+            value: Arc::new(move |state| decode_aggregate(&*serde, state).map(Some)),
+        })
     }
 
     /// Combines the values per key, as Kafka Streams' `reduce`: the first value of a key

@@ -23,6 +23,8 @@ pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
 pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
+
+mod join;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::StreamError;
@@ -97,6 +99,8 @@ pub(crate) struct TopologyInner {
     pub(crate) description: describe::Graph,
     /// Whether a windowed aggregation needs the partitions' stream times.
     pub(crate) windowed: bool,
+    /// The stores joins read (written before the joins run in each batch).
+    pub(crate) join_targets: BTreeSet<usize>,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;

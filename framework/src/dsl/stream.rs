@@ -75,9 +75,18 @@ where
 
     /// The node that emits this stream's records: the parent of the nodes that
     /// operators declared elsewhere (aggregations, joins) add to the description.
-    #[allow(dead_code)]
     pub(crate) fn node(&self) -> NodeId {
         self.node
+    }
+
+    /// The processors that receive this stream's records.
+    pub(crate) fn downstream(&self) -> &Downstream<K, V> {
+        &self.downstream
+    }
+
+    /// The topology under construction.
+    pub(crate) fn shared(&self) -> Shared {
+        self.shared.clone()
     }
 
     /// Adds a stateless processor node reading from `parents`; returns it and its name.

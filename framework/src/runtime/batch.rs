@@ -1,7 +1,7 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -115,6 +115,8 @@ pub struct BatchReport {
     pub dead_lettered: u64,
     /// Windows of emit-on-close stores this batch closed and emitted.
     pub windows_closed: u64,
+    /// Distinct keys read from joined tables.
+    pub join_lookups: u64,
     /// The cost of the state writes.
     pub state: WriteStats,
     /// Wall time of the batch.
@@ -214,18 +216,9 @@ impl Topology {
                         .iter()
                         .try_for_each(|source| source(&mut ctx, record))
                 }));
-                let error = match result {
-                    Ok(Ok(())) => {
-                        outcome.report.records_in += 1;
-                        continue;
-                    }
-                    Ok(Err(e @ (StreamError::Deserialize { .. } | StreamError::User { .. }))) => e,
-                    Ok(Err(other)) => return Err(other),
-                    Err(panic) => StreamError::User {
-                        tp: batch.tp.clone(),
-                        offset: record.offset,
-                        reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
-                    },
+                let Some(error) = failure(result, &batch.tp, record.offset)? else {
+                    outcome.report.records_in += 1;
+                    continue;
                 };
                 // Undo what the record did before it failed; the batch goes on without it.
                 ctx.outputs.truncate(mark);
@@ -245,24 +238,47 @@ impl Topology {
                 }
             }
         }
-        for index in 0..self.inner.stores.len() {
-            let pending = std::mem::take(&mut ctx.pending[index]);
-            outcome.report.items_touched += pending.len() as u64;
-            let updates = self
-                .write_store(index, pending, &ctx, store, &mut outcome.report.state)
+        // The stores that joins read are written first, so that the records waiting at
+        // joins see this batch's changes; then those records go on; then the other stores.
+        let targets = &self.inner.join_targets;
+        let order: Vec<usize> = targets
+            .iter()
+            .copied()
+            .chain((0..self.inner.stores.len()).filter(|i| !targets.contains(i)))
+            .collect();
+        let mut joined = false;
+        for index in order {
+            if !joined && !targets.contains(&index) {
+                joined = true;
+                self.resume_joins(
+                    &mut ctx,
+                    event,
+                    store,
+                    options,
+                    &mut outcome,
+                    &mut dead_letters,
+                )
                 .await?;
-            let spec = &self.inner.stores[index];
-            if spec.emit_on_close.is_some() {
-                // Emitted once, when the window closes (below).
-                continue;
             }
-            for ((key, window), timestamp, state) in updates {
-                ctx.origin = Origin::Update {
-                    version: state.version,
-                    timestamp,
-                };
-                (spec.on_update)(&mut ctx, &key, window, &state)?;
-            }
+            self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
+                .await?;
+        }
+        if !joined {
+            self.resume_joins(
+                &mut ctx,
+                event,
+                store,
+                options,
+                &mut outcome,
+                &mut dead_letters,
+            )
+            .await?;
+        }
+        if let Some(index) = targets.iter().find(|i| !ctx.pending[**i].is_empty()) {
+            return Err(StreamError::Config(format!(
+                "store {:?} is joined and also fed by joined records: not supported",
+                self.inner.stores[*index].name
+            )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
         outcome.report.dead_lettered = dead_letters.len() as u64;
@@ -300,6 +316,98 @@ impl Topology {
         outcome.report.late_records = ctx.late_records;
         outcome.report.duration = started.elapsed();
         Ok(outcome)
+    }
+
+    /// Writes store `index`'s pending items and sends their updates downstream (unless
+    /// the store emits on window close).
+    async fn write_and_emit(
+        &self,
+        index: usize,
+        ctx: &mut Ctx,
+        store: &dyn Store,
+        report: &mut BatchReport,
+    ) -> Result<(), StreamError> {
+        let pending = std::mem::take(&mut ctx.pending[index]);
+        if pending.is_empty() {
+            return Ok(());
+        }
+        report.items_touched += pending.len() as u64;
+        let updates = self
+            .write_store(index, pending, ctx, store, &mut report.state)
+            .await?;
+        let spec = &self.inner.stores[index];
+        if spec.emit_on_close.is_some() {
+            // Emitted once, when the window closes.
+            return Ok(());
+        }
+        for ((key, window), timestamp, state) in updates {
+            ctx.origin = Origin::Update {
+                version: state.version,
+                timestamp,
+            };
+            (spec.on_update)(ctx, &key, window, &state)?;
+        }
+        Ok(())
+    }
+
+    /// Takes the records waiting at joins on: reads the joined tables' values of their
+    /// keys (one batched, strongly consistent read per 100 distinct keys), then runs each
+    /// record's continuation. A continuation that fails is a poison record, handled by
+    /// the policy (with `Fail`, the whole batch fails, partial batch responses or not).
+    async fn resume_joins(
+        &self,
+        ctx: &mut Ctx,
+        event: &KafkaEvent,
+        store: &dyn Store,
+        options: &BatchOptions,
+        outcome: &mut BatchOutcome,
+        dead_letters: &mut Vec<OutputRecord>,
+    ) -> Result<(), StreamError> {
+        let deferred = std::mem::take(&mut ctx.deferred);
+        if deferred.is_empty() {
+            return Ok(());
+        }
+        let mut keys: BTreeMap<usize, BTreeSet<&[u8]>> = BTreeMap::new();
+        for d in &deferred {
+            keys.entry(d.store).or_default().insert(&d.key);
+        }
+        let mut values = HashMap::new();
+        for (index, keys) in keys {
+            let keys: Vec<Vec<u8>> = keys.into_iter().map(<[u8]>::to_vec).collect();
+            outcome.report.join_lookups += keys.len() as u64;
+            let found = store
+                .get_many(&self.inner.stores[index].name, &keys)
+                .await?;
+            values.insert(index, found);
+        }
+        for d in deferred {
+            let Origin::Record { tp, offset, .. } = d.origin else {
+                continue;
+            };
+            let batch = &event.partitions[tp as usize];
+            ctx.origin = d.origin;
+            let mark = ctx.outputs.len();
+            let state = values.get(&d.store).and_then(|found| found.get(&d.key));
+            let result = catch_unwind(AssertUnwindSafe(|| (d.resume)(ctx, state)));
+            let Some(error) = failure(result, &batch.tp, offset)? else {
+                continue;
+            };
+            ctx.outputs.truncate(mark);
+            ctx.forget(tp, offset);
+            outcome.report.records_in = outcome.report.records_in.saturating_sub(1);
+            outcome.report.poison_records += 1;
+            tracing::warn!(error = %error, policy = ?options.poison, "poison record at a join");
+            match &options.poison {
+                PoisonPolicy::Skip => {}
+                PoisonPolicy::DeadLetter { topic } => {
+                    if let Ok(i) = batch.records.binary_search_by_key(&offset, |r| r.offset) {
+                        dead_letters.push(dead_letter(topic, &batch.tp, &batch.records[i], &error));
+                    }
+                }
+                PoisonPolicy::Fail => return Err(error),
+            }
+        }
+        Ok(())
     }
 
     /// The low watermark of the topology's source partitions after this batch: the lowest
@@ -455,6 +563,26 @@ fn dead_letter(
         value: record.value.clone(),
         headers,
         timestamp: Some(record.timestamp),
+    }
+}
+
+/// What a record's processing came to: `None` when it went through, the poison error
+/// when user code failed or panicked on it, `Err` for any other error (which fails the
+/// batch).
+fn failure(
+    result: std::thread::Result<Result<(), StreamError>>,
+    tp: &TopicPartition,
+    offset: i64,
+) -> Result<Option<StreamError>, StreamError> {
+    match result {
+        Ok(Ok(())) => Ok(None),
+        Ok(Err(e @ (StreamError::Deserialize { .. } | StreamError::User { .. }))) => Ok(Some(e)),
+        Ok(Err(other)) => Err(other),
+        Err(panic) => Ok(Some(StreamError::User {
+            tp: tp.clone(),
+            offset,
+            reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
+        })),
     }
 }
 

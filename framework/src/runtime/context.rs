@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::sink::OutputRecord;
 use crate::state::{Contribution, Fold};
@@ -40,6 +41,23 @@ pub(crate) struct PendingItem {
     pub(crate) close_at: Option<i64>,
 }
 
+/// What a join does with a record once the table's value of its key is read: the rest of
+/// the record's way through the topology.
+pub(crate) type Resume = Box<
+    dyn FnOnce(&mut Ctx, Option<&crate::state::ItemState>) -> Result<(), StreamError> + Send + Sync,
+>;
+
+/// A record waiting at a join for the table's value of its key (read for all such
+/// records of a batch at once, after the record pass).
+pub(crate) struct Deferred {
+    /// The record it continues.
+    pub(crate) origin: Origin,
+    /// The joined table's store, and the key to read.
+    pub(crate) store: usize,
+    pub(crate) key: Vec<u8>,
+    pub(crate) resume: Resume,
+}
+
 /// A pending item: the encoded key, and the window start of a windowed item.
 pub(crate) type PendingKey = (Vec<u8>, Option<i64>);
 
@@ -69,6 +87,8 @@ pub(crate) struct Ctx {
     pub(crate) outputs: Vec<OutputRecord>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
+    /// Records waiting at joins.
+    pub(crate) deferred: Vec<Deferred>,
 }
 
 impl Ctx {
@@ -85,6 +105,7 @@ impl Ctx {
             stream_times: Vec::new(),
             late_records: 0,
             closed: vec![i64::MIN; stores],
+            deferred: Vec::new(),
         }
     }
 
@@ -195,6 +216,28 @@ impl Ctx {
                 .unwrap_or(i64::MIN),
             Origin::Update { .. } => i64::MIN,
         }
+    }
+
+    /// Parks the current record at a join until the table's value of `key` in `store` is
+    /// read; `resume` then takes it on. Only source records can wait at a join.
+    pub(crate) fn defer(
+        &mut self,
+        store: usize,
+        key: Vec<u8>,
+        resume: Resume,
+    ) -> Result<(), StreamError> {
+        if !matches!(self.origin, Origin::Record { .. }) {
+            return Err(StreamError::Config(
+                "a table's updates cannot be joined with a table yet: join a stream".into(),
+            ));
+        }
+        self.deferred.push(Deferred {
+            origin: self.origin,
+            store,
+            key,
+            resume,
+        });
+        Ok(())
     }
 
     /// The topic-partition and offset of the current record, for error messages.

@@ -377,6 +377,44 @@ impl Store for DynamoStore {
         }
     }
 
+    /// Strongly consistent `BatchGetItem`s, 100 keys each.
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<HashMap<Vec<u8>, ItemState>, StateError> {
+        let requests = keys
+            .iter()
+            .map(|key| {
+                HashMap::from([
+                    ("pk".to_owned(), AttributeValue::S(item_key(store, key))),
+                    ("sk".to_owned(), AttributeValue::N("0".into())),
+                ])
+            })
+            .collect();
+        let items = self
+            .batch_get(requests)
+            .await
+            .map_err(|e| StateError::new(store, b"*", StateErrorKind::Request(e)))?;
+        let mut out = HashMap::with_capacity(items.len());
+        for item in items {
+            let key = match item.get("k") {
+                Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
+                _ => {
+                    return Err(StateError::new(
+                        store,
+                        b"*",
+                        StateErrorKind::Corrupt("an item has no key attribute k".into()),
+                    ));
+                }
+            };
+            let state = parse_state(&item)
+                .map_err(|e| StateError::new(store, &key, StateErrorKind::Corrupt(e)))?;
+            out.insert(key, state);
+        }
+        Ok(out)
+    }
+
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         let out = self
             .client
@@ -547,51 +585,22 @@ impl Store for DynamoStore {
             }
         }
         let mut windows = Vec::new();
-        for chunk in keys.chunks(100) {
-            let mut pending = KeysAndAttributes::builder()
-                .set_keys(Some(chunk.to_vec()))
-                .consistent_read(true)
-                .build()
-                .map_err(|e| err(e.to_string()))?;
-            for attempt in 0.. {
-                if attempt > 0 {
-                    tokio::time::sleep(backoff(attempt.min(6))).await;
-                }
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .request_items(&self.table, pending.clone())
-                    .send()
-                    .await
-                    .map_err(|e| err(describe_sdk_error(&e)))?;
-                for item in out
-                    .responses()
-                    .and_then(|r| r.get(&self.table))
-                    .into_iter()
-                    .flatten()
-                {
-                    let still_open = item.contains_key(CLOSING_STORE)
-                        && number::<i64>(item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
-                    if !still_open {
-                        continue;
-                    }
-                    let key = match item.get("k") {
-                        Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
-                        _ => return Err(err("an item has no key attribute k".into())),
-                    };
-                    let corrupt =
-                        |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
-                    windows.push(ClosedWindow {
-                        start: number(item, "sk").map_err(corrupt)?,
-                        state: parse_state(item).map_err(corrupt)?,
-                        key: key.clone(),
-                    });
-                }
-                match out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
-                    Some(left) if !left.keys().is_empty() => pending = left.clone(),
-                    _ => break,
-                }
+        for item in self.batch_get(keys).await.map_err(&err)? {
+            let still_open = item.contains_key(CLOSING_STORE)
+                && number::<i64>(&item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
+            if !still_open {
+                continue;
             }
+            let key = match item.get("k") {
+                Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
+                _ => return Err(err("an item has no key attribute k".into())),
+            };
+            let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
+            windows.push(ClosedWindow {
+                start: number(&item, "sk").map_err(corrupt)?,
+                state: parse_state(&item).map_err(corrupt)?,
+                key: key.clone(),
+            });
         }
         windows.sort_by(|a, b| (&a.key, a.start).cmp(&(&b.key, b.start)));
         Ok(windows)
@@ -623,6 +632,39 @@ impl Store for DynamoStore {
 }
 
 impl DynamoStore {
+    /// Reads items by primary key: strongly consistent `BatchGetItem`, 100 keys a request,
+    /// unprocessed keys sent again with backoff.
+    async fn batch_get(&self, keys: Vec<Item>) -> Result<Vec<Item>, String> {
+        let mut items = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(100) {
+            let mut pending = KeysAndAttributes::builder()
+                .set_keys(Some(chunk.to_vec()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| e.to_string())?;
+            for attempt in 0u32.. {
+                if attempt > 0 {
+                    tokio::time::sleep(backoff(attempt.min(6))).await;
+                }
+                let mut out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, pending.clone())
+                    .send()
+                    .await
+                    .map_err(|e| describe_sdk_error(&e))?;
+                if let Some(found) = out.responses.as_mut().and_then(|r| r.remove(&self.table)) {
+                    items.extend(found);
+                }
+                match out.unprocessed_keys().and_then(|u| u.get(&self.table)) {
+                    Some(left) if !left.keys().is_empty() => pending = left.clone(),
+                    _ => break,
+                }
+            }
+        }
+        Ok(items)
+    }
+
     /// Removes one closed window from [`CLOSING_INDEX`] if its version is still `window`'s.
     async fn mark_one(&self, store: &str, window: &ClosedWindow) -> Result<WriteStats, StateError> {
         let mut stats = WriteStats {

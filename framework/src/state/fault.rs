@@ -135,6 +135,14 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.get(store, key).await
     }
 
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<std::collections::HashMap<Vec<u8>, ItemState>, StateError> {
+        self.inner.get_many(store, keys).await
+    }
+
     async fn windows(
         &self,
         store: &str,

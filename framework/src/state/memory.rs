@@ -151,6 +151,22 @@ impl Store for MemoryStore {
         Ok((item.state(), stats))
     }
 
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<HashMap<Vec<u8>, ItemState>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        Ok(keys
+            .iter()
+            .filter_map(|key| {
+                items
+                    .get(&(store.to_owned(), key.clone(), None))
+                    .map(|item| (key.clone(), item.state()))
+            })
+            .collect())
+    }
+
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         Ok(items

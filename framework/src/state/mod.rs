@@ -174,6 +174,14 @@ pub trait Store: Send + Sync {
     /// Reads an item (strongly consistent); `None` when it does not exist.
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
 
+    /// Reads the items of `keys` (strongly consistent, batched); keys without an item are
+    /// absent from the map.
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<HashMap<Vec<u8>, ItemState>, StateError>;
+
     /// The windowed items of `key` in `store` whose window starts in `from..=to`, by
     /// start (strongly consistent; items past their TTL are left out).
     async fn windows(
@@ -227,6 +235,13 @@ macro_rules! forward_store {
             }
             async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
                 (**self).get(store, key).await
+            }
+            async fn get_many(
+                &self,
+                store: &str,
+                keys: &[Vec<u8>],
+            ) -> Result<HashMap<Vec<u8>, ItemState>, StateError> {
+                (**self).get_many(store, keys).await
             }
             async fn windows(
                 &self,

@@ -1,0 +1,232 @@
+//! Stream–table joins, and tables read from topics.
+//!
+//! A record reaching a join waits until the record pass of its batch is over; then the
+//! table's values of every waiting key are read at once (strongly consistent
+//! `BatchGetItem`, 100 keys a request), after the batch's own writes to the table's store,
+//! and each record goes on with its table value. So a record joins the table as of the
+//! end of its batch's writes to the table: a table topic consumed by the same function
+//! (one event source for both topics) updates the table before the stream records of
+//! the same batch are joined. Across event sources (the usual deployment: one per topic)
+//! the order between a stream record and a table update is that of their invocations,
+//! as in Kafka Streams without versioned stores.
+
+use std::sync::Arc;
+
+use super::describe::NodeKind;
+use super::table::Lookup;
+use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
+use crate::error::StreamError;
+use crate::serdes::{Nullable, Serde};
+
+impl StreamsBuilder {
+    /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per
+    /// key, kept in `store`; a record with a null value (a tombstone) deletes its key.
+    /// Records with a null key are dropped and counted (`dropped_null_keys`).
+    ///
+    /// The table's updates flow on after each batch (deletions are not forwarded), and
+    /// streams can [`join`](KStream::join) it. Exactly once, like every aggregation: a
+    /// redelivered or retried record changes the table once, and the latest offset of a
+    /// partition wins.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let customers = builder.table("customers", Utf8, Utf8, "customers");
+    /// customers.to_stream().to("customer-changes", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut input = driver.input_topic("customers", Utf8, Utf8);
+    /// input.pipe_input("c1", "Ada".to_owned())?;
+    /// input.pipe_input("c1", "Ada Lovelace".to_owned())?;
+    /// let changes = driver.output_topic("customer-changes", Utf8, Utf8);
+    /// assert_eq!(changes.read_key_values_to_map()?["c1"], "Ada Lovelace");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn table<K, V>(
+        &self,
+        topic: &str,
+        key_serde: impl Serde<K>,
+        value_serde: impl Serde<V>,
+        store: &str,
+    ) -> KTable<K, V>
+    where
+        K: Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        let key_serde: Arc<dyn Serde<K>> = Arc::new(key_serde);
+        let value_serde: Arc<dyn Serde<V>> = Arc::new(value_serde);
+        self.stream(
+            topic,
+            Arc::clone(&key_serde),
+            Nullable(Arc::clone(&value_serde)),
+        )
+        .group_by_key(key_serde)
+        .aggregate(
+            store,
+            || None,
+            |_, value: Option<V>, _| value,
+            Nullable(value_serde),
+        )
+        .flatten()
+    }
+}
+
+impl<K, V> KStream<K, V>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Joins each record with `table`'s current value of its key (an inner join, as Kafka
+    /// Streams' `KStream::join(KTable)`): a record whose key has no value in the table is
+    /// dropped; the others go on as `joiner(key, value, table_value)`.
+    ///
+    /// Cost: the table's values are read once per distinct key per batch, 100 keys a
+    /// request (strongly consistent reads: 1 read unit per 4 KB item).
+    ///
+    /// # Panics
+    /// When `table` is the table of a windowed aggregation (it cannot be joined by key):
+    /// a programming error, caught when the topology is built.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("customers", Utf8, Utf8, "customers");
+    /// builder
+    ///     .stream("orders", Utf8, Utf8)
+    ///     .join(&names, |_, order: String, name: String| format!("{order} for {name}"))
+    ///     .to("named-orders", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// driver.input_topic("customers", Utf8, Utf8).pipe_input("c1", "Ada".to_owned())?;
+    /// let mut orders = driver.input_topic("orders", Utf8, Utf8);
+    /// orders.pipe_input("c1", "tea".to_owned())?;
+    /// orders.pipe_input("c2", "cake".to_owned())?; // no customer c2: dropped
+    /// assert_eq!(
+    ///     driver.output_topic("named-orders", Utf8, Utf8).read_key_values()?,
+    ///     [("c1".to_owned(), "tea for Ada".to_owned())]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn join<VT, VR>(
+        &self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&K, V, VT) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VT: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        self.table_join("KSTREAM-JOIN", table, move |key, value, found| {
+            found.map(|t| joiner(key, value, t))
+        })
+    }
+
+    /// Joins each record with `table`'s current value of its key, keeping records without
+    /// one (a left join, as Kafka Streams' `KStream::leftJoin(KTable)`): every record goes
+    /// on as `joiner(key, value, Some(table_value) or None)`. Costs as [`join`](Self::join).
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("customers", Utf8, Utf8, "customers");
+    /// builder
+    ///     .stream("orders", Utf8, Utf8)
+    ///     .left_join(&names, |_, order: String, name: Option<String>| {
+    ///         format!("{order} for {}", name.unwrap_or_else(|| "?".to_owned()))
+    ///     })
+    ///     .to("named-orders", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// driver.input_topic("orders", Utf8, Utf8).pipe_input("c2", "cake".to_owned())?;
+    /// assert_eq!(
+    ///     driver.output_topic("named-orders", Utf8, Utf8).read_values()?,
+    ///     ["cake for ?"]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn left_join<VT, VR>(
+        &self,
+        table: &KTable<K, VT>,
+        joiner: impl Fn(&K, V, Option<VT>) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VT: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        self.table_join("KSTREAM-LEFTJOIN", table, move |key, value, found| {
+            Some(joiner(key, value, found))
+        })
+    }
+
+    /// A join with `table`: `f(key, value, table value)` gives the joined value, or
+    /// `None` to drop the record.
+    fn table_join<VT, VR>(
+        &self,
+        prefix: &str,
+        table: &KTable<K, VT>,
+        f: impl Fn(&K, V, Option<VT>) -> Option<VR> + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VT: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        let lookup: Arc<Lookup<K, VT>> = match &table.lookup {
+            Some(lookup) => Arc::clone(lookup),
+            None => panic!("a windowed table cannot be joined by key"),
+        };
+        let (store_name, node) = {
+            let mut inner = lock(&table.shared);
+            inner.join_targets.insert(lookup.store);
+            let name = inner.stores[lookup.store].name.clone();
+            let kind = NodeKind::Processor {
+                stores: vec![name.clone()],
+            };
+            let node = inner.description.add_node(prefix, kind, &[self.node()]);
+            (name, node)
+        };
+        let next = Downstream::<K, VR>::new();
+        let out = next.clone();
+        let f = Arc::new(f);
+        self.downstream()
+            .add(Arc::new(move |ctx, key: K, value: V| {
+                let Some(encoded) = lookup.key_serde.serialize(&key) else {
+                    // A null key has no table value.
+                    return match f(&key, value, None) {
+                        Some(joined) => out.forward(ctx, key, joined),
+                        None => Ok(()),
+                    };
+                };
+                let (lookup, out, f, store_name) = (
+                    Arc::clone(&lookup),
+                    out.clone(),
+                    Arc::clone(&f),
+                    store_name.clone(),
+                );
+                ctx.defer(
+                    lookup.store,
+                    encoded,
+                    Box::new(move |ctx, state| {
+                        let found = match state {
+                            None => None,
+                            Some(state) => (lookup.value)(state).map_err(|e| {
+                                StreamError::Config(format!(
+                                    "store {store_name:?}: a stored value does not decode: {e}"
+                                ))
+                            })?,
+                        };
+                        match f(&key, value, found) {
+                            Some(joined) => out.forward(ctx, key, joined),
+                            None => Ok(()),
+                        }
+                    }),
+                )
+            }));
+        KStream::from_node(self.shared(), next, node)
+    }
+}
