@@ -16,7 +16,7 @@ use super::describe::NodeKind;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
-use crate::serdes::{Nullable, Serde};
+use crate::serdes::{Nullable, Serde, SerdeError};
 
 impl StreamsBuilder {
     /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per
@@ -67,9 +67,41 @@ impl StreamsBuilder {
             store,
             || None,
             |_, value: Option<V>, _| value,
-            Nullable(value_serde),
+            Present(value_serde),
         )
         .flatten()
+    }
+}
+
+/// A table's stored value: `1` then the value's bytes, or `0` for a deleted key (the
+/// item stays, with its watermarks, so that a redelivered older record cannot bring the
+/// key back).
+struct Present<S>(S);
+
+impl<V, S: Serde<V>> Serde<Option<V>> for Present<S> {
+    fn serialize(&self, value: &Option<V>) -> Option<Vec<u8>> {
+        self.try_serialize(value).ok().flatten()
+    }
+
+    fn try_serialize(&self, value: &Option<V>) -> Result<Option<Vec<u8>>, SerdeError> {
+        Ok(Some(match value {
+            None => vec![0],
+            Some(v) => {
+                let bytes = self.0.try_serialize(v)?.unwrap_or_default();
+                let mut out = Vec::with_capacity(bytes.len() + 1);
+                out.push(1);
+                out.extend_from_slice(&bytes);
+                out
+            }
+        }))
+    }
+
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<Option<V>, SerdeError> {
+        match data {
+            None | Some([0]) => Ok(None),
+            Some([1, rest @ ..]) => self.0.deserialize(Some(rest)).map(Some),
+            Some(_) => Err(SerdeError("not a stored table value".into())),
+        }
     }
 }
 
