@@ -28,13 +28,18 @@ fn inputs() -> impl Strategy<Value = Vec<Input>> {
     prop::collection::vec(input, 0..40)
 }
 
+/// The records of a join's output topic, in order.
+type Joined = Vec<(String, String)>;
+
 /// Inner and left joins of `orders` with the table `customers`.
 fn topology() -> Topology {
     let builder = StreamsBuilder::new();
     let customers = builder.table("customers", Utf8, Utf8, "customers");
     let orders = builder.stream("orders", Utf8, Utf8);
     orders
-        .join(&customers, |_, order: String, name: String| format!("{order}|{name}"))
+        .join(&customers, |_, order: String, name: String| {
+            format!("{order}|{name}")
+        })
         .to("inner", Utf8, Utf8);
     orders
         .left_join(&customers, |_, order: String, name: Option<String>| {
@@ -47,7 +52,7 @@ fn topology() -> Topology {
 /// The reference: batches of `size` records in input order; within a batch the table
 /// updates apply first (latest wins, a tombstone deletes), then each stream record joins
 /// the table as it stands.
-fn reference(inputs: &[Input], size: usize) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn reference(inputs: &[Input], size: usize) -> (Joined, Joined) {
     let mut table: BTreeMap<String, String> = BTreeMap::new();
     let (mut inner, mut left) = (Vec::new(), Vec::new());
     for batch in inputs.chunks(size.max(1)) {
@@ -74,7 +79,7 @@ fn reference(inputs: &[Input], size: usize) -> (Vec<(String, String)>, Vec<(Stri
     (inner, left)
 }
 
-fn run(inputs: &[Input], batching: Batching) -> (Vec<(String, String)>, Vec<(String, String)>) {
+fn run(inputs: &[Input], batching: Batching) -> (Joined, Joined) {
     let driver = TestDriver::new(topology()).with_batching(batching);
     let mut customers = driver.input_topic("customers", Utf8, Nullable(Utf8));
     let mut orders = driver.input_topic("orders", Utf8, Utf8);
@@ -85,7 +90,12 @@ fn run(inputs: &[Input], batching: Batching) -> (Vec<(String, String)>, Vec<(Str
         }
     }
     driver.flush().unwrap();
-    let read = |topic| driver.output_topic(topic, Utf8, Utf8).read_key_values().unwrap();
+    let read = |topic| {
+        driver
+            .output_topic(topic, Utf8, Utf8)
+            .read_key_values()
+            .unwrap()
+    };
     (read("inner"), read("left"))
 }
 

@@ -3,13 +3,14 @@
 use lambda_streams::Topology;
 
 /// The names `--function` accepts.
-pub const NAMES: &[&str] = &["wordcount"];
+pub const NAMES: &[&str] = &["wordcount", "enrich-orders"];
 
 /// The topology of the workspace function `name` (configured from the environment,
 /// as in Lambda).
 pub fn topology(name: &str) -> Option<Topology> {
     match name {
         "wordcount" => Some(wordcount::topology_from_env()),
+        "enrich-orders" => Some(enrich_orders::topology_from_env()),
         _ => None,
     }
 }
