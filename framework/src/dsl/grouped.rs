@@ -272,7 +272,7 @@ where
         table.with_lookup(Lookup {
             store: index,
             key_serde: Arc::clone(&self.key_serde),
-            value: Arc::new(|state| Ok(Some(state.value))),
+            value: Arc::new(|_, state| Ok(Some(state.value))),
         })
     }
 
@@ -341,7 +341,7 @@ where
         table.with_lookup(Lookup {
             store: index,
             key_serde: Arc::clone(&self.key_serde),
-            value: Arc::new(move |state| decode_aggregate(&*serde, state).map(Some)),
+            value: Arc::new(move |_, state| decode_aggregate(&*serde, state).map(Some)),
         })
     }
 

@@ -110,6 +110,47 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    /// The stream as a table, as Kafka Streams' `KStream::toTable`: the latest value per
+    /// key, kept in `store` (exactly once, like [`StreamsBuilder::table`]); records whose
+    /// key serializes to null are dropped and counted.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let last_page = builder
+    ///     .stream("clicks", Utf8, Utf8)
+    ///     .to_table("last-page", Utf8, Utf8);
+    /// builder
+    ///     .stream("purchases", Utf8, Utf8)
+    ///     .join(&last_page, |_, item: String, page: String| format!("{item} after {page}"))
+    ///     .to("attributed", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut clicks = driver.input_topic("clicks", Utf8, Utf8);
+    /// clicks.pipe_input("u1", "/home".to_owned())?;
+    /// clicks.pipe_input("u1", "/tea".to_owned())?;
+    /// driver.input_topic("purchases", Utf8, Utf8).pipe_input("u1", "tea".to_owned())?;
+    /// assert_eq!(driver.output_topic("attributed", Utf8, Utf8).read_values()?, ["tea after /tea"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_table(
+        &self,
+        store: &str,
+        key_serde: impl Serde<K>,
+        value_serde: impl Serde<V>,
+    ) -> KTable<K, V> {
+        self.group_by_key(key_serde)
+            .aggregate(
+                store,
+                || None,
+                |_, value: V, _| Some(value),
+                Present(value_serde),
+            )
+            .flatten()
+    }
+
     /// Joins each record with `table`'s current value of its key (an inner join, as Kafka
     /// Streams' `KStream::join(KTable)`): a record whose key has no value in the table is
     /// dropped; the others go on as `joiner(key, value, table_value)`.
@@ -246,7 +287,7 @@ where
                     Box::new(move |ctx, state| {
                         let found = match state {
                             None => None,
-                            Some(state) => (lookup.value)(state).map_err(|e| {
+                            Some(state) => (lookup.value)(&key, state).map_err(|e| {
                                 StreamError::Config(format!(
                                     "store {store_name:?}: a stored value does not decode: {e}"
                                 ))

@@ -13,11 +13,13 @@ pub(crate) struct Lookup<K, V> {
     /// Encodes a key as the store's items are keyed.
     pub(crate) key_serde: Arc<dyn Serde<K>>,
     /// The table's value from the item's state (`None`: deleted).
-    pub(crate) value: LookupValue<V>,
+    pub(crate) value: LookupValue<K, V>,
 }
 
-/// Decodes a table's value from a stored item (`None`: the key was deleted).
-pub(crate) type LookupValue<V> = Arc<dyn Fn(&ItemState) -> Result<Option<V>, String> + Send + Sync>;
+/// Decodes a table's value of a key from its stored item (`None`: the key was deleted,
+/// or filtered out).
+pub(crate) type LookupValue<K, V> =
+    Arc<dyn Fn(&K, &ItemState) -> Result<Option<V>, String> + Send + Sync>;
 
 /// A table: the latest value per key, kept in a state store. Its updates flow on after
 /// each batch's state writes, one per key the batch changed.
@@ -52,6 +54,113 @@ where
     pub fn to_stream(&self) -> KStream<K, V> {
         KStream::new(self.shared.clone(), self.updates.clone())
     }
+
+    /// The table of the keys whose value satisfies `predicate`: its updates are those that
+    /// satisfy it, and a join finds no value for a key whose value does not (as Kafka
+    /// Streams' `KTable::filter`, which turns such values into deletions).
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::{DecimalI64, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let limits = builder.table("limits", Utf8, DecimalI64, "limits");
+    /// let positive = limits.filter(|_, limit| *limit > 0);
+    /// builder
+    ///     .stream("spend", Utf8, DecimalI64)
+    ///     .join(&positive, |_, spend: i64, limit: i64| spend <= limit)
+    ///     .map_values(|ok| if ok { "ok".to_owned() } else { "over".to_owned() })
+    ///     .to("checks", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut limits_in = driver.input_topic("limits", Utf8, DecimalI64);
+    /// limits_in.pipe_input("a", 100)?;
+    /// limits_in.pipe_input("b", 0)?; // filtered out: b has no limit
+    /// let mut spend = driver.input_topic("spend", Utf8, DecimalI64);
+    /// spend.pipe_input("a", 150)?;
+    /// spend.pipe_input("b", 1)?;
+    /// assert_eq!(
+    ///     driver.output_topic("checks", Utf8, Utf8).read_key_values()?,
+    ///     [("a".to_owned(), "over".to_owned())]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn filter(
+        &self,
+        predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
+    ) -> KTable<K, V> {
+        let predicate = Arc::new(predicate);
+        let next = Downstream::<K, V>::new();
+        let out = next.clone();
+        let keep = Arc::clone(&predicate);
+        self.updates.add(Arc::new(move |ctx, key, value| {
+            if keep(&key, &value) {
+                out.forward(ctx, key, value)
+            } else {
+                Ok(())
+            }
+        }));
+        let lookup = self.lookup.as_ref().map(|inner| {
+            let decode = Arc::clone(&inner.value);
+            let value: LookupValue<K, V> = Arc::new(move |key, state| {
+                Ok(decode(key, state)?.filter(|value| predicate(key, value)))
+            });
+            Arc::new(Lookup {
+                store: inner.store,
+                key_serde: Arc::clone(&inner.key_serde),
+                value,
+            })
+        });
+        KTable {
+            shared: self.shared.clone(),
+            updates: next,
+            lookup,
+        }
+    }
+
+    /// The table with each value mapped by `f`, as Kafka Streams' `KTable::mapValues`: its
+    /// updates are mapped, and a join reads the mapped value.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("names", Utf8, Utf8, "names").map_values(|n: &String| n.to_uppercase());
+    /// names.to_stream().to("upper", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// driver.input_topic("names", Utf8, Utf8).pipe_input("c1", "ada".to_owned())?;
+    /// assert_eq!(driver.output_topic("upper", Utf8, Utf8).read_values()?, ["ADA"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn map_values<V2>(&self, f: impl Fn(&V) -> V2 + Send + Sync + 'static) -> KTable<K, V2>
+    where
+        V2: Clone + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
+        let next = Downstream::<K, V2>::new();
+        let out = next.clone();
+        let map = Arc::clone(&f);
+        self.updates.add(Arc::new(move |ctx, key, value: V| {
+            out.forward(ctx, key, map(&value))
+        }));
+        let lookup = self.lookup.as_ref().map(|inner| {
+            let decode = Arc::clone(&inner.value);
+            let value: LookupValue<K, V2> =
+                Arc::new(move |key, state| Ok(decode(key, state)?.map(|v| f(&v))));
+            Arc::new(Lookup {
+                store: inner.store,
+                key_serde: Arc::clone(&inner.key_serde),
+                value,
+            })
+        });
+        KTable {
+            shared: self.shared.clone(),
+            updates: next,
+            lookup,
+        }
+    }
 }
 
 impl<K, V> KTable<K, Option<V>>
@@ -72,7 +181,8 @@ where
             }));
         let lookup = self.lookup.map(|inner| {
             let decode = Arc::clone(&inner.value);
-            let value: LookupValue<V> = Arc::new(move |state| decode(state).map(Option::flatten));
+            let value: LookupValue<K, V> =
+                Arc::new(move |key, state| decode(key, state).map(Option::flatten));
             Arc::new(Lookup {
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
