@@ -290,18 +290,35 @@ fn hopping() -> TimeWindows {
         .grace(Duration::from_secs(3600))
 }
 
-/// Counts per value and hopping window; updates keyed `<key>@<window start>`.
-fn windowed_topology() -> Topology {
+/// Counts per value and window of `windows` in `store`, emitted by `emit` to `output`
+/// keyed `<key>@<window start>`.
+fn windowed_counts(
+    windows: TimeWindows,
+    emit: EmitStrategy,
+    store: &str,
+    output: &str,
+) -> Topology {
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
         .group_by(|_, value: &String| value.clone(), Utf8)
-        .windowed_by(hopping())
-        .count(WINDOWED)
+        .windowed_by(windows)
+        .emit_strategy(emit)
+        .count(store)
         .to_stream()
         .map(|w, n| (format!("{}@{}", w.key, w.start), n))
-        .to("windowed-out", Utf8, DecimalI64);
+        .to(output, Utf8, DecimalI64);
     builder.build()
+}
+
+/// Counts per value and hopping window, emitted on every update.
+fn windowed_topology() -> Topology {
+    windowed_counts(
+        hopping(),
+        EmitStrategy::OnWindowUpdate,
+        WINDOWED,
+        "windowed-out",
+    )
 }
 
 /// The reference of [`windowed_topology`]: per `<key>@<start>`, the records whose
@@ -861,17 +878,12 @@ fn closing_windows() -> TimeWindows {
 
 /// [`windowed_topology`]'s counts, emitted once per window when it closes.
 fn closing_topology() -> Topology {
-    let builder = StreamsBuilder::new();
-    builder
-        .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, value: &String| value.clone(), Utf8)
-        .windowed_by(closing_windows())
-        .emit_strategy(EmitStrategy::OnWindowClose)
-        .count(CLOSING)
-        .to_stream()
-        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
-        .to("closed-out", Utf8, DecimalI64);
-    builder.build()
+    windowed_counts(
+        closing_windows(),
+        EmitStrategy::OnWindowClose,
+        CLOSING,
+        "closed-out",
+    )
 }
 
 /// The windows of [`windowed_truth`] that have closed once every partition's stream time

@@ -241,38 +241,36 @@ impl Topology {
         // The stores that joins read are written first, so that the records waiting at
         // joins see this batch's changes; then those records go on; then the other stores.
         let targets = &self.inner.join_targets;
-        let order: Vec<usize> = targets
+        // `None` marks the point where the joins run.
+        let steps: Vec<Option<usize>> = targets
             .iter()
             .copied()
-            .chain((0..self.inner.stores.len()).filter(|i| !targets.contains(i)))
-            .collect();
-        let mut joined = false;
-        for index in order {
-            if !joined && !targets.contains(&index) {
-                joined = true;
-                self.resume_joins(
-                    &mut ctx,
-                    event,
-                    store,
-                    options,
-                    &mut outcome,
-                    &mut dead_letters,
-                )
-                .await?;
-            }
-            self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
-                .await?;
-        }
-        if !joined {
-            self.resume_joins(
-                &mut ctx,
-                event,
-                store,
-                options,
-                &mut outcome,
-                &mut dead_letters,
+            .map(Some)
+            .chain([None])
+            .chain(
+                (0..self.inner.stores.len())
+                    .filter(|i| !targets.contains(i))
+                    .map(Some),
             )
-            .await?;
+            .collect();
+        for step in steps {
+            match step {
+                Some(index) => {
+                    self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
+                        .await?
+                }
+                None => {
+                    self.resume_joins(
+                        &mut ctx,
+                        event,
+                        store,
+                        options,
+                        &mut outcome,
+                        &mut dead_letters,
+                    )
+                    .await?
+                }
+            }
         }
         if let Some(index) = targets.iter().find(|i| !ctx.pending[**i].is_empty()) {
             return Err(StreamError::Config(format!(
