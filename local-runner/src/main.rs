@@ -12,6 +12,7 @@ use lambda_streams::lambda::Handler;
 use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::state::memory::MemoryStore;
 use local_runner::embedded::EmbeddedDynamo;
 use local_runner::{
     EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
@@ -80,6 +81,16 @@ enum TopicsAction {
 enum Shape {
     SelfManaged,
     Msk,
+}
+
+/// Where an in-process function's state lives.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StateKind {
+    /// DynamoDB: the endpoint given (an emulator), or an embedded dynoxide.
+    Dynamodb,
+    /// A `MemoryStore` in the runner's process: exact under redelivery while the runner
+    /// runs, lost when it exits (benchmarks, demos; not what Lambda runs).
+    Memory,
 }
 
 #[derive(clap::Args)]
@@ -165,6 +176,9 @@ struct RunArgs {
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
+    /// Where the function's state lives.
+    #[arg(long = "state", value_enum, default_value = "dynamodb")]
+    state_kind: StateKind,
     #[command(flatten)]
     state: StateArgs,
     /// Fault: every Nth batch is delivered twice.
@@ -318,11 +332,22 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     )
                 })?;
             let guarantee: Guarantee = args.guarantee.parse()?;
-            let default_table = format!("lambda-streams-{function}");
-            let (dynamo, embedded) = open_store(&args.state, &default_table, guarantee).await?;
+            let (stores, embedded) = match args.state_kind {
+                StateKind::Dynamodb => {
+                    let default_table = format!("lambda-streams-{function}");
+                    let (dynamo, embedded) =
+                        open_store(&args.state, &default_table, guarantee).await?;
+                    (Stores::Dynamo(dynamo), embedded)
+                }
+                StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),
+            };
+            let inner: Arc<dyn Store> = match &stores {
+                Stores::Dynamo(dynamo) => Arc::new(dynamo.clone()),
+                Stores::Memory(memory) => Arc::clone(memory) as Arc<dyn Store>,
+            };
             let store: Arc<dyn Store> = match args.fail_after_writes {
-                Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo.clone(), n)),
-                None => Arc::new(dynamo.clone()),
+                Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
+                None => inner,
             };
             let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
             eprintln!(
@@ -332,7 +357,7 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             let transport = Arc::new(InProcess::new(handler));
             (
                 transport,
-                Some((topology, dynamo)),
+                Some((topology, stores)),
                 function.clone(),
                 embedded,
             )
@@ -415,10 +440,13 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             summary.revocations, summary.dropped
         );
     }
-    if let (Some(top), Some((topology, dynamo))) = (args.print_top, &topology) {
+    if let (Some(top), Some((topology, stores))) = (args.print_top, &topology) {
         for store in topology.store_names() {
             println!("top {top} of store {store}:");
-            print_items(dynamo, &store, Some(top)).await?;
+            match stores {
+                Stores::Dynamo(dynamo) => print_items(dynamo, &store, Some(top)).await?,
+                Stores::Memory(memory) => print_sorted(memory.items(&store), Some(top)),
+            }
         }
     }
     Ok(())
@@ -461,8 +489,20 @@ async fn print_key(store: &DynamoStore, name: &str, key: &str) -> Result<(), Str
     Ok(())
 }
 
+/// The store an in-process function runs with.
+enum Stores {
+    Dynamo(DynamoStore),
+    Memory(Arc<MemoryStore>),
+}
+
 async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Result<(), String> {
-    let mut items = store.scan(name).await.map_err(|e| e.to_string())?;
+    let items = store.scan(name).await.map_err(|e| e.to_string())?;
+    print_sorted(items, top);
+    Ok(())
+}
+
+/// Prints `(key, value, version)` items as JSON lines, highest values first.
+fn print_sorted(mut items: Vec<(Vec<u8>, i64, u64)>, top: Option<usize>) {
     items.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     for (key, value, version) in items.into_iter().take(top.unwrap_or(usize::MAX)) {
         let key = String::from_utf8_lossy(&key);
@@ -471,5 +511,4 @@ async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Res
             serde_json::json!({ "key": key, "value": value, "version": version })
         );
     }
-    Ok(())
 }
