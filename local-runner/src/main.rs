@@ -11,6 +11,7 @@ use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
 use local_runner::embedded::EmbeddedDynamo;
 use local_runner::{
@@ -80,6 +81,16 @@ enum TopicsAction {
 enum Shape {
     SelfManaged,
     Msk,
+}
+
+/// Where an in-process function's state lives.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum StateKind {
+    /// DynamoDB: the endpoint given (an emulator), or an embedded dynoxide.
+    Dynamodb,
+    /// A `MemoryStore` in the runner's process: exact under redelivery while the runner
+    /// runs, lost when it exits (benchmarks, demos; not what Lambda runs).
+    Memory,
 }
 
 #[derive(clap::Args)]
@@ -165,6 +176,9 @@ struct RunArgs {
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
+    /// Where the function's state lives.
+    #[arg(long = "state", value_enum, default_value = "dynamodb")]
+    state_kind: StateKind,
     #[command(flatten)]
     state: StateArgs,
     /// Fault: every Nth batch is delivered twice.
@@ -330,11 +344,22 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     )
                 })?;
             let guarantee: Guarantee = args.guarantee.parse()?;
-            let default_table = format!("lambda-streams-{function}");
-            let (dynamo, embedded) = open_store(&args.state, &default_table, guarantee).await?;
+            let (stores, embedded) = match args.state_kind {
+                StateKind::Dynamodb => {
+                    let default_table = format!("lambda-streams-{function}");
+                    let (dynamo, embedded) =
+                        open_store(&args.state, &default_table, guarantee).await?;
+                    (Stores::Dynamo(dynamo), embedded)
+                }
+                StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),
+            };
+            let inner: Arc<dyn Store> = match &stores {
+                Stores::Dynamo(dynamo) => Arc::new(dynamo.clone()),
+                Stores::Memory(memory) => Arc::clone(memory) as Arc<dyn Store>,
+            };
             let store: Arc<dyn Store> = match args.fail_after_writes {
-                Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo.clone(), n)),
-                None => Arc::new(dynamo.clone()),
+                Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
+                None => inner,
             };
             let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
             eprintln!(
@@ -344,7 +369,7 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             let transport = Arc::new(InProcess::new(handler));
             (
                 transport,
-                Some((topology, dynamo)),
+                Some((topology, stores)),
                 function.clone(),
                 embedded,
             )
@@ -427,10 +452,20 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             summary.revocations, summary.dropped
         );
     }
-    if let (Some(top), Some((topology, dynamo))) = (args.print_top, &topology) {
+    if let (Some(top), Some((topology, stores))) = (args.print_top, &topology) {
         for store in topology.store_names() {
             println!("top {top} of store {store}:");
-            print_items(dynamo, &store, Some(top)).await?;
+            match stores {
+                Stores::Dynamo(dynamo) => print_items(dynamo, &store, Some(top)).await?,
+                Stores::Memory(memory) => print_sorted(
+                    memory
+                        .items(&store)
+                        .into_iter()
+                        .map(|(key, value, version)| (key, None, ItemState::number(value, version)))
+                        .collect(),
+                    Some(top),
+                ),
+            }
         }
     }
     Ok(())
@@ -495,17 +530,33 @@ async fn print_windows(
     Ok(())
 }
 
+/// The store an in-process function runs with.
+enum Stores {
+    Dynamo(DynamoStore),
+    Memory(Arc<MemoryStore>),
+}
+
 async fn print_items(store: &DynamoStore, name: &str, top: Option<usize>) -> Result<(), String> {
-    let mut items = store.scan(name).await.map_err(|e| e.to_string())?;
-    items.sort_by(|a, b| {
-        b.state
-            .value
-            .cmp(&a.state.value)
-            .then_with(|| (&a.key, a.window).cmp(&(&b.key, b.window)))
-    });
-    for item in items.into_iter().take(top.unwrap_or(usize::MAX)) {
-        let key = String::from_utf8_lossy(&item.key);
-        println!("{}", item_json(&key, item.window, &item.state));
-    }
+    let items = store.scan(name).await.map_err(|e| e.to_string())?;
+    print_sorted(
+        items
+            .into_iter()
+            .map(|item| (item.key, item.window, item.state))
+            .collect(),
+        top,
+    );
     Ok(())
+}
+
+/// Prints `(key, window, state)` items as JSON lines, highest values first.
+fn print_sorted(mut items: Vec<(Vec<u8>, Option<i64>, ItemState)>, top: Option<usize>) {
+    items.sort_by(|a, b| {
+        b.2.value
+            .cmp(&a.2.value)
+            .then_with(|| (&a.0, a.1).cmp(&(&b.0, b.1)))
+    });
+    for (key, window, state) in items.into_iter().take(top.unwrap_or(usize::MAX)) {
+        let key = String::from_utf8_lossy(&key);
+        println!("{}", item_json(&key, window, &state));
+    }
 }
