@@ -3,7 +3,7 @@
 use lambda_streams::Topology;
 
 /// The names `--function` accepts.
-pub const NAMES: &[&str] = &["wordcount", "enrich-orders"];
+pub const NAMES: &[&str] = &["wordcount", "enrich-orders", "pageviews"];
 
 /// The topology of the workspace function `name` (configured from the environment,
 /// as in Lambda).
@@ -11,6 +11,7 @@ pub fn topology(name: &str) -> Option<Topology> {
     match name {
         "wordcount" => Some(wordcount::topology_from_env()),
         "enrich-orders" => Some(enrich_orders::topology_from_env()),
+        "pageviews" => Some(pageviews::topology_from_env()),
         _ => None,
     }
 }
