@@ -6,6 +6,7 @@ use lambda_streams::Topology;
 pub const NAMES: &[&str] = &[
     "wordcount",
     "enrich-orders",
+    "pageviews",
     "bench-stateless",
     "bench-count",
 ];
@@ -16,6 +17,7 @@ pub fn topology(name: &str) -> Option<Topology> {
     match name {
         "wordcount" => Some(wordcount::topology_from_env()),
         "enrich-orders" => Some(enrich_orders::topology_from_env()),
+        "pageviews" => Some(pageviews::topology_from_env()),
         // The end-to-end benchmark's pipelines (bench/e2e; topics from BENCH_INPUT_TOPIC
         // and BENCH_OUTPUT_TOPIC).
         "bench-stateless" => Some(bench_topologies::stateless_from_env()),

@@ -10,6 +10,7 @@
 //! Internally every operator is a node that pushes records to its children, as in
 //! Kafka Streams: a record flows once through the graph, however many branches read it.
 
+pub mod aggregators;
 mod describe;
 mod grouped;
 mod stream;
@@ -19,6 +20,7 @@ mod windowed;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+pub use aggregators::Score;
 pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
 pub use stream::{BranchedKStream, KStream};
