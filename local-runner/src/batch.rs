@@ -286,6 +286,31 @@ mod tests {
     }
 
     #[test]
+    fn events_form_from_the_selected_partitions_only() {
+        let mut buffers = Buffers::default();
+        let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("t", p)).collect();
+        for (i, tp) in tps.iter().enumerate() {
+            for o in 0..=i as i64 {
+                buffers.push(tp.clone(), record(o, 0, 10));
+            }
+        }
+        // Partition 1 has a batch in flight: the others form the event.
+        let fresh = |tp: &TopicPartition| tp.partition != 1;
+        let (records, bytes) = buffers.count_where(fresh);
+        assert_eq!(records, 1 + 3);
+        assert!(bytes > 0 && bytes < buffers.bytes());
+        let event = buffers.form_event_where(100, fresh, &EventSource::SelfManaged, "b");
+        let parts: Vec<i32> = event.partitions.iter().map(|p| p.tp.partition).collect();
+        assert_eq!(parts, [0, 2]);
+        buffers.complete(&tps[2], 3);
+        assert_eq!(
+            buffers.count_where(fresh),
+            (1, buffers.count_where(|tp| tp.partition == 0).1)
+        );
+        assert_eq!(buffers.count_where(|_| true).1, buffers.bytes());
+    }
+
+    #[test]
     fn one_record_over_the_cap_still_goes_alone() {
         let mut buffers = Buffers::default();
         let tp = TopicPartition::new("t", 0);
