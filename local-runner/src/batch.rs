@@ -50,6 +50,13 @@ impl Buffers {
         part.queue.push_back(record);
     }
 
+    /// Records and estimated event size buffered in partition `tp`.
+    pub fn count_of(&self, tp: &TopicPartition) -> (usize, usize) {
+        self.parts
+            .get(tp)
+            .map_or((0, 0), |p| (p.queue.len(), p.bytes))
+    }
+
     /// Records and estimated event size buffered in the partitions `select` accepts.
     pub fn count_where(&self, select: impl Fn(&TopicPartition) -> bool) -> (usize, usize) {
         self.parts

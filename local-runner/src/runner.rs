@@ -316,8 +316,11 @@ impl Runner {
         let mut read_after: Option<Instant> = None;
         loop {
             state.drop_stale(&consumer);
-            self.give_up_old_records(&consumer, &mut state, destination.as_ref())
-                .await?;
+            if tasks.len() < self.config.concurrency {
+                // Before a batch can form: too old records are not delivered.
+                self.give_up_old_records(&consumer, &mut state, destination.as_ref())
+                    .await?;
+            }
             while tasks.len() < self.config.concurrency {
                 let Some((event, limits)) = self.next_batch(&mut state, Instant::now()) else {
                     break;
@@ -710,14 +713,14 @@ impl Runner {
         let mut paused = Vec::new();
         let mut resumed = Vec::new();
         for tp in state.leases.keys() {
-            let (n, b) = state.buffers.count_where(|t| t == tp);
+            let (n, b) = state.buffers.count_of(tp);
             if !state.paused.contains(tp) && (n >= records || b >= bytes) {
                 pause.add_partition(&tp.topic, tp.partition);
                 paused.push(tp.clone());
             }
         }
         for tp in &state.paused {
-            let (n, b) = state.buffers.count_where(|t| t == tp);
+            let (n, b) = state.buffers.count_of(tp);
             if n < records / 2 && b < bytes / 2 {
                 resume.add_partition(&tp.topic, tp.partition);
                 resumed.push(tp.clone());

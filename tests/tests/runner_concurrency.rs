@@ -8,6 +8,7 @@
 //! was committed when), never on durations.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,10 +44,14 @@ impl Call {
 
 type Answer = dyn Fn(&KafkaEvent) -> Result<(), String> + Send + Sync;
 
-/// A function that sleeps `work` per invocation, records it, and answers with
-/// `answer(event)`: `Ok` is success, `Err` a function error.
+/// A function that sleeps `work` per invocation (`first_work` for the first
+/// `first_calls` ones), records it, and answers with `answer(event)`: `Ok` is success,
+/// `Err` a function error.
 struct Recorder {
     work: Duration,
+    first_work: Duration,
+    first_calls: usize,
+    started: AtomicUsize,
     calls: Mutex<Vec<Call>>,
     answer: Box<Answer>,
 }
@@ -58,8 +63,23 @@ impl Recorder {
     ) -> Arc<Self> {
         Arc::new(Recorder {
             work,
+            first_work: work,
+            first_calls: 0,
+            started: AtomicUsize::new(0),
             calls: Mutex::new(Vec::new()),
             answer: Box::new(answer),
+        })
+    }
+
+    /// A succeeding function whose first `first_calls` invocations take `first_work`.
+    fn slow_at_first(first_calls: usize, first_work: Duration, work: Duration) -> Arc<Self> {
+        Arc::new(Recorder {
+            work,
+            first_work,
+            first_calls,
+            started: AtomicUsize::new(0),
+            calls: Mutex::new(Vec::new()),
+            answer: Box::new(|_| Ok(())),
         })
     }
 
@@ -76,7 +96,13 @@ impl Transport for Recorder {
     async fn invoke(&self, payload: Vec<u8>) -> Result<Vec<u8>, InvokeError> {
         let start = Instant::now();
         let event = KafkaEvent::decode(&payload).expect("the runner's event decodes");
-        tokio::time::sleep(self.work).await;
+        let index = self.started.fetch_add(1, Ordering::SeqCst);
+        let work = if index < self.first_calls {
+            self.first_work
+        } else {
+            self.work
+        };
+        tokio::time::sleep(work).await;
         let answer = (self.answer)(&event);
         self.calls.lock().expect("calls").push(Call {
             event,
@@ -336,6 +362,91 @@ async fn with_concurrency_one_invocations_never_overlap() {
     for (p, offsets) in delivered_ok(&calls) {
         assert_eq!(offsets, expected, "partition {p}: each once, in order");
     }
+    assert_eq!(
+        committed(&group, &topic, partitions),
+        (0..partitions)
+            .map(|p| (p, Some(per_partition as i64)))
+            .collect()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_in_flight_when_its_partition_is_revoked_is_dropped_not_committed() {
+    require_services();
+    let (partitions, per_partition) = (2, 20);
+    let topic = topic_with("conc-revoke", partitions, per_partition).await;
+    // Runner A owns both partitions; its first two invocations (one per partition) take
+    // 8 s, during which runner B joins the group: the eager rebalance revokes A's
+    // partitions while their batches are in flight.
+    let slow = Recorder::slow_at_first(2, Duration::from_secs(8), Duration::from_millis(20));
+    let fast = Recorder::new(Duration::from_millis(20), |_| Ok(()));
+    let a_config = RunnerConfig {
+        idle_timeout: Duration::from_secs(3),
+        ..config(&topic, 2)
+    };
+    let group = a_config.group_id.clone();
+    // B stays until A is done (a member leaving is one more rebalance, which could revoke
+    // a later batch of A's too).
+    let b_config = RunnerConfig {
+        group_id: group.clone(),
+        idle_timeout: Duration::from_secs(10),
+        ..config(&topic, 2)
+    };
+    let a = tokio::spawn(run(a_config, slow.clone()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while slow.started.load(Ordering::SeqCst) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "runner A never invoked its first batches"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let joined = Instant::now();
+    let b = tokio::spawn(run(b_config, fast.clone()));
+    let (a, b) = (a.await.expect("runner A"), b.await.expect("runner B"));
+    let (slow_calls, fast_calls) = (slow.take(), fast.take());
+    eprintln!(
+        "A: {} calls, {} revocations, {} stale completions; B: {} calls, {} revocations",
+        slow_calls.len(),
+        a.revocations,
+        a.stale_completions,
+        fast_calls.len(),
+        b.revocations
+    );
+    let first_slow_end = slow_calls.iter().map(|c| c.end).min().expect("A's calls");
+    let first_fast_start = fast_calls.first().map(|c| c.start);
+    assert!(
+        first_fast_start.is_some_and(|s| s > joined && s < first_slow_end),
+        "B was invoked while A's first batches were still in flight: the rebalance was served meanwhile"
+    );
+    assert!(a.revocations >= 2, "A's partitions were revoked");
+    assert!(
+        a.stale_completions >= 1,
+        "a batch of A completed after its partition was revoked, and was dropped"
+    );
+    // The first batches of A completed after the revocation: none of them counts, and
+    // their records are delivered again (by B, or by A under its new assignment) from
+    // the offsets the group had committed, each once and in order.
+    let first_batches: Vec<&Call> = slow_calls.iter().take(2).collect();
+    assert!(
+        first_batches
+            .iter()
+            .all(|c| c.end > first_fast_start.expect("B ran"))
+    );
+    let mut after: Vec<Call> = slow_calls.into_iter().skip(2).chain(fast_calls).collect();
+    after.sort_by_key(|c| c.start);
+    assert_one_batch_per_partition(&after);
+    let expected: Vec<i64> = (0..per_partition as i64).collect();
+    let delivered = delivered_ok(&after);
+    assert_eq!(delivered.len(), partitions as usize);
+    for (p, offsets) in delivered {
+        assert_eq!(offsets, expected, "partition {p}: each once, in order");
+    }
+    assert_eq!(
+        a.records + b.records,
+        (partitions as usize * per_partition) as u64,
+        "records counted by the runners: the dropped batches do not count"
+    );
     assert_eq!(
         committed(&group, &topic, partitions),
         (0..partitions)
