@@ -21,9 +21,9 @@
 //! Then the offsets of the done records are committed: only ever after success or a
 //! give-up.
 //!
-//! Consuming runs ahead of the invocations by at most about a batch per partition: a
-//! partition with that much buffered is paused (the consumer keeps polling, so rebalances
-//! are still served) and resumed once its records are delivered.
+//! Consuming runs ahead of the invocations by a bounded amount: a partition with ten
+//! batches (at least 10,000 records) or 24 MB buffered is paused (the consumer keeps
+//! polling, so rebalances are still served) and resumed once half of it is delivered.
 //!
 //! Several runners in one consumer group share the partitions ([`crate::rebalance`]):
 //! the records of a partition revoked by a rebalance are dropped; a batch of it in flight
@@ -57,9 +57,14 @@ type GroupConsumer = StreamConsumer<RebalanceContext>;
 
 /// The longest a retry waits: its backoff doubles per failed attempt up to this.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
-/// A partition is paused when this many of its records are buffered (or its batch size,
-/// when larger), and resumed below half of it.
-const PAUSE_RECORDS: usize = 1000;
+/// A partition is paused when this many of its records are buffered (or ten batches,
+/// when more), or [`PAUSE_BYTES`] of them, and resumed below half of it. Far above one
+/// batch on purpose: pausing makes librdkafka drop what it prefetched for the partition
+/// and fetch it again on resume, and pausing at one batch's worth halved the demo's
+/// throughput; this only bounds memory when the function falls far behind a backlog.
+const PAUSE_RECORDS: usize = 10_000;
+/// The buffered size at which a partition is paused: four full payloads.
+const PAUSE_BYTES: usize = 4 * MAX_PAYLOAD_BYTES;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -706,34 +711,42 @@ impl Runner {
     /// partitions stay paused across rebalances in librdkafka, so a partition is resumed
     /// as soon as its records are dropped, whoever owns it.
     fn apply_backpressure(&self, consumer: &GroupConsumer, state: &mut Progress) {
-        let records = PAUSE_RECORDS.max(self.config.batch_size);
-        let bytes = MAX_PAYLOAD_BYTES;
-        let mut pause = TopicPartitionList::new();
-        let mut resume = TopicPartitionList::new();
-        let mut paused = Vec::new();
-        let mut resumed = Vec::new();
-        for tp in state.leases.keys() {
-            let (n, b) = state.buffers.count_of(tp);
-            if !state.paused.contains(tp) && (n >= records || b >= bytes) {
-                pause.add_partition(&tp.topic, tp.partition);
-                paused.push(tp.clone());
+        let records = PAUSE_RECORDS.max(10 * self.config.batch_size);
+        let bytes = PAUSE_BYTES;
+        let paused: Vec<TopicPartition> = state
+            .leases
+            .keys()
+            .filter(|tp| !state.paused.contains(*tp))
+            .filter(|tp| {
+                let (n, b) = state.buffers.count_of(tp);
+                n >= records || b >= bytes
+            })
+            .cloned()
+            .collect();
+        let resumed: Vec<TopicPartition> = state
+            .paused
+            .iter()
+            .filter(|tp| {
+                let (n, b) = state.buffers.count_of(tp);
+                n < records / 2 && b < bytes / 2
+            })
+            .cloned()
+            .collect();
+        let list = |tps: &[TopicPartition]| {
+            let mut list = TopicPartitionList::new();
+            for tp in tps {
+                list.add_partition(&tp.topic, tp.partition);
             }
-        }
-        for tp in &state.paused {
-            let (n, b) = state.buffers.count_of(tp);
-            if n < records / 2 && b < bytes / 2 {
-                resume.add_partition(&tp.topic, tp.partition);
-                resumed.push(tp.clone());
-            }
-        }
+            list
+        };
         if !paused.is_empty() {
-            match consumer.pause(&pause) {
+            match consumer.pause(&list(&paused)) {
                 Ok(()) => state.paused.extend(paused),
                 Err(e) => tracing::warn!(error = %e, "cannot pause partitions"),
             }
         }
         if !resumed.is_empty() {
-            match consumer.resume(&resume) {
+            match consumer.resume(&list(&resumed)) {
                 Ok(()) => {
                     for tp in &resumed {
                         state.paused.remove(tp);
