@@ -31,18 +31,38 @@ struct PartitionBuffer {
     queue: VecDeque<Record>,
     /// The offset after the last record consumed.
     next: i64,
+    /// The estimated event JSON size of the queue.
+    bytes: usize,
 }
 
 impl Buffers {
     /// Appends a consumed record to its partition's queue.
     pub fn push(&mut self, tp: TopicPartition, record: Record) {
-        self.bytes += estimated_json_size(&tp, &record);
+        let size = estimated_json_size(&tp, &record);
+        self.bytes += size;
         let part = self.parts.entry(tp).or_insert(PartitionBuffer {
             queue: VecDeque::new(),
             next: record.offset,
+            bytes: 0,
         });
         part.next = part.next.max(record.offset + 1);
+        part.bytes += size;
         part.queue.push_back(record);
+    }
+
+    /// Records and estimated event size buffered in partition `tp`.
+    pub fn count_of(&self, tp: &TopicPartition) -> (usize, usize) {
+        self.parts
+            .get(tp)
+            .map_or((0, 0), |p| (p.queue.len(), p.bytes))
+    }
+
+    /// Records and estimated event size buffered in the partitions `select` accepts.
+    pub fn count_where(&self, select: impl Fn(&TopicPartition) -> bool) -> (usize, usize) {
+        self.parts
+            .iter()
+            .filter(|(tp, _)| select(tp))
+            .fold((0, 0), |(n, b), (_, p)| (n + p.queue.len(), b + p.bytes))
     }
 
     /// Records buffered over all partitions.
@@ -72,18 +92,24 @@ impl Buffers {
     pub fn complete(&mut self, tp: &TopicPartition, offset: i64) {
         if let Some(part) = self.parts.get_mut(tp) {
             while let Some(record) = part.queue.front().filter(|r| r.offset < offset) {
-                self.bytes = self.bytes.saturating_sub(estimated_json_size(tp, record));
+                let size = estimated_json_size(tp, record);
+                self.bytes = self.bytes.saturating_sub(size);
+                part.bytes = part.bytes.saturating_sub(size);
                 part.queue.pop_front();
             }
         }
     }
 
-    /// Removes and returns the records (of any partition, anywhere in the queues) whose
-    /// timestamp is below `cutoff_ms`: records too old to deliver.
-    pub fn take_older_than(&mut self, cutoff_ms: i64) -> Vec<(TopicPartition, Vec<Record>)> {
+    /// Removes and returns the records (of the partitions `select` accepts, anywhere in
+    /// their queues) whose timestamp is below `cutoff_ms`: records too old to deliver.
+    pub fn take_older_than(
+        &mut self,
+        cutoff_ms: i64,
+        select: impl Fn(&TopicPartition) -> bool,
+    ) -> Vec<(TopicPartition, Vec<Record>)> {
         let mut taken = Vec::new();
         for (tp, part) in &mut self.parts {
-            if !part.queue.iter().any(|r| r.timestamp < cutoff_ms) {
+            if !select(tp) || !part.queue.iter().any(|r| r.timestamp < cutoff_ms) {
                 continue;
             }
             let (old, keep): (Vec<Record>, Vec<Record>) =
@@ -91,6 +117,7 @@ impl Buffers {
             part.queue = keep.into();
             let size: usize = old.iter().map(|r| estimated_json_size(tp, r)).sum();
             self.bytes = self.bytes.saturating_sub(size);
+            part.bytes = part.bytes.saturating_sub(size);
             taken.push((tp.clone(), old));
         }
         taken
@@ -100,11 +127,7 @@ impl Buffers {
     /// records will be delivered by whoever owns them now.
     pub fn retain(&mut self, keep: impl Fn(&TopicPartition) -> bool) {
         self.parts.retain(|tp, _| keep(tp));
-        self.bytes = self
-            .parts
-            .iter()
-            .flat_map(|(tp, p)| p.queue.iter().map(move |r| estimated_json_size(tp, r)))
-            .sum();
+        self.bytes = self.parts.values().map(|p| p.bytes).sum();
     }
 
     /// The partitions with something buffered or consumed.
@@ -121,10 +144,22 @@ impl Buffers {
         source: &EventSource,
         bootstrap_servers: &str,
     ) -> KafkaEvent {
+        self.form_event_where(limit, |_| true, source, bootstrap_servers)
+    }
+
+    /// [`form_event`](Self::form_event) from the partitions `select` accepts only (those
+    /// without a batch in flight, or the partitions of one retried batch).
+    pub fn form_event_where(
+        &self,
+        limit: usize,
+        select: impl Fn(&TopicPartition) -> bool,
+        source: &EventSource,
+        bootstrap_servers: &str,
+    ) -> KafkaEvent {
         let mut size = EVENT_OVERHEAD + bootstrap_servers.len();
         let mut count = 0usize;
         let mut partitions = Vec::new();
-        'partitions: for (tp, part) in &self.parts {
+        'partitions: for (tp, part) in self.parts.iter().filter(|(tp, _)| select(tp)) {
             let mut records = Vec::new();
             let mut full = false;
             for record in &part.queue {
@@ -258,6 +293,31 @@ mod tests {
     }
 
     #[test]
+    fn events_form_from_the_selected_partitions_only() {
+        let mut buffers = Buffers::default();
+        let tps: Vec<TopicPartition> = (0..3).map(|p| TopicPartition::new("t", p)).collect();
+        for (i, tp) in tps.iter().enumerate() {
+            for o in 0..=i as i64 {
+                buffers.push(tp.clone(), record(o, 0, 10));
+            }
+        }
+        // Partition 1 has a batch in flight: the others form the event.
+        let fresh = |tp: &TopicPartition| tp.partition != 1;
+        let (records, bytes) = buffers.count_where(fresh);
+        assert_eq!(records, 1 + 3);
+        assert!(bytes > 0 && bytes < buffers.bytes());
+        let event = buffers.form_event_where(100, fresh, &EventSource::SelfManaged, "b");
+        let parts: Vec<i32> = event.partitions.iter().map(|p| p.tp.partition).collect();
+        assert_eq!(parts, [0, 2]);
+        buffers.complete(&tps[2], 3);
+        assert_eq!(
+            buffers.count_where(fresh),
+            (1, buffers.count_where(|tp| tp.partition == 0).1)
+        );
+        assert_eq!(buffers.count_where(|_| true).1, buffers.bytes());
+    }
+
+    #[test]
     fn one_record_over_the_cap_still_goes_alone() {
         let mut buffers = Buffers::default();
         let tp = TopicPartition::new("t", 0);
@@ -274,7 +334,7 @@ mod tests {
         for (o, ts) in [(10, 5), (11, 100), (12, 6)] {
             buffers.push(tp.clone(), record(o, ts, 1));
         }
-        let taken = buffers.take_older_than(50);
+        let taken = buffers.take_older_than(50, |_| true);
         let offsets: Vec<i64> = taken[0].1.iter().map(|r| r.offset).collect();
         assert_eq!(offsets, [10, 12]);
         assert_eq!(buffers.position(&tp), Some(11));

@@ -10,6 +10,10 @@ use crate::position::StartingPosition;
 pub const RETRIES_WITH_DESTINATION: u32 = 10;
 /// The longest batching window the ESM accepts: 300 s.
 pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
+/// The default bound on invocations in flight (see [`RunnerConfig::concurrency`]).
+pub const DEFAULT_CONCURRENCY: usize = 8;
+/// The most invocations in flight the runner accepts: one per partition of a large topic.
+pub const MAX_CONCURRENCY: usize = 1000;
 
 /// Which event source mapping the runner plays: the event's `eventSource`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +81,22 @@ pub struct RunnerConfig {
     pub until_idle: bool,
     /// How long without new records counts as idle.
     pub idle_timeout: Duration,
-    /// First retry delay; doubles per failed attempt up to 5 s.
+    /// First retry delay of a failed batch's partitions; doubles per failed attempt up to
+    /// 5 s. Only those partitions wait: the others keep being delivered meanwhile.
     pub retry_backoff: Duration,
+    /// Invocations in flight at most (1..=1000). The event source invokes the function
+    /// for several partitions at once, in different invocations and containers, with at
+    /// most one batch of a partition in flight; the runner does the same: a batch is formed
+    /// only from partitions without one in flight, and each invocation runs as its own
+    /// task while the runner keeps consuming, settling and committing.
+    ///
+    /// Default 8 ([`DEFAULT_CONCURRENCY`]). In Lambda the bound is the partition count (one
+    /// invocation per partition, spread over the pollers), so a topic of up to 8
+    /// partitions runs with every partition in flight, as it would there; beyond that a
+    /// laptop (one process, one DynamoDB endpoint, a few cores) gains little from more
+    /// parallel invocations, and a topic of hundreds of partitions must not open hundreds
+    /// of them. 1 gives one invocation at a time, in the order batches are formed.
+    pub concurrency: usize,
     /// Redeliveries to inject.
     pub faults: Faults,
     /// Print a progress line every second.
@@ -103,6 +121,7 @@ impl Default for RunnerConfig {
             until_idle: false,
             idle_timeout: Duration::from_secs(2),
             retry_backoff: Duration::from_millis(100),
+            concurrency: DEFAULT_CONCURRENCY,
             faults: Faults::default(),
             progress: false,
         }
@@ -122,6 +141,12 @@ impl RunnerConfig {
             return Err(format!(
                 "batching window {:?} is over the maximum of 300 s",
                 self.batching_window
+            ));
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return Err(format!(
+                "concurrency {} is out of range 1..={MAX_CONCURRENCY}",
+                self.concurrency
             ));
         }
         if self.topics.is_empty() {

@@ -149,6 +149,12 @@ struct RunArgs {
         default_value = "arn:aws:kafka:us-east-1:000000000000:cluster/local/00000000-0000-0000-0000-000000000000-1"
     )]
     msk_arn: String,
+    /// Invocations in flight at most: batches of different partitions are invoked at
+    /// once, as the event source does, never two of one partition. Default 8: every
+    /// partition of a topic of up to 8 in flight, as in Lambda, and a bounded load on
+    /// this machine beyond that. 1: one invocation at a time.
+    #[arg(long, default_value_t = local_runner::config::DEFAULT_CONCURRENCY)]
+    concurrency: usize,
     /// Exit once the group has consumed everything.
     #[arg(long)]
     until_idle: bool,
@@ -423,6 +429,7 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         report_batch_item_failures: !args.ignore_batch_item_failures,
         on_failure_topic: args.on_failure_topic,
         until_idle: args.until_idle,
+        concurrency: args.concurrency,
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         faults: Faults {
             duplicate_every: args.duplicate_every,
@@ -436,10 +443,11 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     let runner = Runner::new(config, transport)?;
     let summary = runner.run().await?;
     println!(
-        "processed {} records in {} batches ({} invocations, {} failed and retried, {} records given up) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
+        "processed {} records in {} batches ({} invocations, at most {} in flight, {} failed and retried, {} records given up) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
         summary.records,
         summary.batches,
         summary.invocations,
+        summary.peak_in_flight,
         summary.failures,
         summary.given_up,
         summary.elapsed.as_secs_f64(),

@@ -1,8 +1,11 @@
 //! The consume → batch → invoke → commit loop, by the event source's rules.
 //!
-//! One loop per runner: at most one batch in flight, so each partition has at most one
-//! batch in flight, in offset order. After each invocation, every partition of the event
-//! gets its verdict:
+//! Several partitions are in flight at once, as with the event source: up to
+//! [`RunnerConfig::concurrency`] invocations run concurrently, each as its own task, and a
+//! batch is formed only from partitions without a batch in flight, so each partition has
+//! at most one batch in flight and is delivered in offset order. The loop meanwhile keeps
+//! consuming (which also serves the consumer group's rebalance callbacks), and settles
+//! each invocation as it completes. Every partition of the event gets its verdict:
 //!
 //! - success: its records are done;
 //! - a partial batch response naming offset N: its records below N are done, and it
@@ -10,16 +13,25 @@
 //! - a function error (or an invalid response): nothing is done; with bisection, the
 //!   batch is retried as two halves (that does not count as an attempt), else as a whole.
 //!
-//! A partition whose failed attempts exceed the retry limit gives up the records of the
-//! event (to the on-failure destination, or skipped with a warning). Records older than
-//! the maximum record age are given up before delivery. Then the offsets of the done
-//! records are committed: only ever after success or a give-up.
+//! The partitions of a failed batch are retried together, as a *retry group*, after
+//! their own backoff (`retry_backoff`, doubling per attempt, at most 5 s); the other
+//! partitions are not delayed. A partition whose failed attempts exceed the retry limit
+//! gives up the records of the event (to the on-failure destination, or skipped with a
+//! warning). Records older than the maximum record age are given up before delivery.
+//! Then the offsets of the done records are committed: only ever after success or a
+//! give-up.
+//!
+//! Consuming runs ahead of the invocations by a bounded amount: a partition with ten
+//! batches (at least 10,000 records) or 24 MB buffered is paused (the consumer keeps
+//! polling, so rebalances are still served) and resumed once half of it is delivered.
 //!
 //! Several runners in one consumer group share the partitions ([`crate::rebalance`]):
-//! the records of a partition revoked by a rebalance are dropped, and a partition is
+//! the records of a partition revoked by a rebalance are dropped; a batch of it in flight
+//! at the revocation runs to its end, but its outcome is dropped (its records are neither
+//! committed nor retried here: the new owner delivers them again), and a partition is
 //! committed only while it is still owned under the lease its records were read under.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +40,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio::task::JoinSet;
 
 use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 use crate::batch::{Buffers, to_record};
@@ -41,6 +54,17 @@ use crate::transport::Transport;
 
 /// The runner's consumer: its context tracks the partitions it owns.
 type GroupConsumer = StreamConsumer<RebalanceContext>;
+
+/// The longest a retry waits: its backoff doubles per failed attempt up to this.
+const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
+/// A partition is paused when this many of its records are buffered (or ten batches,
+/// when more), or [`PAUSE_BYTES`] of them, and resumed below half of it. Far above one
+/// batch on purpose: pausing makes librdkafka drop what it prefetched for the partition
+/// and fetch it again on resume, and pausing at one batch's worth halved the demo's
+/// throughput; this only bounds memory when the function falls far behind a backlog.
+const PAUSE_RECORDS: usize = 10_000;
+/// The buffered size at which a partition is paused: four full payloads.
+const PAUSE_BYTES: usize = 4 * MAX_PAYLOAD_BYTES;
 
 /// What a run did.
 #[derive(Debug, Clone, Default)]
@@ -66,6 +90,11 @@ pub struct RunSummary {
     /// Buffered records dropped because their partition was revoked (its new owner
     /// reads them again).
     pub dropped: u64,
+    /// The most invocations that were in flight at once.
+    pub peak_in_flight: usize,
+    /// Batches whose partitions were all revoked while they were in flight: their
+    /// outcome was dropped.
+    pub stale_completions: u64,
 }
 
 impl RunSummary {
@@ -85,6 +114,49 @@ enum Outcome {
     Lost,
 }
 
+/// What an invocation task reports back to the loop.
+struct Invoked {
+    outcome: Outcome,
+    /// Invocations it made beyond the first (a duplicate delivery).
+    extra_invocations: u64,
+}
+
+/// How one batch is to be invoked: the faults that apply to it.
+struct Plan {
+    /// The batch's number (counting batches formed).
+    number: u64,
+    /// The number of its (first) invocation, counting every invocation started.
+    invocation: u64,
+    fail: bool,
+    duplicate: bool,
+    crash_before_commit: bool,
+    lose_response: bool,
+    report_batch_item_failures: bool,
+}
+
+/// A batch in flight, as the loop remembers it.
+struct Dispatched {
+    event: Arc<KafkaEvent>,
+    /// The lease (see [`crate::rebalance`]) each of its partitions was read under.
+    leases: BTreeMap<TopicPartition, u64>,
+    /// The batch size limits of the retry group it was formed for (empty: a fresh batch).
+    limits: VecDeque<usize>,
+}
+
+/// The partitions of a failed batch, retried together after their backoff.
+#[derive(Debug)]
+struct RetryGroup {
+    partitions: BTreeSet<TopicPartition>,
+    /// Batch size limits queued by bisection and the extended-retry fault; the front
+    /// applies to the next batch (none: the batch size).
+    limits: VecDeque<usize>,
+    /// Not retried before this (the backoff).
+    not_before: Instant,
+    /// Gather records for the batching window first (a retry that may end later) instead
+    /// of going at once with the records it failed with.
+    gather: bool,
+}
+
 /// Failed attempts of a partition's first records not done.
 #[derive(Debug, Default)]
 struct Attempts {
@@ -92,16 +164,23 @@ struct Attempts {
     last_error: String,
 }
 
-/// The loop's state between invocations.
+/// The loop's state.
 #[derive(Default)]
 struct Progress {
     buffers: Buffers,
     attempts: BTreeMap<TopicPartition, Attempts>,
-    /// Batch size limits queued by bisection and the extended-retry fault; the front applies.
-    limits: VecDeque<usize>,
+    /// Partitions of failed batches waiting for their retry (none of them in flight).
+    groups: Vec<RetryGroup>,
+    /// Partitions with a batch in flight (whatever lease it was read under).
+    in_flight: BTreeSet<TopicPartition>,
     committed: BTreeMap<TopicPartition, i64>,
     /// The lease (see [`crate::rebalance`]) under which each buffered partition was read.
     leases: BTreeMap<TopicPartition, u64>,
+    /// Partitions this runner paused because enough of their records are buffered.
+    paused: BTreeSet<TopicPartition>,
+    /// When the batching window of the fresh records (those of partitions neither in
+    /// flight nor in a retry group) opened.
+    window_opened: Option<Instant>,
     batch_number: u64,
     summary: RunSummary,
     /// When the last batch completed.
@@ -109,7 +188,8 @@ struct Progress {
 }
 
 impl Progress {
-    /// Forgets everything about `tp` (revoked): its buffered records, attempts, commits.
+    /// Forgets everything about `tp` (revoked): its buffered records, attempts, commits,
+    /// its retry. A batch of it in flight is still awaited (its outcome is then dropped).
     fn forget(&mut self, tp: &TopicPartition) {
         let before = self.buffers.len();
         self.buffers.retain(|t| t != tp);
@@ -117,11 +197,23 @@ impl Progress {
         self.attempts.remove(tp);
         self.committed.remove(tp);
         self.leases.remove(tp);
+        self.ungroup(tp);
     }
 
-    /// Drops the partitions no longer owned under the lease they were read under. The
-    /// queued batch limits (bisection) are dropped with them: they described a batch that
-    /// will not be retried here.
+    /// Takes `tp` out of its retry group (a group left empty is dropped).
+    fn ungroup(&mut self, tp: &TopicPartition) {
+        for group in &mut self.groups {
+            group.partitions.remove(tp);
+        }
+        self.groups.retain(|g| !g.partitions.is_empty());
+    }
+
+    /// Whether `tp` can go into a fresh batch: no batch of it in flight, no retry pending.
+    fn fresh(&self, tp: &TopicPartition) -> bool {
+        !self.in_flight.contains(tp) && !self.groups.iter().any(|g| g.partitions.contains(tp))
+    }
+
+    /// Drops the partitions no longer owned under the lease they were read under.
     fn drop_stale(&mut self, consumer: &GroupConsumer) {
         let stale = consumer.context().assignment().stale(&self.leases);
         if stale.is_empty() {
@@ -131,7 +223,6 @@ impl Progress {
         for tp in &stale {
             self.forget(tp);
         }
-        self.limits.clear();
         let dropped = before - self.buffers.len();
         if dropped > 0 {
             tracing::info!(
@@ -221,52 +312,105 @@ impl Runner {
         };
         let started = Instant::now();
         let mut state = Progress::default();
+        let mut tasks: JoinSet<Invoked> = JoinSet::new();
+        let mut dispatched: HashMap<tokio::task::Id, Dispatched> = HashMap::new();
         let mut last_progress = Instant::now();
+        let mut last_activity = Instant::now();
         let mut first_record: Option<Instant> = None;
-        let mut failed: Option<u32> = None;
+        // After a consumer error, reading waits a little (the loop goes on meanwhile).
+        let mut read_after: Option<Instant> = None;
         loop {
-            let limit = state
-                .limits
-                .front()
-                .copied()
-                .unwrap_or(self.config.batch_size);
-            // A retry goes at once (after its backoff) with the records it failed with.
-            let retry = failed.is_some_and(|_| !state.buffers.is_empty());
-            let got = if retry {
-                None
-            } else {
-                self.fill(&consumer, &mut state, limit).await
-            };
-            first_record = first_record.or(got);
             state.drop_stale(&consumer);
-            self.give_up_old_records(&consumer, &mut state, destination.as_ref())
-                .await?;
-            if state.buffers.is_empty() {
+            if tasks.len() < self.config.concurrency {
+                // Before a batch can form: too old records are not delivered.
+                self.give_up_old_records(&consumer, &mut state, destination.as_ref())
+                    .await?;
+            }
+            while tasks.len() < self.config.concurrency {
+                let Some((event, limits)) = self.next_batch(&mut state, Instant::now()) else {
+                    break;
+                };
+                let (id, batch) = self.dispatch(event, limits, &mut state, &mut tasks);
+                dispatched.insert(id, batch);
+            }
+            state.summary.peak_in_flight = state.summary.peak_in_flight.max(tasks.len());
+            self.apply_backpressure(&consumer, &mut state);
+            let idle = tasks.is_empty() && state.buffers.is_empty();
+            if idle && last_activity.elapsed() >= self.config.idle_timeout {
                 // Commits refused during a rebalance are tried again here.
                 self.commit(&consumer, &mut state)?;
-                if self.config.until_idle && got.is_none() && self.caught_up(&consumer)? {
+                if self.config.until_idle && self.caught_up(&consumer)? {
                     break;
                 }
-                continue;
-            }
-            state.batch_number += 1;
-            let event =
-                state
-                    .buffers
-                    .form_event(limit, &self.source(), &self.config.bootstrap_servers);
-            let outcome = self.invoke(&event, &mut state).await;
-            failed = self.settle(&event, outcome, &mut state);
-            self.give_up_exhausted(&event, &mut state, destination.as_ref())
-                .await?;
-            self.commit(&consumer, &mut state)?;
-            if let Some(attempt) = failed {
-                let delay = self.config.retry_backoff * 2u32.saturating_pow(attempt.min(7));
-                tokio::time::sleep(delay.min(Duration::from_secs(5))).await;
+                last_activity = Instant::now();
             }
             if self.config.progress && last_progress.elapsed() >= Duration::from_secs(1) {
                 last_progress = Instant::now();
                 state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
-                eprintln!("{}", self.progress_line(&consumer, &state));
+                eprintln!("{}", self.progress_line(&consumer, &state, tasks.len()));
+            }
+
+            let now = Instant::now();
+            let mut wake = now + Duration::from_secs(1);
+            if tasks.len() < self.config.concurrency {
+                wake = wake.min(self.next_deadline(&state));
+            }
+            if idle {
+                wake = wake.min(last_activity + self.config.idle_timeout);
+            }
+            let reading = read_after.is_none_or(|t| now >= t);
+            if let Some(t) = read_after.filter(|_| !reading) {
+                wake = wake.min(t);
+            }
+            let wake = tokio::time::Instant::from_std(wake.max(now + Duration::from_millis(1)));
+            tokio::select! {
+                biased;
+                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    let (id, invoked) = match joined {
+                        Ok((id, invoked)) => (id, invoked),
+                        Err(e) => (e.id(), Invoked {
+                            outcome: Outcome::Failed(format!("the invocation task failed: {e}")),
+                            extra_invocations: 0,
+                        }),
+                    };
+                    let batch = dispatched.remove(&id).ok_or("an unknown invocation completed")?;
+                    let live = self.settle(&batch, invoked, &mut state);
+                    self.give_up_exhausted(&batch.event, &live, &mut state, destination.as_ref())
+                        .await?;
+                    self.commit(&consumer, &mut state)?;
+                    last_activity = Instant::now();
+                }
+                received = consumer.recv(), if reading => {
+                    match received {
+                        Err(e) => {
+                            tracing::warn!(error = %e, "consumer error");
+                            read_after = Some(Instant::now() + Duration::from_millis(100));
+                        }
+                        Ok(message) => {
+                            read_after = None;
+                            let tp = TopicPartition::new(message.topic(), message.partition());
+                            let record = to_record(&message);
+                            drop(message);
+                            // A rebalance runs inside `recv`: drop what was revoked first.
+                            state.drop_stale(&consumer);
+                            let lease = consumer.context().assignment().lease(&tp);
+                            if let Some(lease) = lease {
+                                if state.leases.get(&tp) != Some(&lease) {
+                                    // Assigned again since its records were read: read afresh.
+                                    state.forget(&tp);
+                                    state.leases.insert(tp.clone(), lease);
+                                }
+                                let now = Instant::now();
+                                first_record = first_record.or(Some(now));
+                                last_activity = now;
+                                state.buffers.push(tp, record);
+                            } else {
+                                tracing::debug!(%tp, "record of a partition not owned: dropped");
+                            }
+                        }
+                    }
+                }
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
         state.summary.revocations = consumer.context().assignment().revocations();
@@ -285,87 +429,213 @@ impl Runner {
         }
     }
 
-    /// One invocation of `event` (twice with the duplicate fault), and what it came to.
-    async fn invoke(&self, event: &KafkaEvent, state: &mut Progress) -> Outcome {
+    /// The next batch to invoke, if one is due: a retry group whose backoff is over (at
+    /// once with the records it failed with, or after gathering for the batching window),
+    /// else a fresh batch of the partitions neither in flight nor retrying, once it is
+    /// full (batch size or 6 MB) or its batching window has closed. Returns the event and
+    /// the retry group's remaining batch size limits.
+    fn next_batch(
+        &self,
+        state: &mut Progress,
+        now: Instant,
+    ) -> Option<(KafkaEvent, VecDeque<usize>)> {
+        let (source, servers) = (self.source(), &self.config.bootstrap_servers);
+        let mut i = 0;
+        while i < state.groups.len() {
+            let group = &state.groups[i];
+            let member = |tp: &TopicPartition| group.partitions.contains(tp);
+            let (records, bytes) = state.buffers.count_where(member);
+            if records == 0 {
+                // Everything it held was given up on (or dropped).
+                state.groups.remove(i);
+                continue;
+            }
+            let limit = group
+                .limits
+                .front()
+                .copied()
+                .unwrap_or(self.config.batch_size);
+            let due = now >= group.not_before
+                && (!group.gather
+                    || records >= limit
+                    || bytes >= MAX_PAYLOAD_BYTES
+                    || now >= group.not_before + self.config.batching_window);
+            if due
+                && !group
+                    .partitions
+                    .iter()
+                    .any(|tp| state.in_flight.contains(tp))
+            {
+                let event = state
+                    .buffers
+                    .form_event_where(limit, member, &source, servers);
+                let group = state.groups.remove(i);
+                return Some((event, group.limits));
+            }
+            i += 1;
+        }
+        let (records, bytes) = state.buffers.count_where(|tp| state.fresh(tp));
+        if records == 0 {
+            state.window_opened = None;
+            return None;
+        }
+        let opened = *state.window_opened.get_or_insert(now);
+        let limit = self.config.batch_size;
+        if records >= limit
+            || bytes >= MAX_PAYLOAD_BYTES
+            || now >= opened + self.config.batching_window
+        {
+            state.window_opened = None;
+            let event =
+                state
+                    .buffers
+                    .form_event_where(limit, |tp| state.fresh(tp), &source, servers);
+            return Some((event, VecDeque::new()));
+        }
+        None
+    }
+
+    /// When [`next_batch`](Self::next_batch) may next have a batch without a new record
+    /// arriving: the end of a batching window or of a retry's backoff.
+    fn next_deadline(&self, state: &Progress) -> Instant {
+        let window = self.config.batching_window;
+        let groups = state.groups.iter().map(|g| {
+            if g.gather {
+                g.not_before + window
+            } else {
+                g.not_before
+            }
+        });
+        let fresh = state.window_opened.map(|opened| opened + window);
+        groups
+            .chain(fresh)
+            .min()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(1))
+    }
+
+    /// Starts the invocation of `event` as a task; returns the task's id and what the loop
+    /// keeps of the batch.
+    fn dispatch(
+        &self,
+        event: KafkaEvent,
+        limits: VecDeque<usize>,
+        state: &mut Progress,
+        tasks: &mut JoinSet<Invoked>,
+    ) -> (tokio::task::Id, Dispatched) {
+        state.batch_number += 1;
+        state.summary.invocations += 1;
         let faults = &self.config.faults;
         let number = state.batch_number;
         let every = |n: Option<u64>| n.is_some_and(|n| n > 0 && number.is_multiple_of(n));
-        let payload = event.to_json();
-        state.summary.invocations += 1;
-        if faults.fail_invocation == Some(state.summary.invocations) {
-            return Outcome::Failed(format!(
-                "injected failure of invocation {}",
-                state.summary.invocations
-            ));
-        }
-        let mut result = self.transport.invoke(payload.clone()).await;
-        if result.is_ok() && every(faults.duplicate_every) {
-            state.summary.invocations += 1;
-            result = self.transport.invoke(payload).await;
-        }
-        let outcome = match result {
-            Err(e) => Outcome::Failed(e.0),
-            Ok(_) if !self.config.report_batch_item_failures => Outcome::Success,
-            Ok(body) => match judge(&body, event) {
-                Verdict::Success => Outcome::Success,
-                Verdict::Partial(resume) => Outcome::Partial(resume),
-                Verdict::Invalid(why) => Outcome::Failed(format!("invalid response: {why}")),
-            },
+        let plan = Plan {
+            number,
+            invocation: state.summary.invocations,
+            fail: faults.fail_invocation == Some(state.summary.invocations),
+            duplicate: every(faults.duplicate_every),
+            crash_before_commit: faults.crash_before_commit == Some(number),
+            lose_response: every(faults.extend_retry_every),
+            report_batch_item_failures: self.config.report_batch_item_failures,
         };
-        if matches!(outcome, Outcome::Success) && faults.crash_before_commit == Some(number) {
-            eprintln!(
-                "[local-runner] injected crash: batch {number} succeeded, aborting before its commit"
-            );
-            std::process::abort();
+        let mut leases = BTreeMap::new();
+        for part in &event.partitions {
+            state.in_flight.insert(part.tp.clone());
+            if let Some(&lease) = state.leases.get(&part.tp) {
+                leases.insert(part.tp.clone(), lease);
+            }
         }
-        if matches!(outcome, Outcome::Success) && every(faults.extend_retry_every) {
-            // Injected: the response was lost; the retry is a longer batch from the
-            // same offsets (not a failure of the function: no attempt is counted).
-            let longer = (event.record_count() * 2).min(MAX_BATCH_SIZE);
-            state.limits.push_front(longer);
-            return Outcome::Lost;
-        }
-        outcome
+        let event = Arc::new(event);
+        let handle = tasks.spawn(invoke(
+            Arc::clone(&self.transport),
+            Arc::clone(&event),
+            plan,
+        ));
+        (
+            handle.id(),
+            Dispatched {
+                event,
+                leases,
+                limits,
+            },
+        )
     }
 
-    /// Applies an outcome to the buffers and attempt counts. Returns the highest attempt
-    /// count of a failed partition, if any failed.
-    fn settle(&self, event: &KafkaEvent, outcome: Outcome, state: &mut Progress) -> Option<u32> {
-        let mut worst = None;
-        let mut fail = |state: &mut Progress, tp: &TopicPartition, error: String| {
+    /// Applies an invocation's outcome to the buffers, attempt counts and retry groups.
+    /// Only the partitions still owned under the lease the batch was read under are
+    /// settled (returned); the outcome for the others is dropped.
+    fn settle(
+        &self,
+        batch: &Dispatched,
+        invoked: Invoked,
+        state: &mut Progress,
+    ) -> Vec<TopicPartition> {
+        let now = Instant::now();
+        let event = &batch.event;
+        state.summary.invocations += invoked.extra_invocations;
+        let mut live = Vec::new();
+        for part in &event.partitions {
+            state.in_flight.remove(&part.tp);
+            let lease = batch.leases.get(&part.tp);
+            if lease.is_some_and(|lease| state.leases.get(&part.tp) == Some(lease)) {
+                live.push(part.tp.clone());
+            }
+        }
+        if live.len() < event.partitions.len() {
+            tracing::info!(
+                revoked = event.partitions.len() - live.len(),
+                "a batch completed after some of its partitions were revoked: their outcome is dropped (their new owner delivers them again)"
+            );
+            if live.is_empty() {
+                state.summary.stale_completions += 1;
+                return live;
+            }
+        }
+        let is_live = |tp: &TopicPartition| live.contains(tp);
+        let mut limits = batch.limits.clone();
+        let fail = |state: &mut Progress, tp: &TopicPartition, error: String| {
             let a = state.attempts.entry(tp.clone()).or_default();
             a.count += 1;
             a.last_error = error;
-            worst = Some(worst.unwrap_or(0).max(a.count));
+            a.count
         };
-        match outcome {
-            Outcome::Lost => {}
+        match invoked.outcome {
+            Outcome::Lost => {
+                // The retry is a longer batch from the same offsets.
+                let longer = (event.record_count() * 2).min(MAX_BATCH_SIZE);
+                limits.push_front(longer);
+                self.retry(state, live.clone(), limits, now, true);
+            }
             Outcome::Failed(error) => {
                 state.summary.failures += 1;
                 tracing::warn!(%error, records = event.record_count(), "batch failed");
                 let n = event.record_count();
                 if self.config.bisect_batch_on_function_error && n > 1 {
-                    state.limits.pop_front();
-                    state.limits.push_front(n / 2);
-                    state.limits.push_front(n.div_ceil(2));
-                    worst = Some(0);
+                    limits.pop_front();
+                    limits.push_front(n / 2);
+                    limits.push_front(n.div_ceil(2));
+                    let at = now + self.backoff(0);
+                    self.retry(state, live.clone(), limits, at, false);
                 } else {
-                    for part in &event.partitions {
-                        fail(state, &part.tp, error.clone());
+                    let mut worst = 0;
+                    for tp in &live {
+                        worst = worst.max(fail(state, tp, error.clone()));
                     }
+                    let at = now + self.backoff(worst);
+                    self.retry(state, live.clone(), limits, at, false);
                 }
             }
             Outcome::Success | Outcome::Partial(_) => {
-                let resume = match outcome {
+                let resume = match invoked.outcome {
                     Outcome::Partial(resume) => resume,
                     _ => BTreeMap::new(),
                 };
                 if !resume.is_empty() {
                     state.summary.failures += 1;
                 }
-                state.limits.pop_front();
+                limits.pop_front();
                 let mut done = 0;
-                for part in &event.partitions {
+                let mut failed = Vec::new();
+                let mut worst = 0;
+                for part in event.partitions.iter().filter(|p| is_live(&p.tp)) {
                     let (Some(first), Some(last)) = (part.records.first(), part.records.last())
                     else {
                         continue;
@@ -377,14 +647,12 @@ impl Runner {
                             if offset > first.offset {
                                 state.attempts.remove(&part.tp);
                             }
-                            fail(
-                                state,
-                                &part.tp,
-                                format!(
-                                    "the function reported {}@{offset} as failed (partial batch response)",
-                                    part.tp
-                                ),
+                            let error = format!(
+                                "the function reported {}@{offset} as failed (partial batch response)",
+                                part.tp
                             );
+                            worst = worst.max(fail(state, &part.tp, error));
+                            failed.push(part.tp.clone());
                         }
                         None => {
                             done += part.records.len();
@@ -393,27 +661,114 @@ impl Runner {
                         }
                     }
                 }
+                if !failed.is_empty() {
+                    let at = now + self.backoff(worst);
+                    self.retry(state, failed, limits, at, false);
+                } else if !limits.is_empty() {
+                    // The rest of a bisected batch goes next, at once.
+                    self.retry(state, live.clone(), limits, now, false);
+                }
                 if done > 0 {
                     state.summary.batches += 1;
                     state.summary.records += done as u64;
-                    state.last_done = Some(Instant::now());
+                    state.last_done = Some(now);
                 }
             }
         }
-        worst
+        live
     }
 
-    /// Gives up the records of the event's partitions whose attempts exceed the limit.
+    /// Makes `partitions` a retry group, due at `not_before`.
+    fn retry(
+        &self,
+        state: &mut Progress,
+        partitions: Vec<TopicPartition>,
+        limits: VecDeque<usize>,
+        not_before: Instant,
+        gather: bool,
+    ) {
+        for tp in &partitions {
+            state.ungroup(tp);
+        }
+        if partitions.is_empty() {
+            return;
+        }
+        state.groups.push(RetryGroup {
+            partitions: partitions.into_iter().collect(),
+            limits,
+            not_before,
+            gather,
+        });
+    }
+
+    /// The wait before retrying a partition after its `attempt`th failed attempt.
+    fn backoff(&self, attempt: u32) -> Duration {
+        (self.config.retry_backoff * 2u32.saturating_pow(attempt.min(7))).min(MAX_RETRY_BACKOFF)
+    }
+
+    /// Pauses the owned partitions with enough buffered records that consuming more would
+    /// only grow memory, and resumes them once they are below half of it. Paused
+    /// partitions stay paused across rebalances in librdkafka, so a partition is resumed
+    /// as soon as its records are dropped, whoever owns it.
+    fn apply_backpressure(&self, consumer: &GroupConsumer, state: &mut Progress) {
+        let records = PAUSE_RECORDS.max(10 * self.config.batch_size);
+        let bytes = PAUSE_BYTES;
+        let paused: Vec<TopicPartition> = state
+            .leases
+            .keys()
+            .filter(|tp| !state.paused.contains(*tp))
+            .filter(|tp| {
+                let (n, b) = state.buffers.count_of(tp);
+                n >= records || b >= bytes
+            })
+            .cloned()
+            .collect();
+        let resumed: Vec<TopicPartition> = state
+            .paused
+            .iter()
+            .filter(|tp| {
+                let (n, b) = state.buffers.count_of(tp);
+                n < records / 2 && b < bytes / 2
+            })
+            .cloned()
+            .collect();
+        let list = |tps: &[TopicPartition]| {
+            let mut list = TopicPartitionList::new();
+            for tp in tps {
+                list.add_partition(&tp.topic, tp.partition);
+            }
+            list
+        };
+        if !paused.is_empty() {
+            match consumer.pause(&list(&paused)) {
+                Ok(()) => state.paused.extend(paused),
+                Err(e) => tracing::warn!(error = %e, "cannot pause partitions"),
+            }
+        }
+        if !resumed.is_empty() {
+            match consumer.resume(&list(&resumed)) {
+                Ok(()) => {
+                    for tp in &resumed {
+                        state.paused.remove(tp);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot resume partitions"),
+            }
+        }
+    }
+
+    /// Gives up the records of the event's `live` partitions whose attempts exceed the limit.
     async fn give_up_exhausted(
         &self,
         event: &KafkaEvent,
+        live: &[TopicPartition],
         state: &mut Progress,
         destination: Option<&FailureDestination>,
     ) -> Result<(), String> {
         let Some(limit) = self.config.effective_retry_limit() else {
             return Ok(());
         };
-        for part in &event.partitions {
+        for part in event.partitions.iter().filter(|p| live.contains(&p.tp)) {
             let Some(attempts) = state.attempts.get(&part.tp).filter(|a| a.count > limit) else {
                 continue;
             };
@@ -438,11 +793,14 @@ impl Runner {
             state.summary.given_up += records.len() as u64;
             state.buffers.complete(&part.tp, last + 1);
             state.attempts.remove(&part.tp);
+            // What follows is fresh: no backoff, no retry plan.
+            state.ungroup(&part.tp);
         }
         Ok(())
     }
 
-    /// Gives up the buffered records older than the maximum record age, and commits.
+    /// Gives up the buffered records older than the maximum record age (of partitions
+    /// without a batch in flight), and commits.
     async fn give_up_old_records(
         &self,
         consumer: &GroupConsumer,
@@ -456,7 +814,10 @@ impl Runner {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         let cutoff = now.saturating_sub(age.as_millis() as i64);
-        let old = state.buffers.take_older_than(cutoff);
+        let in_flight = &state.in_flight;
+        let old = state
+            .buffers
+            .take_older_than(cutoff, |tp| !in_flight.contains(tp));
         if old.is_empty() {
             return Ok(());
         }
@@ -562,57 +923,6 @@ impl Runner {
         }
     }
 
-    /// Reads records until `limit` are buffered, 6 MB of them are, or the batching window
-    /// closes. The window opens with the first record buffered (at once when some are
-    /// already); with nothing buffered, it waits up to the idle timeout for one. Returns
-    /// when the first record of this call arrived, if any did.
-    async fn fill(
-        &self,
-        consumer: &GroupConsumer,
-        state: &mut Progress,
-        limit: usize,
-    ) -> Option<Instant> {
-        let start = Instant::now();
-        let mut window_opened = (!state.buffers.is_empty()).then_some(start);
-        let mut got = None;
-        while state.buffers.len() < limit && state.buffers.bytes() < MAX_PAYLOAD_BYTES {
-            let deadline = match window_opened {
-                Some(opened) => opened + self.config.batching_window,
-                None => start + self.config.idle_timeout,
-            };
-            let Some(remaining) = deadline.checked_duration_since(Instant::now()) else {
-                break;
-            };
-            let received = tokio::time::timeout(remaining, consumer.recv()).await;
-            // A rebalance runs inside `recv`: drop what was revoked before buffering more.
-            state.drop_stale(consumer);
-            match received {
-                Err(_) => break,
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "consumer error");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok(Ok(message)) => {
-                    let tp = TopicPartition::new(message.topic(), message.partition());
-                    let Some(lease) = consumer.context().assignment().lease(&tp) else {
-                        tracing::debug!(%tp, "record of a partition not owned: dropped");
-                        continue;
-                    };
-                    if state.leases.get(&tp) != Some(&lease) {
-                        // Assigned again since its records were read: read afresh.
-                        state.forget(&tp);
-                        state.leases.insert(tp.clone(), lease);
-                    }
-                    let now = Instant::now();
-                    got = got.or(Some(now));
-                    window_opened = window_opened.or(Some(now));
-                    state.buffers.push(tp, to_record(&message));
-                }
-            }
-        }
-        got
-    }
-
     /// Whether the group's committed offsets have reached the end of every assigned partition.
     fn caught_up(&self, consumer: &GroupConsumer) -> Result<bool, String> {
         let assignment = consumer
@@ -647,9 +957,14 @@ impl Runner {
         Ok(true)
     }
 
-    /// `records, batches, retries, records/s, lag per partition` (the lag: records after
-    /// the committed position).
-    fn progress_line(&self, consumer: &GroupConsumer, state: &Progress) -> String {
+    /// `records, batches, retries, records/s, invocations in flight (and the peak), lag per
+    /// partition` (the lag: records after the committed position).
+    fn progress_line(
+        &self,
+        consumer: &GroupConsumer,
+        state: &Progress,
+        in_flight: usize,
+    ) -> String {
         let s = &state.summary;
         let mut lags = Vec::new();
         let assigned = consumer.assignment().unwrap_or_default();
@@ -670,18 +985,69 @@ impl Runner {
             lags.push(format!("{tp}={lag}"));
         }
         format!(
-            "[local-runner] {} records, {} batches, {} retries, {} given up, {:.0} records/s; lag {}",
+            "[local-runner] {} records, {} batches, {} retries, {} given up, {:.0} records/s; {} in flight (peak {}); lag {}",
             s.records,
             s.batches,
             s.failures,
             s.given_up,
             s.records_per_second(),
+            in_flight,
+            s.peak_in_flight,
             if lags.is_empty() {
                 "-".to_owned()
             } else {
                 lags.join(" ")
             }
         )
+    }
+}
+
+/// One batch's invocation (twice with the duplicate fault), run as its own task, and
+/// what it came to.
+async fn invoke(transport: Arc<dyn Transport>, event: Arc<KafkaEvent>, plan: Plan) -> Invoked {
+    let mut extra_invocations = 0;
+    if plan.fail {
+        return Invoked {
+            outcome: Outcome::Failed(format!(
+                "injected failure of invocation {}",
+                plan.invocation
+            )),
+            extra_invocations,
+        };
+    }
+    let payload = event.to_json();
+    let mut result = transport.invoke(payload.clone()).await;
+    if result.is_ok() && plan.duplicate {
+        extra_invocations += 1;
+        result = transport.invoke(payload).await;
+    }
+    let outcome = match result {
+        Err(e) => Outcome::Failed(e.0),
+        Ok(_) if !plan.report_batch_item_failures => Outcome::Success,
+        Ok(body) => match judge(&body, &event) {
+            Verdict::Success => Outcome::Success,
+            Verdict::Partial(resume) => Outcome::Partial(resume),
+            Verdict::Invalid(why) => Outcome::Failed(format!("invalid response: {why}")),
+        },
+    };
+    if matches!(outcome, Outcome::Success) && plan.crash_before_commit {
+        eprintln!(
+            "[local-runner] injected crash: batch {} succeeded, aborting before its commit",
+            plan.number
+        );
+        std::process::abort();
+    }
+    if matches!(outcome, Outcome::Success) && plan.lose_response {
+        // Injected: the response was lost; the retry is a longer batch from the same
+        // offsets (not a failure of the function: no attempt is counted).
+        return Invoked {
+            outcome: Outcome::Lost,
+            extra_invocations,
+        };
+    }
+    Invoked {
+        outcome,
+        extra_invocations,
     }
 }
 
