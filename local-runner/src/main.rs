@@ -367,7 +367,14 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                 Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
                 None => inner,
             };
-            let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
+            // The function's batch settings from the environment, as in Lambda
+            // (LAMBDA_STREAMS_POISON_POLICY, _PARTIAL_BATCH_RESPONSE, _SOURCE_PARTITIONS, …).
+            let options = lambda_streams::lambda::Config::from_env()
+                .map_err(|e| e.to_string())?
+                .batch;
+            let handler = Arc::new(
+                Handler::with_kafka_output(topology.clone(), store, None).with_options(options),
+            );
             eprintln!(
                 "[local-runner] topology of {function}:\n{}",
                 topology.describe()
