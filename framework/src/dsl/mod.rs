@@ -27,6 +27,8 @@ pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
 
 mod join;
+mod stream_join;
+pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::StreamError;

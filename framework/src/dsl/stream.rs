@@ -99,7 +99,7 @@ where
 
     /// Attaches a child processor: `f` gets each record and the child's downstream, and
     /// forwards zero or more records to it.
-    fn child<K2, V2>(
+    pub(crate) fn child<K2, V2>(
         &self,
         prefix: &str,
         f: impl Fn(&mut Ctx, K, V, &Downstream<K2, V2>) -> Result<(), StreamError>

@@ -174,6 +174,14 @@ impl Topology {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
+        ctx.ranges = event
+            .partitions
+            .iter()
+            .map(|p| {
+                let first = p.records.first().map_or(0, |r| r.offset);
+                (first, p.records.last().map_or(-1, |r| r.offset))
+            })
+            .collect();
         let clock = if self.inner.windowed {
             store.clock().await?
         } else {

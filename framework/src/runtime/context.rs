@@ -89,6 +89,8 @@ pub(crate) struct Ctx {
     pub(crate) dropped_null_keys: u64,
     /// Records waiting at joins.
     pub(crate) deferred: Vec<Deferred>,
+    /// Per partition of the batch: its first and last offsets.
+    pub(crate) ranges: Vec<(i64, i64)>,
 }
 
 impl Ctx {
@@ -106,6 +108,7 @@ impl Ctx {
             late_records: 0,
             closed: vec![i64::MIN; stores],
             deferred: Vec::new(),
+            ranges: Vec::new(),
         }
     }
 
@@ -238,6 +241,14 @@ impl Ctx {
             resume,
         });
         Ok(())
+    }
+
+    /// Whether the record at `offset` of `tp` is one of this batch's.
+    pub(crate) fn in_batch(&self, tp: &TopicPartition, offset: i64) -> bool {
+        self.partitions
+            .iter()
+            .zip(&self.ranges)
+            .any(|(p, (first, last))| p == tp && (*first..=*last).contains(&offset))
     }
 
     /// The topic-partition and offset of the current record, for error messages.
