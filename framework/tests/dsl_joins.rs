@@ -120,3 +120,81 @@ proptest! {
         prop_assert_eq!(by_key(left), by_key(ref_left));
     }
 }
+
+/// Table–table joins: after random updates of two tables (in batches of any size), the
+/// highest-version update per key of the joined table is the join of the final tables.
+mod table_table {
+    use super::*;
+    use lambda_streams::sink::VERSION_HEADER;
+
+    fn topology() -> Topology {
+        let builder = StreamsBuilder::new();
+        let left = builder.table("left", Utf8, Utf8, "left");
+        let right = builder.table("right", Utf8, Utf8, "right");
+        left.join(&right, |_, l: &String, r: &String| format!("{l}|{r}"))
+            .to_stream()
+            .to("inner", Utf8, Utf8);
+        left.left_join(&right, |_, l: &String, r: Option<&String>| {
+            format!("{l}|{}", r.map_or("-", String::as_str))
+        })
+        .to_stream()
+        .to("left-outer", Utf8, Utf8);
+        builder.build()
+    }
+
+    fn latest(driver: &TestDriver, topic: &str) -> BTreeMap<String, String> {
+        let mut best: BTreeMap<String, (u64, String)> = BTreeMap::new();
+        for record in driver
+            .output_topic(topic, Utf8, Utf8)
+            .read_records()
+            .unwrap()
+        {
+            let version: u64 = record
+                .headers
+                .iter()
+                .find(|(name, _)| name == VERSION_HEADER)
+                .map(|(_, v)| std::str::from_utf8(v).unwrap().parse().unwrap())
+                .unwrap();
+            let entry = best.entry(record.key).or_insert((0, String::new()));
+            if version >= entry.0 {
+                *entry = (version, record.value);
+            }
+        }
+        best.into_iter().map(|(k, (_, v))| (k, v)).collect()
+    }
+
+    fn updates() -> impl Strategy<Value = Vec<(bool, String, String)>> {
+        let key = prop::sample::select(vec!["a", "b", "c"]).prop_map(str::to_owned);
+        prop::collection::vec((any::<bool>(), key, "[x-z]{1,2}"), 0..30)
+    }
+
+    proptest! {
+        #[test]
+        fn table_joins_equal_the_join_of_the_final_tables(updates in updates(), size in 1usize..8) {
+            let driver = TestDriver::new(topology()).with_batching(Batching::Size(size));
+            let mut left_in = driver.input_topic("left", Utf8, Utf8);
+            let mut right_in = driver.input_topic("right", Utf8, Utf8);
+            let (mut left, mut right) = (BTreeMap::new(), BTreeMap::new());
+            for (is_left, key, value) in &updates {
+                if *is_left {
+                    left_in.pipe_input(key.clone(), value.clone()).unwrap();
+                    left.insert(key.clone(), value.clone());
+                } else {
+                    right_in.pipe_input(key.clone(), value.clone()).unwrap();
+                    right.insert(key.clone(), value.clone());
+                }
+            }
+            driver.flush().unwrap();
+            let inner: BTreeMap<String, String> = left
+                .iter()
+                .filter_map(|(k, l)| right.get(k).map(|r| (k.clone(), format!("{l}|{r}"))))
+                .collect();
+            let outer: BTreeMap<String, String> = left
+                .iter()
+                .map(|(k, l)| (k.clone(), format!("{l}|{}", right.get(k).map_or("-", String::as_str))))
+                .collect();
+            prop_assert_eq!(latest(&driver, "inner"), inner);
+            prop_assert_eq!(latest(&driver, "left-outer"), outer);
+        }
+    }
+}

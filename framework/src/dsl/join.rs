@@ -16,6 +16,7 @@ use super::describe::NodeKind;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
+use crate::runtime::context::Origin;
 use crate::serdes::{Nullable, Serde, SerdeError};
 
 impl StreamsBuilder {
@@ -302,4 +303,171 @@ where
             }));
         KStream::from_node(self.shared(), next, node)
     }
+}
+
+impl<K, V> KTable<K, V>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Joins this table with `other` by key (an inner join, as Kafka Streams'
+    /// `KTable::join(KTable)`): after a batch that changed a key in either table, if both
+    /// tables hold a value for it, the joined table's update is `joiner(key, this, other)`.
+    /// Each update carries as its version the sum of the two items' versions, which grows
+    /// with every change of either side, so consumers can keep the highest version per
+    /// key. A deletion in either table is not forwarded (as for every table here), and the
+    /// joined table cannot itself be joined.
+    ///
+    /// Cost: one batched read of the other table per key changed by a batch.
+    ///
+    /// # Panics
+    /// When either table is the table of a windowed aggregation.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("names", Utf8, Utf8, "names");
+    /// let cities = builder.table("cities", Utf8, Utf8, "cities");
+    /// names
+    ///     .join(&cities, |_, name: &String, city: &String| format!("{name} in {city}"))
+    ///     .to_stream()
+    ///     .to("profiles", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// driver.input_topic("names", Utf8, Utf8).pipe_input("u1", "Ada".to_owned())?;
+    /// let mut city = driver.input_topic("cities", Utf8, Utf8);
+    /// city.pipe_input("u1", "London".to_owned())?;
+    /// city.pipe_input("u1", "Paris".to_owned())?;
+    /// assert_eq!(
+    ///     driver.output_topic("profiles", Utf8, Utf8).read_values()?,
+    ///     ["Ada in London", "Ada in Paris"]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn join<VO, VR>(
+        &self,
+        other: &KTable<K, VO>,
+        joiner: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        let joiner = Arc::new(joiner);
+        let next = Downstream::<K, VR>::new();
+        let this_to_other = Arc::clone(&joiner);
+        watch(
+            self,
+            other,
+            &next,
+            "KTABLE-JOINTHIS",
+            move |k, v, o: Option<&VO>| o.map(|o| this_to_other(k, v, o)),
+        );
+        watch(
+            other,
+            self,
+            &next,
+            "KTABLE-JOINOTHER",
+            move |k, o, v: Option<&V>| v.map(|v| joiner(k, v, o)),
+        );
+        KTable::new(self.shared.clone(), next)
+    }
+
+    /// Joins this table with `other` by key, keeping the keys `other` lacks (a left join,
+    /// as Kafka Streams' `KTable::leftJoin(KTable)`): after a batch that changed a key of
+    /// this table, or of `other` where this table has a value, the update is
+    /// `joiner(key, this, other or None)`. Versions and costs as [`join`](Self::join).
+    pub fn left_join<VO, VR>(
+        &self,
+        other: &KTable<K, VO>,
+        joiner: impl Fn(&K, &V, Option<&VO>) -> VR + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        let joiner = Arc::new(joiner);
+        let next = Downstream::<K, VR>::new();
+        let this_to_other = Arc::clone(&joiner);
+        watch(
+            self,
+            other,
+            &next,
+            "KTABLE-LEFTJOINTHIS",
+            move |k, v, o: Option<&VO>| Some(this_to_other(k, v, o)),
+        );
+        watch(
+            other,
+            self,
+            &next,
+            "KTABLE-LEFTJOINOTHER",
+            move |k, o, v: Option<&V>| v.map(|v| joiner(k, v, Some(o))),
+        );
+        KTable::new(self.shared.clone(), next)
+    }
+}
+
+/// Sends each update of `changed` to `out` joined with `other`'s value of its key, read
+/// after the batch's writes: `f(key, changed value, other value)`, or nothing for `None`.
+fn watch<K, A, B, R>(
+    changed: &KTable<K, A>,
+    other: &KTable<K, B>,
+    out: &Downstream<K, R>,
+    prefix: &str,
+    f: impl Fn(&K, &A, Option<&B>) -> Option<R> + Send + Sync + 'static,
+) where
+    K: Clone + Send + Sync + 'static,
+    A: Clone + Send + Sync + 'static,
+    B: Clone + Send + Sync + 'static,
+    R: Clone + Send + Sync + 'static,
+{
+    let (Some(mine), Some(lookup)) = (&changed.lookup, &other.lookup) else {
+        panic!("a windowed table cannot be joined by key");
+    };
+    {
+        let mut inner = lock(&changed.shared);
+        inner.join_targets.insert(mine.store);
+        inner.join_targets.insert(lookup.store);
+        let kind = NodeKind::Processor {
+            stores: vec![inner.stores[lookup.store].name.clone()],
+        };
+        let parents: Vec<_> = inner.description.table_parent().into_iter().collect();
+        inner.description.add_node(prefix, kind, &parents);
+    }
+    let (lookup, out, f) = (Arc::clone(lookup), out.clone(), Arc::new(f));
+    changed
+        .updates()
+        .add(Arc::new(move |ctx, key: K, value: A| {
+            let Some(encoded) = lookup.key_serde.serialize(&key) else {
+                return Ok(());
+            };
+            let (lookup, out, f) = (Arc::clone(&lookup), out.clone(), Arc::clone(&f));
+            ctx.defer(
+                lookup.store,
+                encoded,
+                Box::new(move |ctx, state| {
+                    let found = match state {
+                        None => None,
+                        Some(state) => (lookup.value)(&key, state).map_err(|e| {
+                            StreamError::Config(format!(
+                                "a joined table's value does not decode: {e}"
+                            ))
+                        })?,
+                    };
+                    let Some(joined) = f(&key, &value, found.as_ref()) else {
+                        return Ok(());
+                    };
+                    if let Origin::Update { version, timestamp } = ctx.origin {
+                        let other = state.map_or(0, |s| s.version);
+                        ctx.origin = Origin::Update {
+                            version: version + other,
+                            timestamp,
+                        };
+                    }
+                    out.forward(ctx, key, joined)
+                }),
+            )
+        }));
 }

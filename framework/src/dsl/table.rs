@@ -49,6 +49,11 @@ where
         self
     }
 
+    /// The processors that receive the table's updates.
+    pub(crate) fn updates(&self) -> &Downstream<K, V> {
+        &self.updates
+    }
+
     /// The table's updates as a stream: one record per key changed by a batch, with the
     /// key's value after the batch.
     pub fn to_stream(&self) -> KStream<K, V> {

@@ -280,6 +280,16 @@ impl Topology {
                 }
             }
         }
+        // Updates of the other stores that reached a join.
+        self.resume_joins(
+            &mut ctx,
+            event,
+            store,
+            options,
+            &mut outcome,
+            &mut dead_letters,
+        )
+        .await?;
         if let Some(index) = targets.iter().find(|i| !ctx.pending[**i].is_empty()) {
             return Err(StreamError::Config(format!(
                 "store {:?} is joined and also fed by joined records: not supported",
@@ -387,13 +397,15 @@ impl Topology {
             values.insert(index, found);
         }
         for d in deferred {
+            ctx.origin = d.origin;
+            let state = values.get(&d.store).and_then(|found| found.get(&d.key));
             let Origin::Record { tp, offset, .. } = d.origin else {
+                // A table update at a join: no record to blame, an error fails the batch.
+                (d.resume)(ctx, state)?;
                 continue;
             };
             let batch = &event.partitions[tp as usize];
-            ctx.origin = d.origin;
             let mark = ctx.outputs.len();
-            let state = values.get(&d.store).and_then(|found| found.get(&d.key));
             let result = catch_unwind(AssertUnwindSafe(|| (d.resume)(ctx, state)));
             let Some(error) = failure(result, &batch.tp, offset)? else {
                 continue;

@@ -221,19 +221,14 @@ impl Ctx {
         }
     }
 
-    /// Parks the current record at a join until the table's value of `key` in `store` is
-    /// read; `resume` then takes it on. Only source records can wait at a join.
+    /// Parks the current record (a source record or a table update) at a join until the
+    /// table's value of `key` in `store` is read; `resume` then takes it on.
     pub(crate) fn defer(
         &mut self,
         store: usize,
         key: Vec<u8>,
         resume: Resume,
     ) -> Result<(), StreamError> {
-        if !matches!(self.origin, Origin::Record { .. }) {
-            return Err(StreamError::Config(
-                "a table's updates cannot be joined with a table yet: join a stream".into(),
-            ));
-        }
         self.deferred.push(Deferred {
             origin: self.origin,
             store,
