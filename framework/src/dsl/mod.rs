@@ -27,7 +27,9 @@ pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
 
 mod join;
+mod session;
 mod stream_join;
+pub use session::{SessionWindowedKStream, SessionWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
