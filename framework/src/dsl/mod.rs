@@ -28,8 +28,10 @@ pub use table::KTable;
 
 mod join;
 mod session;
+mod sliding;
 mod stream_join;
 pub use session::{SessionWindowedKStream, SessionWindows};
+pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
