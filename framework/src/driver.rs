@@ -105,6 +105,9 @@ struct DriverState {
     pending: Vec<(TopicPartition, Record)>,
     last_batch: Option<KafkaEvent>,
     last_report: Option<BatchReport>,
+    /// How many produced records have been looked at for feeding back (records produced
+    /// to a topic the topology reads, such as a repartition topic, are read back).
+    fed_back: usize,
 }
 
 impl TestDriver {
@@ -194,9 +197,14 @@ impl TestDriver {
         let event = batch_event(&pending);
         match self.run(&event) {
             Ok(report) => {
-                let mut state = self.lock();
-                state.last_batch = Some(event);
-                state.last_report = Some(report.clone());
+                {
+                    let mut state = self.lock();
+                    state.last_batch = Some(event);
+                    state.last_report = Some(report.clone());
+                }
+                if self.feed_back() && self.batching != Batching::Manual {
+                    self.flush()?;
+                }
                 Ok(report)
             }
             Err(e) => {
@@ -207,6 +215,45 @@ impl TestDriver {
                 Err(e)
             }
         }
+    }
+
+    /// Queues the records produced to topics the topology reads (repartition topics), with
+    /// their headers, on partition 0 of those topics, as the broker would deliver them.
+    /// Returns whether any were queued.
+    fn feed_back(&self) -> bool {
+        let sources = self.topology.source_topics();
+        let produced = self.sink.all();
+        let mut state = self.lock();
+        let mut queued = false;
+        for record in produced.iter().skip(state.fed_back) {
+            if !sources.contains(&record.topic) {
+                continue;
+            }
+            let tp = TopicPartition::new(record.topic.as_str(), 0);
+            let offset = state.next_offsets.entry(tp.clone()).or_insert(0);
+            let fed = Record {
+                offset: *offset,
+                timestamp: record.timestamp.unwrap_or_default(),
+                timestamp_type: TimestampType::CreateTime,
+                key: record.key.clone(),
+                value: record.value.clone(),
+                headers: record
+                    .headers
+                    .iter()
+                    .map(|(name, value)| crate::event::Header {
+                        name: name.clone(),
+                        value: value.clone(),
+                    })
+                    .collect(),
+                key_schema_metadata: None,
+                value_schema_metadata: None,
+            };
+            *offset += 1;
+            state.pending.push((tp, fed));
+            queued = true;
+        }
+        state.fed_back = produced.len();
+        queued
     }
 
     /// Delivers the last successfully processed batch again, as a Kafka event source may

@@ -14,6 +14,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 pub const SOURCE_HEADER: &str = "lambda-streams-source";
 /// Header carrying the version of the state item a table update comes from (decimal).
 pub const VERSION_HEADER: &str = "lambda-streams-version";
+/// Header of a record produced to a repartition topic: its rank among the records its
+/// source record produced there (decimal, from 0).
+pub const SEQUENCE_HEADER: &str = "lambda-streams-sequence";
 
 /// A record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]

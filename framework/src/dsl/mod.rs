@@ -27,6 +27,7 @@ pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
 
 mod join;
+mod repartition;
 mod session;
 mod sliding;
 mod stream_join;

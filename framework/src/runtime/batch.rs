@@ -218,6 +218,7 @@ impl Topology {
                     offset: record.offset,
                     timestamp: record.timestamp,
                 };
+                ctx.source = None;
                 ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     sources
@@ -230,7 +231,8 @@ impl Topology {
                 };
                 // Undo what the record did before it failed; the batch goes on without it.
                 ctx.outputs.truncate(mark);
-                ctx.forget(tp_index, record.offset);
+                let (source, offset) = ctx.source.unwrap_or((tp_index, record.offset));
+                ctx.forget(source, offset);
                 outcome.report.poison_records += 1;
                 tracing::warn!(error = %error, policy = ?options.poison, "poison record");
                 match &options.poison {
@@ -398,6 +400,7 @@ impl Topology {
         }
         for d in deferred {
             ctx.origin = d.origin;
+            ctx.source = d.source;
             let state = values.get(&d.store).and_then(|found| found.get(&d.key));
             let Origin::Record { tp, offset, .. } = d.origin else {
                 // A table update at a join: no record to blame, an error fails the batch.
@@ -411,7 +414,8 @@ impl Topology {
                 continue;
             };
             ctx.outputs.truncate(mark);
-            ctx.forget(tp, offset);
+            let (source, source_offset) = d.source.unwrap_or((tp, offset));
+            ctx.forget(source, source_offset);
             outcome.report.records_in = outcome.report.records_in.saturating_sub(1);
             outcome.report.poison_records += 1;
             tracing::warn!(error = %error, policy = ?options.poison, "poison record at a join");
@@ -527,7 +531,7 @@ impl Topology {
         stats: &mut WriteStats,
     ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
-        let partitions = ctx.partitions.as_slice();
+        let partitions = ctx.sources.as_slice();
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|((key, window), item)| async move {
                 let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);

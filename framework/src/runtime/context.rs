@@ -50,8 +50,9 @@ pub(crate) type Resume = Box<
 /// A record waiting at a join for the table's value of its key (read for all such
 /// records of a batch at once, after the record pass).
 pub(crate) struct Deferred {
-    /// The record it continues.
+    /// The record it continues, and its original source (see [`Ctx::source`]).
     pub(crate) origin: Origin,
+    pub(crate) source: Option<(u32, i64)>,
     /// The joined table's store, and the key to read.
     pub(crate) store: usize,
     pub(crate) key: Vec<u8>,
@@ -91,10 +92,23 @@ pub(crate) struct Ctx {
     pub(crate) deferred: Vec<Deferred>,
     /// Per partition of the batch: its first and last offsets.
     pub(crate) ranges: Vec<(i64, i64)>,
+    /// The partitions contributions are attributed to (their watermarks): the batch's,
+    /// then the original source partitions of records read from repartition topics.
+    pub(crate) sources: Vec<TopicPartition>,
+    /// For the current record, when it came through a repartition topic: its original
+    /// source partition (index in `sources`) and offset, which its contributions carry.
+    pub(crate) source: Option<(u32, i64)>,
+    /// Per (batch partition, original source partition): the highest original offset seen
+    /// in this batch (a lower one again is a duplicate of a retried producer).
+    pub(crate) seen: HashMap<(u32, u32), i64>,
+    /// Per source record (partition index, offset): how many records it has produced to
+    /// repartition topics so far.
+    pub(crate) sequences: HashMap<(u32, i64), u32>,
 }
 
 impl Ctx {
     pub(crate) fn new(partitions: Vec<TopicPartition>, stores: usize) -> Self {
+        let partitions_copy = partitions.clone();
         Ctx {
             partitions,
             origin: Origin::Update {
@@ -109,6 +123,10 @@ impl Ctx {
             closed: vec![i64::MIN; stores],
             deferred: Vec::new(),
             ranges: Vec::new(),
+            sources: partitions_copy,
+            source: None,
+            seen: HashMap::new(),
+            sequences: HashMap::new(),
         }
     }
 
@@ -120,14 +138,10 @@ impl Ctx {
         window: Option<ItemWindow>,
         delta: i64,
     ) {
-        let Origin::Record {
-            tp,
-            offset,
-            timestamp,
-        } = self.origin
+        let (Some((tp, offset)), Some((_, _, timestamp))) =
+            (self.contribution_coordinates(), self.record_time())
         else {
-            // Updates of one table feeding another aggregation arrive with the DSL issue;
-            // the builder does not let a topology express it yet.
+            // A table's updates do not feed aggregations (the builder cannot express it).
             return;
         };
         let item = self.pending[store]
@@ -152,11 +166,8 @@ impl Ctx {
         make: impl FnOnce() -> Box<dyn PendingFold>,
         push: impl FnOnce(&mut dyn PendingFold, u32, i64),
     ) {
-        let Origin::Record {
-            tp,
-            offset,
-            timestamp,
-        } = self.origin
+        let (Some((tp, offset)), Some((_, _, timestamp))) =
+            (self.contribution_coordinates(), self.record_time())
         else {
             return;
         };
@@ -186,6 +197,16 @@ impl Ctx {
                 }
                 !item.contributions.is_empty()
             });
+        }
+    }
+
+    /// What the current record's contributions are attributed to: its source partition
+    /// (index in `sources`) and offset — for a record read from a repartition topic, those
+    /// of the original record.
+    pub(crate) fn contribution_coordinates(&self) -> Option<(u32, i64)> {
+        match self.origin {
+            Origin::Record { tp, offset, .. } => Some(self.source.unwrap_or((tp, offset))),
+            Origin::Update { .. } => None,
         }
     }
 
@@ -231,6 +252,7 @@ impl Ctx {
     ) -> Result<(), StreamError> {
         self.deferred.push(Deferred {
             origin: self.origin,
+            source: self.source,
             store,
             key,
             resume,

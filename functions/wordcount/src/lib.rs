@@ -35,7 +35,29 @@ pub fn topology(input: &str, output: &str) -> Topology {
     builder.build()
 }
 
-/// The topology with its topics from `WORDCOUNT_INPUT_TOPIC` and `WORDCOUNT_OUTPUT_TOPIC`.
+/// The WordCount topology in repartition mode: the words go through `repartition` (a topic
+/// the function also consumes), so that each word's count is written by the one partition
+/// that owns the word, and its updates reach `output` in order per word.
+pub fn topology_repartitioned(input: &str, repartition: &str, output: &str) -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(input, Unit, Utf8)
+        .flat_map(|_, line: String| {
+            words(&line)
+                .into_iter()
+                .map(|w| (w, ()))
+                .collect::<Vec<_>>()
+        })
+        .repartition(repartition, Utf8, Unit)
+        .group_by_key(Utf8)
+        .count(STORE)
+        .to_stream()
+        .to(output, Utf8, DecimalI64);
+    builder.build()
+}
+
+/// The topology with its topics from `WORDCOUNT_INPUT_TOPIC` and `WORDCOUNT_OUTPUT_TOPIC`;
+/// in repartition mode through `WORDCOUNT_REPARTITION_TOPIC` when it is set.
 pub fn topology_from_env() -> Topology {
     let var = |name: &str, default: &str| {
         std::env::var(name)
@@ -43,10 +65,14 @@ pub fn topology_from_env() -> Topology {
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| default.to_owned())
     };
-    topology(
-        &var("WORDCOUNT_INPUT_TOPIC", "text-lines"),
-        &var("WORDCOUNT_OUTPUT_TOPIC", "word-counts"),
-    )
+    let (input, output) = (
+        var("WORDCOUNT_INPUT_TOPIC", "text-lines"),
+        var("WORDCOUNT_OUTPUT_TOPIC", "word-counts"),
+    );
+    match std::env::var("WORDCOUNT_REPARTITION_TOPIC") {
+        Ok(topic) if !topic.is_empty() => topology_repartitioned(&input, &topic, &output),
+        _ => topology(&input, &output),
+    }
 }
 
 #[cfg(test)]
