@@ -300,22 +300,23 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
         let client = aws_sdk_dynamodb::Client::new(&sdk);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };
-    let handler = Arc::new(
-        Handler::with_kafka_output(topology, store, config.bootstrap_servers)
-            .with_kafka_settings(config.kafka),
-    );
+    let mut handler = Handler::with_kafka_output(topology, store, config.bootstrap_servers)
+        .with_kafka_settings(config.kafka)
+        .with_options(config.batch);
+    if let Some(function) = config.metrics_function {
+        handler = handler.with_metrics(function);
+    }
+    let handler = Arc::new(handler);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Box<RawValue>>| {
             let handler = Arc::clone(&handler);
             async move {
+                // The response names the failed partitions when partial batch responses
+                // are on; otherwise it is always empty.
                 handler
-                    .handle_json(event.payload.get().as_bytes())
+                    .invoke_json(event.payload.get().as_bytes())
                     .await
-                    .map_err(|e| {
-                        tracing::error!(error = %e, "batch failed");
-                        e
-                    })?;
-                Ok::<_, StreamError>(serde_json::json!({ "batchItemFailures": [] }))
+                    .inspect_err(|e| tracing::error!(error = %e, "batch failed"))
             }
         },
     ))

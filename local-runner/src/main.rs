@@ -336,7 +336,14 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                 Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo.clone(), n)),
                 None => Arc::new(dynamo.clone()),
             };
-            let handler = Arc::new(Handler::with_kafka_output(topology.clone(), store, None));
+            // The function's own settings, as in Lambda: poison policy, partial batch
+            // responses, the producer's TLS/SASL (LAMBDA_STREAMS_* variables).
+            let settings = lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
+            let handler = Arc::new(
+                Handler::with_kafka_output(topology.clone(), store, None)
+                    .with_kafka_settings(settings.kafka)
+                    .with_options(settings.batch),
+            );
             eprintln!(
                 "[local-runner] topology of {function}:\n{}",
                 topology.describe()
