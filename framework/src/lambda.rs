@@ -18,6 +18,7 @@
 //! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
 //! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
 //! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
+//! | `LAMBDA_STREAMS_KAFKA_*` | how the producer connects: TLS, SASL/SCRAM, MSK IAM, any librdkafka property ([`crate::kafka`]) | PLAINTEXT |
 //!
 //! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
 
@@ -30,6 +31,7 @@ use tokio::sync::OnceCell;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
+use crate::kafka::KafkaSettings;
 use crate::runtime::{BatchOptions, BatchOutcome, PoisonPolicy};
 use crate::sink::{KafkaSink, Sink};
 use crate::state::dynamodb::DynamoStore;
@@ -48,14 +50,17 @@ pub struct Config {
     pub batch: BatchOptions,
     /// The function name put in metrics; `None`: no metrics.
     pub metrics_function: Option<String>,
+    /// How the producer connects to Kafka (TLS, SASL).
+    pub kafka: KafkaSettings,
 }
 
 impl Config {
     /// Reads `LAMBDA_STREAMS_TABLE`, `LAMBDA_STREAMS_BOOTSTRAP_SERVERS`,
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
-    /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`) and
-    /// `LAMBDA_STREAMS_METRICS`; an invalid value is an error naming the variable.
+    /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
+    /// `LAMBDA_STREAMS_METRICS` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
+    /// ([`KafkaSettings::from_env`]); an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let guarantee = match var("LAMBDA_STREAMS_GUARANTEE") {
@@ -127,6 +132,7 @@ impl Config {
                 source_partitions,
             },
             metrics_function,
+            kafka: KafkaSettings::from_env()?,
         })
     }
 }
@@ -146,6 +152,7 @@ enum SinkChoice {
     /// Created on first use, for the configured brokers or the event's own.
     Kafka {
         bootstrap_servers: Option<String>,
+        settings: KafkaSettings,
         producer: OnceCell<Arc<KafkaSink>>,
     },
 }
@@ -175,11 +182,21 @@ impl Handler {
             store,
             sink: SinkChoice::Kafka {
                 bootstrap_servers,
+                settings: KafkaSettings::plaintext(),
                 producer: OnceCell::new(),
             },
             options: BatchOptions::default(),
             metrics_function: None,
         }
+    }
+
+    /// Sets how the Kafka output connects (TLS, SASL); no effect on a handler built with
+    /// [`new`](Self::new), whose sink is given.
+    pub fn with_kafka_settings(mut self, kafka: KafkaSettings) -> Self {
+        if let SinkChoice::Kafka { settings, .. } = &mut self.sink {
+            *settings = kafka;
+        }
+        self
     }
 
     /// Sets how batches are executed (poison policy, partial batch responses).
@@ -205,13 +222,16 @@ impl Handler {
             SinkChoice::Given(sink) => Arc::clone(sink),
             SinkChoice::Kafka {
                 bootstrap_servers,
+                settings,
                 producer,
             } => {
                 let servers = bootstrap_servers
                     .as_deref()
                     .unwrap_or(&event.bootstrap_servers);
                 let producer = producer
-                    .get_or_try_init(|| async { KafkaSink::new(servers, &[]).map(Arc::new) })
+                    .get_or_try_init(|| async {
+                        KafkaSink::connect(servers, settings).await.map(Arc::new)
+                    })
                     .await?;
                 Arc::clone(producer) as Arc<dyn Sink>
             }
@@ -280,23 +300,23 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
         let client = aws_sdk_dynamodb::Client::new(&sdk);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };
-    let handler = Arc::new(Handler::with_kafka_output(
-        topology,
-        store,
-        config.bootstrap_servers,
-    ));
+    let mut handler = Handler::with_kafka_output(topology, store, config.bootstrap_servers)
+        .with_kafka_settings(config.kafka)
+        .with_options(config.batch);
+    if let Some(function) = config.metrics_function {
+        handler = handler.with_metrics(function);
+    }
+    let handler = Arc::new(handler);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Box<RawValue>>| {
             let handler = Arc::clone(&handler);
             async move {
+                // The response names the failed partitions when partial batch responses
+                // are on; otherwise it is always empty.
                 handler
-                    .handle_json(event.payload.get().as_bytes())
+                    .invoke_json(event.payload.get().as_bytes())
                     .await
-                    .map_err(|e| {
-                        tracing::error!(error = %e, "batch failed");
-                        e
-                    })?;
-                Ok::<_, StreamError>(serde_json::json!({ "batchItemFailures": [] }))
+                    .inspect_err(|e| tracing::error!(error = %e, "batch failed"))
             }
         },
     ))

@@ -63,6 +63,7 @@ pub mod driver;
 pub mod dsl;
 pub mod error;
 pub mod event;
+pub mod kafka;
 pub mod lambda;
 pub mod metrics;
 pub(crate) mod runtime;

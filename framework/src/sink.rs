@@ -1,14 +1,16 @@
 //! Sinks: where output records go. [`KafkaSink`] produces to Kafka (idempotent, every
 //! record acknowledged before the batch succeeds); [`MemorySink`] collects them for tests.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer, PurgeConfig};
+
+use crate::kafka::{ConnectionHealth, KafkaSettings, MskIamSigner, SinkContext};
 
 /// Header naming the source record of an output record: `<topic>:<partition>:<offset>`.
 pub const SOURCE_HEADER: &str = "lambda-streams-source";
@@ -95,13 +97,61 @@ impl Sink for MemorySink {
 
 /// Produces to Kafka with an idempotent producer (`acks=all`), partitioning keys with
 /// murmur2 as Java clients do, so a key lands where Kafka Streams would put it.
+///
+/// An authentication or TLS failure of the producer fails the batch at once (not after the
+/// 30 s message timeout) with an error that names the settings to check; the batch's
+/// records still queued are purged, so that nothing of a failed batch is produced later.
 pub struct KafkaSink {
-    producer: FutureProducer,
+    producer: FutureProducer<SinkContext>,
+    health: Arc<ConnectionHealth>,
 }
 
 impl KafkaSink {
-    /// A producer for `bootstrap_servers`, with extra librdkafka settings (e.g. TLS/SASL).
+    /// A producer for `bootstrap_servers`, with extra librdkafka settings.
     pub fn new(bootstrap_servers: &str, extra: &[(String, String)]) -> Result<Self, SinkError> {
+        Self::create(
+            bootstrap_servers,
+            extra,
+            SinkContext::new(&KafkaSettings::plaintext(), None),
+        )
+    }
+
+    /// A producer for `bootstrap_servers` connecting as `settings` say (TLS, SASL/SCRAM,
+    /// MSK IAM with the SDK's default credentials: in Lambda, the function's role).
+    pub async fn connect(
+        bootstrap_servers: &str,
+        settings: &KafkaSettings,
+    ) -> Result<Self, SinkError> {
+        let failed = |reason: String| SinkError {
+            topic: String::new(),
+            reason,
+        };
+        let signer = match settings.msk_iam_region() {
+            Some(region) => Some(MskIamSigner::new(
+                region,
+                crate::kafka::default_credentials().await.map_err(failed)?,
+                tokio::runtime::Handle::current(),
+            )),
+            None => None,
+        };
+        let properties: Vec<(String, String)> = settings
+            .properties()
+            .iter()
+            .map(|p| (p.name.clone(), p.value.clone()))
+            .collect();
+        Self::create(
+            bootstrap_servers,
+            &properties,
+            SinkContext::new(settings, signer),
+        )
+        .map_err(|e| failed(format!("{}; {}", e.reason, settings.hint())))
+    }
+
+    fn create(
+        bootstrap_servers: &str,
+        extra: &[(String, String)],
+        context: SinkContext,
+    ) -> Result<Self, SinkError> {
         let mut config = ClientConfig::new();
         config
             .set("bootstrap.servers", bootstrap_servers)
@@ -113,11 +163,12 @@ impl KafkaSink {
         for (key, value) in extra {
             config.set(key, value);
         }
-        let producer = config.create().map_err(|e| SinkError {
+        let health = context.health();
+        let producer = config.create_with_context(context).map_err(|e| SinkError {
             topic: String::new(),
             reason: format!("cannot create a producer for {bootstrap_servers}: {e}"),
         })?;
-        Ok(KafkaSink { producer })
+        Ok(KafkaSink { producer, health })
     }
 }
 
@@ -162,9 +213,27 @@ impl Sink for KafkaSink {
                 }
             }
         }
-        for (topic, delivery) in deliveries {
-            match delivery.await {
-                Ok(Ok(_)) => {}
+        let context = &self.health;
+        for (topic, mut delivery) in deliveries {
+            let result = loop {
+                tokio::select! {
+                    result = &mut delivery => break result,
+                    _ = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if let Some(failure) = context.recent_failure() {
+                            self.producer.purge(PurgeConfig::default().queue().inflight());
+                            return Err(SinkError {
+                                topic: topic.to_owned(),
+                                reason: format!(
+                                    "the producer cannot connect to Kafka: {failure}; {}",
+                                    context.hint()
+                                ),
+                            });
+                        }
+                    }
+                }
+            };
+            match result {
+                Ok(Ok(_)) => context.delivered(),
                 Ok(Err((e, _))) => {
                     return Err(SinkError {
                         topic: topic.to_owned(),

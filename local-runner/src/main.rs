@@ -367,13 +367,13 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                 Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
                 None => inner,
             };
-            // The function's batch settings from the environment, as in Lambda
-            // (LAMBDA_STREAMS_POISON_POLICY, _PARTIAL_BATCH_RESPONSE, _SOURCE_PARTITIONS, …).
-            let options = lambda_streams::lambda::Config::from_env()
-                .map_err(|e| e.to_string())?
-                .batch;
+            // The function's own settings, as in Lambda: poison policy, partial batch
+            // responses, emit-on-close windows, the producer's TLS/SASL (LAMBDA_STREAMS_*).
+            let settings = lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
             let handler = Arc::new(
-                Handler::with_kafka_output(topology.clone(), store, None).with_options(options),
+                Handler::with_kafka_output(topology.clone(), store, None)
+                    .with_kafka_settings(settings.kafka)
+                    .with_options(settings.batch),
             );
             eprintln!(
                 "[local-runner] topology of {function}:\n{}",

@@ -21,6 +21,63 @@ pub fn bootstrap() -> String {
     std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
+/// The broker's SASL_PLAINTEXT listener (SCRAM-SHA-512/256), from `scripts/services env`.
+pub fn sasl_bootstrap() -> String {
+    std::env::var("KAFKA_SASL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9094".into())
+}
+
+/// The broker's SSL listener (a certificate of the local CA).
+pub fn ssl_bootstrap() -> String {
+    std::env::var("KAFKA_SSL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9095".into())
+}
+
+/// The broker's SASL_SSL listener (SCRAM over TLS).
+pub fn sasl_ssl_bootstrap() -> String {
+    std::env::var("KAFKA_SASL_SSL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9096".into())
+}
+
+/// The SCRAM user `scripts/services` creates: `(username, password)`.
+pub fn scram_credentials() -> (String, String) {
+    (
+        std::env::var("KAFKA_SCRAM_USERNAME").unwrap_or_else(|_| "lambda-streams".into()),
+        std::env::var("KAFKA_SCRAM_PASSWORD").unwrap_or_else(|_| "lambda-streams-secret".into()),
+    )
+}
+
+/// The PEM file of the local CA that signed the broker's certificate.
+pub fn ssl_ca_location() -> String {
+    std::env::var("KAFKA_SSL_CA_LOCATION").unwrap_or_else(|_| {
+        let cache = std::env::var("LAMBDA_STREAMS_CACHE").unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/lambda-streams",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        });
+        format!("{cache}/kafka-tls-v1/ca.pem")
+    })
+}
+
+/// Panics with the fix when the broker's secured listeners are not there.
+pub fn require_secured_listeners() {
+    require_services();
+    for address in [sasl_bootstrap(), ssl_bootstrap(), sasl_ssl_bootstrap()] {
+        let reachable = address
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
+        assert!(
+            reachable,
+            "no Kafka listener at {address}: the broker was started without the SASL/SSL listeners; restart it with `scripts/services down kafka; scripts/services up kafka`"
+        );
+    }
+    assert!(
+        std::path::Path::new(&ssl_ca_location()).exists(),
+        "the local CA {} is missing: `scripts/services up` makes it",
+        ssl_ca_location()
+    );
+}
+
 /// The DynamoDB emulator the tests use.
 pub fn dynamo_endpoint() -> String {
     std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
