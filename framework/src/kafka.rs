@@ -104,7 +104,13 @@ impl KafkaSettings {
             {
                 continue;
             }
-            given.push((name, value.trim().to_owned()));
+            // A password is taken as it is; other values without surrounding blanks.
+            let value = if name.contains("PASSWORD") {
+                value
+            } else {
+                value.trim().to_owned()
+            };
+            given.push((name, value));
         }
         given.sort();
         let mut settings = KafkaSettings::default();
@@ -603,6 +609,20 @@ mod tests {
         let debug = format!("{settings:?}");
         assert!(!debug.contains("s3cret"), "{debug}");
         assert!(debug.contains("<redacted>"), "{debug}");
+    }
+
+    #[test]
+    fn a_password_is_taken_as_it_is() {
+        let settings = KafkaSettings::from_vars(vars(&[
+            ("LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL", " SASL_PLAINTEXT "),
+            ("LAMBDA_STREAMS_KAFKA_SASL_MECHANISM", "PLAIN"),
+            ("LAMBDA_STREAMS_KAFKA_SASL_USERNAME", "bob "),
+            ("LAMBDA_STREAMS_KAFKA_SASL_PASSWORD", " p w "),
+        ]))
+        .expect("valid");
+        assert_eq!(settings.get("sasl.password"), Some(" p w "));
+        assert_eq!(settings.get("sasl.username"), Some("bob"));
+        assert_eq!(settings.get("security.protocol"), Some("SASL_PLAINTEXT"));
     }
 
     #[test]

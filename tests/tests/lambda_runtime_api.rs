@@ -71,6 +71,8 @@ async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output_topic}"),
         "WORDCOUNT_INPUT_TOPIC=text-lines".to_owned(),
+        // The fixture's event names 127.0.0.1:9092; produce to the broker under test.
+        format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={}", bootstrap()),
     ]);
     let watch = LambdaWatch::start("wordcount", port, &env);
 
