@@ -682,3 +682,40 @@ async fn serve_throttling(
     }
     Ok(())
 }
+
+/// The event of a batch of a generated log: per `(partition, lo, hi)`, the records at offsets
+/// `lo..hi` of `topic`'s partition, each with timestamp `base_time + offset`, no key, and the
+/// value `value(partition, offset)`.
+pub fn log_event(
+    topic: &str,
+    base_time: i64,
+    batch: &[(usize, usize, usize)],
+    value: impl Fn(usize, usize) -> Vec<u8>,
+) -> lambda_streams::event::KafkaEvent {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    let partitions = batch
+        .iter()
+        .map(|&(p, lo, hi)| PartitionRecords {
+            tp: TopicPartition::new(topic, p as i32),
+            records: (lo..hi)
+                .map(|o| Record {
+                    offset: o as i64,
+                    timestamp: base_time + o as i64,
+                    timestamp_type: TimestampType::CreateTime,
+                    key: None,
+                    value: Some(value(p, o)),
+                    headers: Vec::new(),
+                    key_schema_metadata: None,
+                    value_schema_metadata: None,
+                })
+                .collect(),
+        })
+        .collect();
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "127.0.0.1:9092".into(),
+        partitions,
+    }
+}

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_streams::dsl::{EmitStrategy, TimeWindows};
-use lambda_streams::event::{
-    EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
-};
+use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
@@ -69,29 +67,9 @@ impl Log {
 
     /// The event of a batch: per partition, offsets `lo..hi`.
     fn event(&self, batch: &[(usize, usize, usize)]) -> KafkaEvent {
-        let partitions = batch
-            .iter()
-            .map(|&(p, lo, hi)| PartitionRecords {
-                tp: TopicPartition::new(TOPIC, p as i32),
-                records: (lo..hi)
-                    .map(|o| Record {
-                        offset: o as i64,
-                        timestamp: BASE_TIME + o as i64,
-                        timestamp_type: TimestampType::CreateTime,
-                        key: None,
-                        value: Some(self.0[p][o].clone().into_bytes()),
-                        headers: Vec::new(),
-                        key_schema_metadata: None,
-                        value_schema_metadata: None,
-                    })
-                    .collect(),
-            })
-            .collect();
-        KafkaEvent {
-            source: EventSource::SelfManaged,
-            bootstrap_servers: "127.0.0.1:9092".into(),
-            partitions,
-        }
+        log_event(TOPIC, BASE_TIME, batch, |p, o| {
+            self.0[p][o].clone().into_bytes()
+        })
     }
 }
 
