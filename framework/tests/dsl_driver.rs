@@ -151,3 +151,34 @@ async fn the_driver_works_inside_an_async_runtime() {
         [kv("hi", 1)]
     );
 }
+
+/// A panic in user code on a table's updates fails the batch with an error naming it,
+/// instead of unwinding through the runtime; the state stays as the store wrote it.
+#[test]
+fn a_panic_on_a_table_update_fails_the_batch_cleanly() {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("words", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .count("counts")
+        .to_stream()
+        .map(|k: String, n: i64| {
+            assert!(k != "boom", "no booms");
+            (k, n)
+        })
+        .to("out", Utf8, DecimalI64);
+    let driver = TestDriver::new(builder.build());
+    let mut words = driver.input_topic("words", Utf8, Utf8);
+    words
+        .pipe_input("fine", "x".to_owned())
+        .expect("a fine word");
+    let error = words
+        .pipe_input("boom", "x".to_owned())
+        .expect_err("the update's map panics");
+    assert!(
+        error
+            .to_string()
+            .contains("user code panicked on a table update: no booms"),
+        "{error}"
+    );
+}

@@ -363,7 +363,7 @@ impl Topology {
                 version: state.version,
                 timestamp,
             };
-            (spec.on_update)(ctx, &key, window, &state)?;
+            guarded(|| (spec.on_update)(ctx, &key, window, &state))?;
         }
         Ok(())
     }
@@ -404,7 +404,7 @@ impl Topology {
             let state = values.get(&d.store).and_then(|found| found.get(&d.key));
             let Origin::Record { tp, offset, .. } = d.origin else {
                 // A table update at a join: no record to blame, an error fails the batch.
-                (d.resume)(ctx, state)?;
+                guarded(|| (d.resume)(ctx, state))?;
                 continue;
             };
             let batch = &event.partitions[tp as usize];
@@ -506,7 +506,7 @@ impl Topology {
                     version: window.state.version,
                     timestamp: window.start.saturating_add(size).saturating_sub(1),
                 };
-                (spec.on_update)(ctx, &window.key, Some(window.start), &window.state)?;
+                guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
             }
             let outputs = std::mem::take(&mut ctx.outputs);
             report.records_out += outputs.len() as u64;
@@ -606,6 +606,17 @@ fn failure(
             reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
         })),
     }
+}
+
+/// Runs user code on a table's update: a panic there (not attributable to one record)
+/// fails the batch with an error instead of unwinding through the runtime.
+fn guarded(f: impl FnOnce() -> Result<(), StreamError>) -> Result<(), StreamError> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        Err(StreamError::Config(format!(
+            "user code panicked on a table update: {}",
+            panic_message(panic.as_ref())
+        )))
+    })
 }
 
 fn unix_millis() -> i64 {
