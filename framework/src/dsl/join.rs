@@ -355,24 +355,9 @@ where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
-        let joiner = Arc::new(joiner);
-        let next = Downstream::<K, VR>::new();
-        let this_to_other = Arc::clone(&joiner);
-        watch(
-            self,
-            other,
-            &next,
-            "KTABLE-JOINTHIS",
-            move |k, v, o: Option<&VO>| o.map(|o| this_to_other(k, v, o)),
-        );
-        watch(
-            other,
-            self,
-            &next,
-            "KTABLE-JOINOTHER",
-            move |k, o, v: Option<&V>| v.map(|v| joiner(k, v, o)),
-        );
-        KTable::new(self.shared.clone(), next)
+        self.join_tables(other, "KTABLE-JOIN", move |k, v, o: Option<&VO>| {
+            o.map(|o| joiner(k, v, o))
+        })
     }
 
     /// Joins this table with `other` by key, keeping the keys `other` lacks (a left join,
@@ -388,22 +373,40 @@ where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
-        let joiner = Arc::new(joiner);
+        self.join_tables(other, "KTABLE-LEFTJOIN", move |k, v, o: Option<&VO>| {
+            Some(joiner(k, v, o))
+        })
+    }
+
+    /// Both sides of a table–table join: an update of this table meets `other`'s value
+    /// (or none), an update of `other` meets this table's value (only if there is one);
+    /// `f(key, this, other)` gives the joined value, or `None` for nothing.
+    fn join_tables<VO, VR>(
+        &self,
+        other: &KTable<K, VO>,
+        prefix: &str,
+        f: impl Fn(&K, &V, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        let f = Arc::new(f);
         let next = Downstream::<K, VR>::new();
-        let this_to_other = Arc::clone(&joiner);
+        let this_side = Arc::clone(&f);
         watch(
             self,
             other,
             &next,
-            "KTABLE-LEFTJOINTHIS",
-            move |k, v, o: Option<&VO>| Some(this_to_other(k, v, o)),
+            &format!("{prefix}THIS"),
+            move |k, v, o| this_side(k, v, o),
         );
         watch(
             other,
             self,
             &next,
-            "KTABLE-LEFTJOINOTHER",
-            move |k, o, v: Option<&V>| v.map(|v| joiner(k, v, Some(o))),
+            &format!("{prefix}OTHER"),
+            move |k, o, v: Option<&V>| v.and_then(|v| f(k, v, Some(o))),
         );
         KTable::new(self.shared.clone(), next)
     }
