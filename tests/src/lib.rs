@@ -512,6 +512,7 @@ pub fn runner_process(
         .args(["--bootstrap-servers", &bootstrap()])
         .env("WORDCOUNT_INPUT_TOPIC", input)
         .env("WORDCOUNT_OUTPUT_TOPIC", output)
+        .env("WORDCOUNT_REKEYING", "direct")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(std::process::Stdio::null());
     command
