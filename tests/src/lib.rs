@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 /// The broker the tests use.
@@ -470,6 +471,33 @@ pub async fn produce_across_partitions(topic: &str, lines: &[String], partitions
         local_runner::admin::produce_lines(&bootstrap(), topic, part, Some(p))
             .await
             .expect("produce");
+    }
+}
+
+/// Produces keyed records (`None`: a tombstone) to `topic`, in order, to `partition`
+/// (or by key when `None`).
+pub async fn produce_keyed(
+    topic: &str,
+    records: &[(String, Option<String>)],
+    partition: Option<i32>,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for (key, value) in records {
+        let mut record = FutureRecord::<String, String>::to(topic).key(key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("produced");
     }
 }
 
