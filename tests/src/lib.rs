@@ -447,8 +447,39 @@ impl LambdaWatch {
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+        // `cargo lambda watch` compiles the function on its first invocation; on a loaded
+        // machine that can outlast an invocation. Warm it up with an event of no records
+        // until it answers, so that the test's own invocations find it running.
+        while !invoke_empty(port, function) {
+            assert!(
+                Instant::now() < deadline,
+                "{function} under cargo lambda watch on {port} did not answer an empty event"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         watch
     }
+}
+
+/// Invokes `function` through the Invoke API on `port` with an event of no records;
+/// whether it answered HTTP 200 without a function error.
+fn invoke_empty(port: u16, function: &str) -> bool {
+    use std::io::{Read, Write};
+    let body = r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:9092","records":{}}"#;
+    let request = format!(
+        "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(600)));
+    let mut response = String::new();
+    stream.write_all(request.as_bytes()).is_ok()
+        && stream.read_to_string(&mut response).is_ok()
+        && response.starts_with("HTTP/1.1 200")
+        && !response.to_ascii_lowercase().contains("x-amz-function-error")
 }
 
 impl Drop for LambdaWatch {
