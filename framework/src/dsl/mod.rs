@@ -112,6 +112,9 @@ pub(crate) struct TopologyInner {
     pub(crate) windowed: bool,
     /// The stores joins read (written before the joins run in each batch).
     pub(crate) join_targets: BTreeSet<usize>,
+    /// The topics read with a timestamp extractor: their stream time is that of the
+    /// extracted timestamps (the source updates it), not of the records' own.
+    pub(crate) extracted: BTreeSet<String>,
     /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
     pub(crate) rekeys: Vec<rekey::PendingRekey>,
 }
@@ -160,6 +163,80 @@ impl StreamsBuilder {
             out.forward(ctx, key, value)
         });
         let mut inner = lock(&self.shared);
+        inner
+            .sources
+            .entry(topic.to_owned())
+            .or_default()
+            .push(source);
+        let topics = vec![topic.to_owned()];
+        let node = inner
+            .description
+            .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
+        drop(inner);
+        KStream::from_node(Arc::clone(&self.shared), downstream, node)
+    }
+
+    /// Reads `topic` as a stream whose event time comes from `extractor(key, value,
+    /// record timestamp)` instead of the record's timestamp, as Kafka Streams'
+    /// `Consumed.withTimestampExtractor`: windows, grace, stream time (persisted per
+    /// partition) and the timestamps of the records produced from it all use the extracted
+    /// time. Otherwise as [`stream`](Self::stream).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::{Grouped, TimeWindows};
+    /// use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// #[derive(Clone, serde::Serialize, serde::Deserialize)]
+    /// struct Reading { sensor: String, at_ms: i64 }
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     // The time a reading was taken, not the time it reached Kafka.
+    ///     .stream_with_timestamps("readings", Unit, Json::<Reading>::new(), |_, r: &Reading, _| r.at_ms)
+    ///     .group_by(|_, r| r.sensor.clone(), Grouped::direct(Utf8))
+    ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+    ///     .count("per-minute")
+    ///     .to_stream()
+    ///     .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+    ///     .to("counts", Utf8, DecimalI64);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut input = driver.input_topic("readings", Unit, Json::<Reading>::new());
+    /// // Both arrive at 500 s, but were taken in two different minutes.
+    /// input.pipe_input_with_timestamp((), Reading { sensor: "s1".into(), at_ms: 30_000 }, 500_000)?;
+    /// input.pipe_input_with_timestamp((), Reading { sensor: "s1".into(), at_ms: 90_000 }, 500_000)?;
+    /// let counts = driver.output_topic("counts", Utf8, DecimalI64).read_key_values_to_map()?;
+    /// assert_eq!((counts["s1@0"], counts["s1@60000"]), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stream_with_timestamps<K, V>(
+        &self,
+        topic: &str,
+        key_serde: impl Serde<K>,
+        value_serde: impl Serde<V>,
+        extractor: impl Fn(&K, &V, i64) -> i64 + Send + Sync + 'static,
+    ) -> KStream<K, V>
+    where
+        K: Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
+        let downstream = Downstream::<K, V>::new();
+        let out = downstream.clone();
+        let source: SourceFn = Arc::new(move |ctx, record| {
+            let key = key_serde
+                .deserialize(record.key.as_deref())
+                .map_err(|e| deserialize_error(ctx, "key", e))?;
+            let value = value_serde
+                .deserialize(record.value.as_deref())
+                .map_err(|e| deserialize_error(ctx, "value", e))?;
+            let time = extractor(&key, &value, record.timestamp);
+            ctx.set_event_time(time);
+            out.forward(ctx, key, value)
+        });
+        let mut inner = lock(&self.shared);
+        inner.extracted.insert(topic.to_owned());
         inner
             .sources
             .entry(topic.to_owned())

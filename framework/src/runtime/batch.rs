@@ -211,6 +211,8 @@ impl Topology {
                 });
             };
             let tp_index = u32::try_from(index).unwrap_or(u32::MAX);
+            // A topic read with a timestamp extractor: its source sets the stream time.
+            let record_time = !self.inner.extracted.contains(&batch.tp.topic);
             for record in &batch.records {
                 let mark = ctx.outputs.len();
                 ctx.origin = Origin::Record {
@@ -219,7 +221,9 @@ impl Topology {
                     timestamp: record.timestamp,
                 };
                 ctx.source = None;
-                ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
+                if record_time {
+                    ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
+                }
                 let result = catch_unwind(AssertUnwindSafe(|| {
                     sources
                         .iter()

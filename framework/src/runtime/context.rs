@@ -210,6 +210,17 @@ impl Ctx {
         }
     }
 
+    /// Sets the current source record's event time (a timestamp extractor's), and its
+    /// partition's stream time with it.
+    pub(crate) fn set_event_time(&mut self, time: i64) {
+        if let Origin::Record { tp, timestamp, .. } = &mut self.origin {
+            *timestamp = time;
+            if let Some(stream_time) = self.stream_times.get_mut(*tp as usize) {
+                *stream_time = (*stream_time).max(time);
+            }
+        }
+    }
+
     /// The current record's partition index, offset and timestamp.
     pub(crate) fn record_time(&self) -> Option<(u32, i64, i64)> {
         match self.origin {
