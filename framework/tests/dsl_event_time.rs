@@ -21,7 +21,10 @@ fn topology() -> Topology {
     let builder = StreamsBuilder::new();
     builder
         .stream_with_timestamps("readings", Unit, Utf8, |_, v: &String, _| {
-            v.split(',').nth(1).and_then(|t| t.parse().ok()).unwrap_or(0)
+            v.split(',')
+                .nth(1)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0)
         })
         .group_by(
             |_, v: &String| v.split(',').next().unwrap_or_default().to_owned(),

@@ -465,7 +465,8 @@ impl LambdaWatch {
 /// whether it answered HTTP 200 without a function error.
 fn invoke_empty(port: u16, function: &str) -> bool {
     use std::io::{Read, Write};
-    let body = r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:9092","records":{}}"#;
+    let body =
+        r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:9092","records":{}}"#;
     let request = format!(
         "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -479,7 +480,9 @@ fn invoke_empty(port: u16, function: &str) -> bool {
     stream.write_all(request.as_bytes()).is_ok()
         && stream.read_to_string(&mut response).is_ok()
         && response.starts_with("HTTP/1.1 200")
-        && !response.to_ascii_lowercase().contains("x-amz-function-error")
+        && !response
+            .to_ascii_lowercase()
+            .contains("x-amz-function-error")
 }
 
 impl Drop for LambdaWatch {

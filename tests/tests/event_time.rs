@@ -22,7 +22,10 @@ fn topology() -> Topology {
     let builder = StreamsBuilder::new();
     builder
         .stream_with_timestamps("readings", Unit, Utf8, |_, v: &String, _| {
-            v.split(',').nth(1).and_then(|t| t.parse().ok()).unwrap_or(0)
+            v.split(',')
+                .nth(1)
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0)
         })
         .group_by(
             |_, v: &String| v.split(',').next().unwrap_or_default().to_owned(),
@@ -84,12 +87,22 @@ async fn windows_on_dynamodb_follow_the_extracted_time() {
                 }
             }
         }
-        reported_late += topology.process(&event, &store, &sink).await.expect("batch").late_records;
+        reported_late += topology
+            .process(&event, &store, &sink)
+            .await
+            .expect("batch")
+            .late_records;
         // Delivered again: nothing changes in the state.
-        topology.process(&event, &store, &sink).await.expect("redelivery");
+        topology
+            .process(&event, &store, &sink)
+            .await
+            .expect("redelivery");
     }
     assert!(late > 0, "the input has late readings");
-    assert_eq!(reported_late, late, "late readings, counted on the extracted time");
+    assert_eq!(
+        reported_late, late,
+        "late readings, counted on the extracted time"
+    );
     let mut last: BTreeMap<String, (u64, i64)> = BTreeMap::new();
     for record in sink.records() {
         let key = String::from_utf8(record.key.clone().expect("key")).expect("utf-8");
