@@ -97,3 +97,61 @@ async fn wordcount_in_repartition_mode_is_exact_and_ordered_per_word() {
     let finals: BTreeMap<String, i64> = last.into_iter().map(|(w, (_, c))| (w, c)).collect();
     assert_eq!(finals, expected, "the last update per word");
 }
+
+/// The `local-runner` binary running the `wordcount` function in its default mode: the
+/// runner creates the repartition topic (with the input's partition count), consumes it
+/// beside the input, and the counts and the per-word order hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_binary_runs_wordcount_in_its_default_repartition_mode() {
+    require_services();
+    let (input, repartition, output) = (
+        unique("rpd-lines"),
+        unique("rpd-words"),
+        unique("rpd-counts"),
+    );
+    let (table, group) = (unique("rpd"), unique("rpd-group"));
+    let servers = bootstrap();
+    for topic in [&input, &output] {
+        admin::create_topic(&servers, topic, 3)
+            .await
+            .expect("topic");
+    }
+    let lines = sample_text(300, 17);
+    produce_across_partitions(&input, &lines, 3).await;
+    let status = runner_process(&input, &output, &table, &group)
+        .env("WORDCOUNT_REKEYING", "repartition")
+        .env("WORDCOUNT_REPARTITION_TOPIC", &repartition)
+        .args(["--until-idle", "--idle-timeout-ms", "1500"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("the runner ran");
+    assert!(status.success(), "the runner failed: {status}");
+    let created: BTreeMap<String, usize> = admin::list_topics(&servers)
+        .expect("topics")
+        .into_iter()
+        .collect();
+    assert_eq!(
+        created.get(&repartition),
+        Some(&3),
+        "created like the input"
+    );
+    let expected = reference_counts(&lines);
+    assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
+    let words: i64 = expected.values().sum();
+    assert_eq!(
+        read_topic(&repartition).len() as i64,
+        words,
+        "each word once"
+    );
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for record in read_topic(&output) {
+        let word = String::from_utf8(record.key.expect("key")).expect("utf-8");
+        let count: i64 = std::str::from_utf8(&record.value.expect("value"))
+            .expect("utf-8")
+            .parse()
+            .expect("count");
+        let previous = last.insert(word.clone(), count).unwrap_or(0);
+        assert!(count >= previous, "{word}: {count} after {previous}");
+    }
+    assert_eq!(last, expected, "the last update per word is its count");
+}
