@@ -287,14 +287,7 @@ where
                     lookup.store,
                     encoded,
                     Box::new(move |ctx, state| {
-                        let found = match state {
-                            None => None,
-                            Some(state) => (lookup.value)(&key, state).map_err(|e| {
-                                StreamError::Config(format!(
-                                    "store {store_name:?}: a stored value does not decode: {e}"
-                                ))
-                            })?,
-                        };
+                        let found = lookup.find(&key, state, &store_name)?;
                         match f(&key, value, found) {
                             Some(joined) => out.forward(ctx, key, joined),
                             None => Ok(()),
@@ -495,36 +488,40 @@ fn watch<K, A, B, R>(
     let (Some(mine), Some(lookup)) = (&changed.lookup, &other.lookup) else {
         panic!("a windowed table cannot be joined by key");
     };
-    {
+    let store: Arc<str> = {
         let mut inner = lock(&changed.shared);
         inner.join_targets.insert(mine.store);
         inner.join_targets.insert(lookup.store);
+        let name = inner.stores[lookup.store].name.clone();
         let kind = NodeKind::Processor {
-            stores: vec![inner.stores[lookup.store].name.clone()],
+            stores: vec![name.clone()],
         };
         let parents: Vec<_> = inner.description.table_parent().into_iter().collect();
         inner.description.add_node(prefix, kind, &parents);
-    }
+        name.into()
+    };
     let (on_update, on_delete) = (Arc::new(on_update), Arc::new(on_delete));
-    let (updates_lookup, updates_out) = (Arc::clone(lookup), out.clone());
+    let (updates_lookup, updates_out, updates_store) =
+        (Arc::clone(lookup), out.clone(), Arc::clone(&store));
     changed
         .updates()
         .add(Arc::new(move |ctx, key: K, value: A| {
             let on_update = Arc::clone(&on_update);
             defer_lookup(
                 ctx,
-                &updates_lookup,
+                (&updates_lookup, &updates_store),
                 key,
                 updates_out.clone(),
                 move |k, found| on_update(k, &value, found),
             )
         }));
-    let (deletes_lookup, deletes_out) = (Arc::clone(lookup), out.clone());
+    let (deletes_lookup, deletes_out, deletes_store) =
+        (Arc::clone(lookup), out.clone(), Arc::clone(&store));
     changed.deletes().add(Arc::new(move |ctx, key: K, ()| {
         let on_delete = Arc::clone(&on_delete);
         defer_lookup(
             ctx,
-            &deletes_lookup,
+            (&deletes_lookup, &deletes_store),
             key,
             deletes_out.clone(),
             move |k, found| on_delete(k, found),
@@ -536,7 +533,7 @@ fn watch<K, A, B, R>(
 /// makes of it.
 fn defer_lookup<K, B, R>(
     ctx: &mut Ctx,
-    lookup: &Arc<Lookup<K, B>>,
+    (lookup, store): (&Arc<Lookup<K, B>>, &Arc<str>),
     key: K,
     out: Outputs<K, R>,
     decide: impl FnOnce(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
@@ -549,17 +546,12 @@ where
     let Some(encoded) = lookup.key_serde.serialize(&key) else {
         return Ok(());
     };
-    let lookup = Arc::clone(lookup);
+    let (lookup, store) = (Arc::clone(lookup), Arc::clone(store));
     ctx.defer(
         lookup.store,
         encoded,
         Box::new(move |ctx, state| {
-            let found = match state {
-                None => None,
-                Some(state) => (lookup.value)(&key, state).map_err(|e| {
-                    StreamError::Config(format!("a joined table's value does not decode: {e}"))
-                })?,
-            };
+            let found = lookup.find(&key, state, &store)?;
             let joined = decide(&key, found.as_ref());
             out.emit(ctx, key, joined, state.map_or(0, |s| s.version))
         }),

@@ -81,6 +81,9 @@ impl<K: Clone, V: Clone> Downstream<K, V> {
     }
 }
 
+/// A timestamp extractor: `(key, value, record timestamp) -> event time`.
+type Extractor<K, V> = Arc<dyn Fn(&K, &V, i64) -> i64 + Send + Sync>;
+
 /// Reads a source record into the topology.
 pub(crate) type SourceFn = Arc<dyn Fn(&mut Ctx, &Record) -> Result<(), StreamError> + Send + Sync>;
 
@@ -151,29 +154,7 @@ impl StreamsBuilder {
         K: Clone + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
     {
-        let downstream = Downstream::<K, V>::new();
-        let out = downstream.clone();
-        let source: SourceFn = Arc::new(move |ctx, record| {
-            let key = key_serde
-                .deserialize(record.key.as_deref())
-                .map_err(|e| deserialize_error(ctx, "key", e))?;
-            let value = value_serde
-                .deserialize(record.value.as_deref())
-                .map_err(|e| deserialize_error(ctx, "value", e))?;
-            out.forward(ctx, key, value)
-        });
-        let mut inner = lock(&self.shared);
-        inner
-            .sources
-            .entry(topic.to_owned())
-            .or_default()
-            .push(source);
-        let topics = vec![topic.to_owned()];
-        let node = inner
-            .description
-            .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
-        drop(inner);
-        KStream::from_node(Arc::clone(&self.shared), downstream, node)
+        self.source(topic, key_serde, value_serde, None)
     }
 
     /// Reads `topic` as a stream whose event time comes from `extractor(key, value,
@@ -222,8 +203,24 @@ impl StreamsBuilder {
         K: Clone + Send + Sync + 'static,
         V: Clone + Send + Sync + 'static,
     {
+        self.source(topic, key_serde, value_serde, Some(Arc::new(extractor)))
+    }
+
+    /// A source of `topic`; with `extractor`, its records' event time is the extracted one.
+    fn source<K, V>(
+        &self,
+        topic: &str,
+        key_serde: impl Serde<K>,
+        value_serde: impl Serde<V>,
+        extractor: Option<Extractor<K, V>>,
+    ) -> KStream<K, V>
+    where
+        K: Clone + Send + Sync + 'static,
+        V: Clone + Send + Sync + 'static,
+    {
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
+        let extracted = extractor.is_some();
         let source: SourceFn = Arc::new(move |ctx, record| {
             let key = key_serde
                 .deserialize(record.key.as_deref())
@@ -231,12 +228,15 @@ impl StreamsBuilder {
             let value = value_serde
                 .deserialize(record.value.as_deref())
                 .map_err(|e| deserialize_error(ctx, "value", e))?;
-            let time = extractor(&key, &value, record.timestamp);
-            ctx.set_event_time(time);
+            if let Some(extract) = &extractor {
+                ctx.set_event_time(extract(&key, &value, record.timestamp));
+            }
             out.forward(ctx, key, value)
         });
         let mut inner = lock(&self.shared);
-        inner.extracted.insert(topic.to_owned());
+        if extracted {
+            inner.extracted.insert(topic.to_owned());
+        }
         inner
             .sources
             .entry(topic.to_owned())

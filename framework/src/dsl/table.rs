@@ -16,6 +16,26 @@ pub(crate) struct Lookup<K, V> {
     pub(crate) value: LookupValue<K, V>,
 }
 
+impl<K, V> Lookup<K, V> {
+    /// The table's value of `key` from its item as read (`None`: no item, deleted, or
+    /// filtered out); an item that does not decode is an error naming `store`.
+    pub(crate) fn find(
+        &self,
+        key: &K,
+        state: Option<&ItemState>,
+        store: &str,
+    ) -> Result<Option<V>, crate::error::StreamError> {
+        match state {
+            None => Ok(None),
+            Some(state) => (self.value)(key, state).map_err(|e| {
+                crate::error::StreamError::Config(format!(
+                    "store {store:?}: a stored value does not decode: {e}"
+                ))
+            }),
+        }
+    }
+}
+
 /// Decodes a table's value of a key from its stored item (`None`: the key was deleted,
 /// or filtered out).
 pub(crate) type LookupValue<K, V> =
