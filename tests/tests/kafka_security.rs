@@ -34,6 +34,8 @@ use local_runner::{Http, Runner, RunnerConfig, Transport, admin};
 const INPUT: &str = "secure-lines";
 /// The port of this file's `cargo lambda watch` (others use other ports).
 const PORT: u16 = 9331;
+/// The port of its second `cargo lambda watch` (the MSK IAM function).
+const IAM_PORT: u16 = 9332;
 
 fn settings(pairs: &[(&str, &str)]) -> KafkaSettings {
     KafkaSettings::from_vars(
@@ -246,10 +248,10 @@ async fn tls_without_the_local_ca_fails_the_batch_naming_the_setting() {
 }
 
 /// The real function binary, configured only by its environment, as in Lambda: the
-/// local runner consumes the input (plaintext) and invokes `cargo lambda watch` over HTTP;
-/// the function produces its output over SASL/SCRAM.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wordcount_function_produces_over_scram_configured_by_its_environment() {
+/// local runner consumes the input (plaintext) and invokes `cargo lambda watch` on `port` over
+/// HTTP; the function produces its output to `servers` as `kafka_env` (`KEY=VALUE`, which
+/// replace the emulator's variables of the same name) says.
+async fn the_function_produces_over(port: u16, servers: String, kafka_env: Vec<String>) {
     require_secured_listeners();
     let (input, output, table) = (
         unique("secure-in"),
@@ -265,22 +267,23 @@ async fn the_wordcount_function_produces_over_scram_configured_by_its_environmen
     let lines = sample_text(120, 5);
     produce_across_partitions(&input, &lines, 2).await;
 
-    let (user, password) = scram_credentials();
-    let mut env = emulator_env();
+    let key = |var: &String| var.split('=').next().unwrap_or_default().to_owned();
+    let replaced: Vec<String> = kafka_env.iter().map(key).collect();
+    let mut env: Vec<String> = emulator_env()
+        .into_iter()
+        .filter(|var| !replaced.contains(&key(var)))
+        .collect();
     env.extend([
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
         "WORDCOUNT_REKEYING=direct".to_owned(),
-        format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={}", sasl_bootstrap()),
-        "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
-        "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512".to_owned(),
-        format!("LAMBDA_STREAMS_KAFKA_SASL_USERNAME={user}"),
-        format!("LAMBDA_STREAMS_KAFKA_SASL_PASSWORD={password}"),
+        format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={servers}"),
     ]);
-    let watch = LambdaWatch::start("wordcount", PORT, &env);
+    env.extend(kafka_env);
+    let watch = LambdaWatch::start("wordcount", port, &env);
     let http: Arc<dyn Transport> =
-        Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
+        Arc::new(Http::new(&format!("http://127.0.0.1:{port}"), "wordcount").expect("endpoint"));
     let config = RunnerConfig {
         bootstrap_servers: bootstrap(),
         group_id: unique("secure-group"),
@@ -304,8 +307,46 @@ async fn the_wordcount_function_produces_over_scram_configured_by_its_environmen
     let expected = reference_counts(&lines);
     assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
     let emitted: BTreeMap<String, i64> = emitted_counts(&output);
-    assert_eq!(emitted, expected, "produced over SCRAM, read back");
+    assert_eq!(emitted, expected, "produced to {servers}, read back");
     drop(watch);
+}
+
+/// The function produces its output over SASL/SCRAM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wordcount_function_produces_over_scram_configured_by_its_environment() {
+    let (user, password) = scram_credentials();
+    the_function_produces_over(
+        PORT,
+        sasl_bootstrap(),
+        vec![
+            "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
+            "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512".to_owned(),
+            format!("LAMBDA_STREAMS_KAFKA_SASL_USERNAME={user}"),
+            format!("LAMBDA_STREAMS_KAFKA_SASL_PASSWORD={password}"),
+        ],
+    )
+    .await;
+}
+
+/// The function produces its output over MSK IAM, signing with the credentials of its
+/// environment (a role's: with a session token) through the SDK's default chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wordcount_function_produces_over_msk_iam_configured_by_its_environment() {
+    require_iam_listener();
+    let credentials = iam_credentials();
+    the_function_produces_over(
+        IAM_PORT,
+        iam_bootstrap(),
+        vec![
+            "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=AWS_MSK_IAM".to_owned(),
+            format!("LAMBDA_STREAMS_KAFKA_SSL_CA_LOCATION={}", ssl_ca_location()),
+            format!("AWS_ACCESS_KEY_ID={}", credentials.access_key_id),
+            format!("AWS_SECRET_ACCESS_KEY={}", credentials.secret_access_key),
+            format!("AWS_SESSION_TOKEN={}", credentials.session_token),
+            format!("AWS_REGION={}", credentials.region),
+        ],
+    )
+    .await;
 }
 
 /// The ignored test that runs one MSK IAM batch in a process of its own.
