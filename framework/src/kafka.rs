@@ -17,6 +17,11 @@
 //! The SCRAM password is read from the environment as it is: encrypt the function's
 //! environment with KMS, or prefer `AWS_MSK_IAM`. Reading it from a Secrets Manager secret
 //! (as the event source mapping does) is not implemented yet.
+//!
+//! `AWS_MSK_IAM` tokens are byte-identical to botocore's (unit tests below) and are accepted
+//! in a real handshake by a local broker whose listener checks them with an independent SigV4
+//! validator (`scripts/kafka/msk-iam`, `tests/tests/kafka_security.rs`); AWS's own MSK
+//! authorizer and IAM policies are not exercised.
 
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};

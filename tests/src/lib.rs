@@ -782,3 +782,57 @@ pub fn log_event(
         partitions,
     }
 }
+
+/// The broker's MSK IAM listener (SASL_SSL, OAUTHBEARER with MSK IAM tokens checked by the
+/// SigV4 validator of `scripts/kafka/msk-iam`), from `scripts/services env`.
+pub fn iam_bootstrap() -> String {
+    std::env::var("KAFKA_IAM_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9097".into())
+}
+
+/// The AWS credentials the MSK IAM listener accepts (a local test key pair, with a session
+/// token like a Lambda role's temporary credentials) and the region tokens are signed for.
+#[derive(Debug, Clone)]
+pub struct IamTestCredentials {
+    /// `AWS_ACCESS_KEY_ID`: the principal the broker sees.
+    pub access_key_id: String,
+    /// `AWS_SECRET_ACCESS_KEY`.
+    pub secret_access_key: String,
+    /// `AWS_SESSION_TOKEN`.
+    pub session_token: String,
+    /// `AWS_REGION`.
+    pub region: String,
+}
+
+/// The key pair `scripts/services` configures on the MSK IAM listener.
+pub fn iam_credentials() -> IamTestCredentials {
+    let var = |name: &str, default: &str| {
+        std::env::var(format!("LAMBDA_STREAMS_TEST_IAM_{name}")).unwrap_or_else(|_| default.into())
+    };
+    IamTestCredentials {
+        access_key_id: var("ACCESS_KEY_ID", "ASIALAMBDASTREAMSTEST"),
+        secret_access_key: var(
+            "SECRET_ACCESS_KEY",
+            "lambda-streams/msk-iam+local-test-secret",
+        ),
+        session_token: var(
+            "SESSION_TOKEN",
+            "IQoJlambda-streams/local+test-session=token",
+        ),
+        region: var("REGION", "us-east-1"),
+    }
+}
+
+/// Panics with the fix when the broker's MSK IAM listener is not there.
+pub fn require_iam_listener() {
+    require_secured_listeners();
+    let address = iam_bootstrap();
+    let reachable = address
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
+    assert!(
+        reachable,
+        "no Kafka listener at {address}: the broker was started without the MSK IAM listener; restart it with `scripts/services down kafka; scripts/services up kafka`"
+    );
+}

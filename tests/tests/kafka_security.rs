@@ -1,6 +1,13 @@
-//! The Kafka sink over TLS and SASL/SCRAM, configured by `LAMBDA_STREAMS_KAFKA_*` variables,
-//! on the real broker's secured listeners (`scripts/services up` starts them: SASL_PLAINTEXT
-//! with SCRAM, SSL with a certificate of a local CA, and SASL_SSL).
+//! The Kafka sink over TLS, SASL/SCRAM and MSK IAM, configured by `LAMBDA_STREAMS_KAFKA_*`
+//! variables, on the real broker's secured listeners (`scripts/services up` starts them:
+//! SASL_PLAINTEXT with SCRAM, SSL with a certificate of a local CA, SASL_SSL, and SASL_SSL
+//! with OAUTHBEARER whose MSK IAM tokens a SigV4 validator of a local key pair checks,
+//! independently of this code: `scripts/kafka/msk-iam`).
+//!
+//! The MSK IAM batches run in processes of their own (this test binary, started again for
+//! one ignored test) whose environment holds the AWS credentials: they reach the signer
+//! through the SDK's default chain, as a function role's do in Lambda, and the environment
+//! of this process, shared by its tests, cannot be changed safely.
 //!
 //! The handler's settings are parsed by the same code as in Lambda
 //! (`KafkaSettings::from_vars`: `from_env` on given pairs, since tests share one process
@@ -9,6 +16,7 @@
 //! back from the broker and compared with counts computed here; state is exactly once.
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +34,8 @@ use local_runner::{Http, Runner, RunnerConfig, Transport, admin};
 const INPUT: &str = "secure-lines";
 /// The port of this file's `cargo lambda watch` (others use other ports).
 const PORT: u16 = 9331;
+/// The port of its second `cargo lambda watch` (the MSK IAM function).
+const IAM_PORT: u16 = 9332;
 
 fn settings(pairs: &[(&str, &str)]) -> KafkaSettings {
     KafkaSettings::from_vars(
@@ -238,10 +248,10 @@ async fn tls_without_the_local_ca_fails_the_batch_naming_the_setting() {
 }
 
 /// The real function binary, configured only by its environment, as in Lambda: the
-/// local runner consumes the input (plaintext) and invokes `cargo lambda watch` over HTTP;
-/// the function produces its output over SASL/SCRAM.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_wordcount_function_produces_over_scram_configured_by_its_environment() {
+/// local runner consumes the input (plaintext) and invokes `cargo lambda watch` on `port` over
+/// HTTP; the function produces its output to `servers` as `kafka_env` (`KEY=VALUE`, which
+/// replace the emulator's variables of the same name) says.
+async fn the_function_produces_over(port: u16, servers: String, kafka_env: Vec<String>) {
     require_secured_listeners();
     let (input, output, table) = (
         unique("secure-in"),
@@ -257,22 +267,23 @@ async fn the_wordcount_function_produces_over_scram_configured_by_its_environmen
     let lines = sample_text(120, 5);
     produce_across_partitions(&input, &lines, 2).await;
 
-    let (user, password) = scram_credentials();
-    let mut env = emulator_env();
+    let key = |var: &String| var.split('=').next().unwrap_or_default().to_owned();
+    let replaced: Vec<String> = kafka_env.iter().map(key).collect();
+    let mut env: Vec<String> = emulator_env()
+        .into_iter()
+        .filter(|var| !replaced.contains(&key(var)))
+        .collect();
     env.extend([
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
         "WORDCOUNT_REKEYING=direct".to_owned(),
-        format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={}", sasl_bootstrap()),
-        "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
-        "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512".to_owned(),
-        format!("LAMBDA_STREAMS_KAFKA_SASL_USERNAME={user}"),
-        format!("LAMBDA_STREAMS_KAFKA_SASL_PASSWORD={password}"),
+        format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={servers}"),
     ]);
-    let watch = LambdaWatch::start("wordcount", PORT, &env);
+    env.extend(kafka_env);
+    let watch = LambdaWatch::start("wordcount", port, &env);
     let http: Arc<dyn Transport> =
-        Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
+        Arc::new(Http::new(&format!("http://127.0.0.1:{port}"), "wordcount").expect("endpoint"));
     let config = RunnerConfig {
         bootstrap_servers: bootstrap(),
         group_id: unique("secure-group"),
@@ -296,6 +307,233 @@ async fn the_wordcount_function_produces_over_scram_configured_by_its_environmen
     let expected = reference_counts(&lines);
     assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
     let emitted: BTreeMap<String, i64> = emitted_counts(&output);
-    assert_eq!(emitted, expected, "produced over SCRAM, read back");
+    assert_eq!(emitted, expected, "produced to {servers}, read back");
     drop(watch);
+}
+
+/// The function produces its output over SASL/SCRAM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wordcount_function_produces_over_scram_configured_by_its_environment() {
+    let (user, password) = scram_credentials();
+    the_function_produces_over(
+        PORT,
+        sasl_bootstrap(),
+        vec![
+            "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
+            "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512".to_owned(),
+            format!("LAMBDA_STREAMS_KAFKA_SASL_USERNAME={user}"),
+            format!("LAMBDA_STREAMS_KAFKA_SASL_PASSWORD={password}"),
+        ],
+    )
+    .await;
+}
+
+/// The function produces its output over MSK IAM, signing with the credentials of its
+/// environment (a role's: with a session token) through the SDK's default chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wordcount_function_produces_over_msk_iam_configured_by_its_environment() {
+    require_iam_listener();
+    let credentials = iam_credentials();
+    the_function_produces_over(
+        IAM_PORT,
+        iam_bootstrap(),
+        vec![
+            "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=AWS_MSK_IAM".to_owned(),
+            format!("LAMBDA_STREAMS_KAFKA_SSL_CA_LOCATION={}", ssl_ca_location()),
+            format!("AWS_ACCESS_KEY_ID={}", credentials.access_key_id),
+            format!("AWS_SECRET_ACCESS_KEY={}", credentials.secret_access_key),
+            format!("AWS_SESSION_TOKEN={}", credentials.session_token),
+            format!("AWS_REGION={}", credentials.region),
+        ],
+    )
+    .await;
+}
+
+/// The ignored test that runs one MSK IAM batch in a process of its own.
+const MSK_IAM_CHILD: &str = "msk_iam_batch_in_a_process_of_its_own";
+/// The child's instructions: `<output topic> <state table> <lines> <seed>`.
+const MSK_IAM_BATCH: &str = "LAMBDA_STREAMS_TEST_MSK_IAM_BATCH";
+/// What starts the child's report on its stdout (after libtest's `test <name> ... `).
+const MSK_IAM_REPORT: &str = "MSK_IAM_BATCH:";
+
+/// How a batch run by [`msk_iam_batch`] ended.
+#[derive(Debug)]
+enum Outcome {
+    /// It succeeded.
+    Succeeded,
+    /// It failed after this long with this error.
+    Failed(Duration, String),
+}
+
+/// Runs the wordcount batch of `sample_text(lines, seed)` to `output`, its state in `table`,
+/// producing over the MSK IAM listener, in a new process of this test binary whose
+/// environment is this one's but for `LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=AWS_MSK_IAM` (and
+/// the local CA), and the AWS credentials and region given.
+fn msk_iam_batch(
+    output: &str,
+    table: &str,
+    (lines, seed): (usize, u64),
+    credentials: &IamTestCredentials,
+) -> Outcome {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command.args([
+        MSK_IAM_CHILD,
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ]);
+    for (name, _) in std::env::vars() {
+        if name.starts_with("LAMBDA_STREAMS_KAFKA_") || name.starts_with("AWS_PROFILE") {
+            command.env_remove(name);
+        }
+    }
+    command
+        .env(MSK_IAM_BATCH, format!("{output} {table} {lines} {seed}"))
+        .env("LAMBDA_STREAMS_KAFKA_SASL_MECHANISM", "AWS_MSK_IAM")
+        .env("LAMBDA_STREAMS_KAFKA_SSL_CA_LOCATION", ssl_ca_location())
+        .env("AWS_ACCESS_KEY_ID", &credentials.access_key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &credentials.secret_access_key)
+        .env("AWS_SESSION_TOKEN", &credentials.session_token)
+        .env("AWS_REGION", &credentials.region)
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    let child = command.output().expect("the child test process runs");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(
+        child.status.success(),
+        "the child process failed ({}):\n{stdout}\n{stderr}",
+        child.status
+    );
+    let report = stdout
+        .lines()
+        .find_map(|line| Some(&line[line.find(MSK_IAM_REPORT)? + MSK_IAM_REPORT.len()..]))
+        .unwrap_or_else(|| panic!("no report from the child process:\n{stdout}\n{stderr}"));
+    match report.split_once(' ') {
+        Some(("ok", _)) => Outcome::Succeeded,
+        Some(("failed", rest)) => {
+            let (ms, message) = rest.split_once(' ').expect("<ms> <message>");
+            Outcome::Failed(
+                Duration::from_millis(ms.parse().expect("ms")),
+                message.to_owned(),
+            )
+        }
+        _ => panic!("unexpected report {report:?}"),
+    }
+}
+
+/// The child of [`msk_iam_batch`]: settings from its environment (`from_env`, as in Lambda),
+/// one batch, the outcome reported on stdout (a failure must be the sink's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by the MSK IAM tests in a process of its own, with its environment"]
+async fn msk_iam_batch_in_a_process_of_its_own() {
+    let Ok(batch) = std::env::var(MSK_IAM_BATCH) else {
+        eprintln!("{MSK_IAM_BATCH} is not set: nothing to do (the MSK IAM tests run this)");
+        return;
+    };
+    let [output, table, lines, seed] = batch.split(' ').collect::<Vec<_>>()[..] else {
+        panic!("{MSK_IAM_BATCH}={batch:?} is not <output> <table> <lines> <seed>");
+    };
+    let lines = sample_text(lines.parse().expect("lines"), seed.parse().expect("seed"));
+    let settings = KafkaSettings::from_env().expect("valid settings");
+    assert_eq!(settings.get("sasl.mechanism"), Some("OAUTHBEARER"));
+    assert_eq!(settings.get("security.protocol"), Some("SASL_SSL"));
+    let handler = container(output, table, iam_bootstrap(), settings);
+    let started = Instant::now();
+    let result = handler.handle_json(&event(&lines).to_json()).await;
+    let took = started.elapsed().as_millis();
+    match result {
+        Ok(_) => println!("{MSK_IAM_REPORT}ok {took}"),
+        Err(error) => {
+            let message = error.to_string().replace('\n', " ");
+            assert!(matches!(error, StreamError::Sink(_)), "{message}");
+            println!("{MSK_IAM_REPORT}failed {took} {message}");
+        }
+    }
+}
+
+/// A fresh output topic and state table, with the MSK IAM listener checked.
+async fn iam_fixtures(name: &str) -> (String, String) {
+    require_iam_listener();
+    fixtures(name).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn msk_iam_over_tls_with_the_roles_credentials_from_the_environment() {
+    let (output, table) = iam_fixtures("msk-iam").await;
+    let (n, seed) = (60, 13);
+    let outcome = msk_iam_batch(&output, &table, (n, seed), &iam_credentials());
+    assert!(matches!(outcome, Outcome::Succeeded), "{outcome:?}");
+    let expected = reference_counts(&sample_text(n, seed));
+    assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
+    assert_eq!(
+        emitted_counts(&output),
+        expected,
+        "produced over MSK IAM, read back"
+    );
+}
+
+/// A batch whose MSK IAM token the broker rejects fails at once, naming the MSK IAM
+/// settings; the same event retried with the right credentials (a new container) is exact.
+async fn msk_iam_rejected_then_retry_is_exact(name: &str, wrong: IamTestCredentials) {
+    let (output, table) = iam_fixtures(name).await;
+    let (n, seed) = (40, 17);
+    let outcome = msk_iam_batch(&output, &table, (n, seed), &wrong);
+    let Outcome::Failed(took, message) = outcome else {
+        panic!("the batch succeeded with wrong credentials {wrong:?}");
+    };
+    eprintln!("the batch failed after {took:?}: {message}");
+    for part in [
+        "cannot connect to Kafka",
+        "SASL authentication error",
+        "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=AWS_MSK_IAM",
+        "kafka-cluster:Connect",
+    ] {
+        assert!(message.contains(part), "{part:?} not in: {message}");
+    }
+    assert!(
+        took < Duration::from_secs(20),
+        "failed after {took:?}, not after the 30 s message timeout"
+    );
+    assert!(
+        read_topic(&output).is_empty(),
+        "nothing of the failed batch was produced"
+    );
+
+    let outcome = msk_iam_batch(&output, &table, (n, seed), &iam_credentials());
+    assert!(
+        matches!(outcome, Outcome::Succeeded),
+        "the retry: {outcome:?}"
+    );
+    let expected = reference_counts(&sample_text(n, seed));
+    assert_eq!(
+        table_counts(&table, wordcount::STORE).await,
+        expected,
+        "counted once"
+    );
+    assert_eq!(emitted_counts(&output), expected, "the output is complete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_msk_iam_secret_key_fails_the_batch_naming_the_setting_and_loses_nothing() {
+    let wrong = IamTestCredentials {
+        secret_access_key: "not-the-secret-key".to_owned(),
+        ..iam_credentials()
+    };
+    msk_iam_rejected_then_retry_is_exact("msk-iam-wrong-secret", wrong).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_msk_iam_token_for_another_region_is_rejected_and_loses_nothing() {
+    let right = iam_credentials();
+    let other = if right.region == "eu-west-3" {
+        "us-west-2"
+    } else {
+        "eu-west-3"
+    };
+    let wrong = IamTestCredentials {
+        region: other.to_owned(),
+        ..right
+    };
+    msk_iam_rejected_then_retry_is_exact("msk-iam-wrong-region", wrong).await;
 }
