@@ -11,7 +11,7 @@ use std::time::Duration;
 use lambda_streams::driver::TestDriver;
 use lambda_streams::dsl::Grouped;
 use lambda_streams::event::{
-    EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
@@ -25,9 +25,17 @@ const PARTITIONS: i32 = 3;
 const COUNTS: &str = "word-counts";
 const LONGEST: &str = "longest-by-initial";
 
+/// The repartition topics of the topology in repartition mode (`None`: direct mode).
+type Rekeying<'a> = Option<(&'a str, &'a str)>;
+
 /// Word counts, and (from the same stream) the longest word per initial letter: two
-/// stores, an additive one and a general aggregate.
-fn topology(input: &str, counts_out: &str, longest_out: &str) -> Topology {
+/// stores, an additive one and a general aggregate; re-keyed directly, or (the default for
+/// updates that go to a topic) through the two repartition topics of `rekeying`.
+fn topology(input: &str, counts_out: &str, longest_out: &str, rekeying: Rekeying) -> Topology {
+    let grouped = |topic: Option<&str>| match topic {
+        Some(topic) => Grouped::with(Utf8, Utf8).with_topic(topic),
+        None => Grouped::direct(Utf8),
+    };
     let builder = StreamsBuilder::new();
     let words = builder
         .stream(input, Unit, Utf8)
@@ -37,14 +45,14 @@ fn topology(input: &str, counts_out: &str, longest_out: &str) -> Topology {
                 .collect::<Vec<_>>()
         });
     words
-        .group_by(|_, w| w.clone(), Grouped::direct(Utf8))
+        .group_by(|_, w| w.clone(), grouped(rekeying.map(|r| r.0)))
         .count(COUNTS)
         .to_stream()
         .to(counts_out, Utf8, DecimalI64);
     words
         .group_by(
             |_, w: &String| w.chars().take(1).collect::<String>(),
-            Grouped::direct(Utf8),
+            grouped(rekeying.map(|r| r.1)),
         )
         .reduce(
             LONGEST,
@@ -59,7 +67,12 @@ fn topology(input: &str, counts_out: &str, longest_out: &str) -> Topology {
         )
         .to_stream()
         .to(longest_out, Utf8, Json::<String>::default());
-    builder.build()
+    let topology = builder.build();
+    assert_eq!(
+        topology.repartition_topics().len(),
+        if rekeying.is_some() { 2 } else { 0 }
+    );
+    topology
 }
 
 /// What a runtime ended with: per output topic, the highest-version value per key.
@@ -131,8 +144,23 @@ fn partitioned(lines: &[String]) -> Vec<Vec<String>> {
         .collect()
 }
 
-fn driver_run(lines: &[String], input: &str, counts_out: &str, longest_out: &str) -> Outputs {
-    let driver = TestDriver::new(topology(input, counts_out, longest_out));
+/// The records of the output topics (not of the repartition topics).
+fn outputs(records: Vec<OutputRecord>, counts_out: &str, longest_out: &str) -> Outputs {
+    latest(
+        records
+            .into_iter()
+            .filter(|r| r.topic == counts_out || r.topic == longest_out),
+    )
+}
+
+fn driver_run(
+    lines: &[String],
+    input: &str,
+    counts_out: &str,
+    longest_out: &str,
+    rekeying: Rekeying<'_>,
+) -> Outputs {
+    let driver = TestDriver::new(topology(input, counts_out, longest_out, rekeying));
     let mut topic = driver.input_topic(input, Unit, Utf8);
     for (p, part) in partitioned(lines).into_iter().enumerate() {
         for line in part {
@@ -141,7 +169,27 @@ fn driver_run(lines: &[String], input: &str, counts_out: &str, longest_out: &str
                 .expect("driver batch");
         }
     }
-    latest(driver.produced())
+    outputs(driver.produced(), counts_out, longest_out)
+}
+
+/// A Kafka record as an event record at `offset` (timestamp and headers kept).
+fn event_record(
+    offset: i64,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    headers: Vec<Header>,
+    timestamp: i64,
+) -> Record {
+    Record {
+        offset,
+        timestamp,
+        timestamp_type: TimestampType::CreateTime,
+        key,
+        value: Some(value),
+        headers,
+        key_schema_metadata: None,
+        value_schema_metadata: None,
+    }
 }
 
 async fn handler_run(
@@ -149,6 +197,7 @@ async fn handler_run(
     input: &str,
     counts_out: &str,
     longest_out: &str,
+    rekeying: Rekeying<'_>,
 ) -> Outputs {
     let table = unique("diff-handler");
     create_table(&dynamo_client(), &table).await.expect("table");
@@ -159,10 +208,15 @@ async fn handler_run(
     ));
     let sink = Arc::new(MemorySink::new());
     let handler = Handler::new(
-        topology(input, counts_out, longest_out),
+        topology(input, counts_out, longest_out, rekeying),
         store,
         sink.clone(),
     );
+    let event = |partitions| KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions,
+    };
     // Batches of up to 25 records from every partition, as the event source would form them.
     let parts = partitioned(lines);
     let longest = parts.iter().map(Vec::len).max().unwrap_or(0);
@@ -174,35 +228,93 @@ async fn handler_run(
             .map(|(p, part)| PartitionRecords {
                 tp: TopicPartition::new(input, p as i32),
                 records: (lo..(lo + 25).min(part.len()))
-                    .map(|o| Record {
-                        offset: o as i64,
-                        timestamp: 1_000 + o as i64,
-                        timestamp_type: TimestampType::CreateTime,
-                        key: None,
-                        value: Some(part[o].clone().into_bytes()),
-                        headers: Vec::new(),
-                        key_schema_metadata: None,
-                        value_schema_metadata: None,
+                    .map(|o| {
+                        let line = part[o].clone().into_bytes();
+                        event_record(o as i64, None, line, Vec::new(), 1_000 + o as i64)
                     })
                     .collect(),
             })
             .collect();
-        let event = KafkaEvent {
-            source: EventSource::SelfManaged,
-            bootstrap_servers: bootstrap(),
-            partitions,
-        };
         handler
-            .handle_json(&event.to_json())
+            .handle_json(&event(partitions).to_json())
             .await
             .expect("handler batch");
     }
-    latest(sink.records())
+    // Repartition mode: what the batches produced to the repartition topics comes back as
+    // a second event source would deliver it (each key in one partition, in order), until
+    // nothing new is produced there.
+    let Some((counts_rp, longest_rp)) = rekeying else {
+        return outputs(sink.records(), counts_out, longest_out);
+    };
+    let (mut consumed, mut next_offset) = (0, BTreeMap::<(String, i32), i64>::new());
+    loop {
+        let produced = sink.records();
+        let fresh: Vec<OutputRecord> = produced[consumed..]
+            .iter()
+            .filter(|r| r.topic == counts_rp || r.topic == longest_rp)
+            .cloned()
+            .collect();
+        consumed = produced.len();
+        if fresh.is_empty() {
+            break;
+        }
+        let mut by_partition: BTreeMap<(String, i32), Vec<Record>> = BTreeMap::new();
+        for r in fresh {
+            let key = r.key.clone().expect("a repartitioned key");
+            let partition =
+                (key.iter().map(|&b| u32::from(b)).sum::<u32>() % PARTITIONS as u32) as i32;
+            let tp = (r.topic.clone(), partition);
+            let offset = next_offset.entry(tp.clone()).or_insert(0);
+            let headers = r
+                .headers
+                .iter()
+                .map(|(name, value)| Header {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect();
+            let record = event_record(
+                *offset,
+                Some(key),
+                r.value.clone().expect("value"),
+                headers,
+                r.timestamp.unwrap_or(0),
+            );
+            *offset += 1;
+            by_partition.entry(tp).or_default().push(record);
+        }
+        let partitions = by_partition
+            .into_iter()
+            .map(|((topic, partition), records)| PartitionRecords {
+                tp: TopicPartition::new(&topic, partition),
+                records,
+            })
+            .collect();
+        handler
+            .handle_json(&event(partitions).to_json())
+            .await
+            .expect("repartition batch");
+    }
+    outputs(sink.records(), counts_out, longest_out)
 }
 
-async fn runner_run(lines: &[String], input: &str, counts_out: &str, longest_out: &str) -> Outputs {
+async fn runner_run(
+    lines: &[String],
+    input: &str,
+    counts_out: &str,
+    longest_out: &str,
+    rekeying: Rekeying<'_>,
+) -> Outputs {
     let servers = bootstrap();
-    for topic in [input, counts_out, longest_out] {
+    let mut topics = vec![input.to_owned()];
+    if let Some((counts_rp, longest_rp)) = rekeying {
+        topics.extend([counts_rp.to_owned(), longest_rp.to_owned()]);
+    }
+    for topic in topics
+        .iter()
+        .map(String::as_str)
+        .chain([counts_out, longest_out])
+    {
         admin::create_topic(&servers, topic, PARTITIONS)
             .await
             .expect("topic");
@@ -215,11 +327,15 @@ async fn runner_run(lines: &[String], input: &str, counts_out: &str, longest_out
         table,
         Guarantee::ExactlyOnce,
     ));
-    let handler = Handler::with_kafka_output(topology(input, counts_out, longest_out), store, None);
+    let handler = Handler::with_kafka_output(
+        topology(input, counts_out, longest_out, rekeying),
+        store,
+        None,
+    );
     let config = RunnerConfig {
         bootstrap_servers: servers,
         group_id: unique("diff-group"),
-        topics: vec![input.to_owned()],
+        topics,
         batch_size: 30,
         batching_window: Duration::from_millis(100),
         until_idle: true,
@@ -246,20 +362,35 @@ async fn runner_run(lines: &[String], input: &str, counts_out: &str, longest_out
     latest(records)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn driver_handler_and_runner_agree() {
+/// Runs the three runtimes on one input and checks them against the reference.
+async fn agree(rekeying: Option<(String, String)>, seed: u64) {
     require_services();
-    let lines = sample_text(240, 99);
+    let lines = sample_text(240, seed);
     let (input, counts_out, longest_out) = (
         unique("diff-lines"),
         unique("diff-counts"),
         unique("diff-longest"),
     );
+    let rekeying = rekeying.as_ref().map(|(a, b)| (a.as_str(), b.as_str()));
     let expected = reference(&lines, &counts_out, &longest_out);
-    let driver = driver_run(&lines, &input, &counts_out, &longest_out);
+    let driver = driver_run(&lines, &input, &counts_out, &longest_out, rekeying);
     assert_eq!(driver, expected, "test driver");
-    let handler = handler_run(&lines, &input, &counts_out, &longest_out).await;
+    let handler = handler_run(&lines, &input, &counts_out, &longest_out, rekeying).await;
     assert_eq!(handler, expected, "Lambda handler on the emulator");
-    let runner = runner_run(&lines, &input, &counts_out, &longest_out).await;
+    let runner = runner_run(&lines, &input, &counts_out, &longest_out, rekeying).await;
     assert_eq!(runner, expected, "local runner on the broker");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_handler_and_runner_agree() {
+    agree(None, 99).await;
+}
+
+/// The same in repartition mode (the default of `group_by` when updates go to a topic):
+/// the driver reads the repartition topics back itself, the handler gets their records as
+/// a second event source would deliver them, the runner consumes them from the broker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn driver_handler_and_runner_agree_in_repartition_mode() {
+    let topics = (unique("diff-words-rp"), unique("diff-initials-rp"));
+    agree(Some(topics), 101).await;
 }
