@@ -148,12 +148,13 @@ fn a_late_record_is_counted_and_left_out() {
         .map(|t| ("a".to_owned(), t))
         .collect();
     assert_eq!(on_time(&inputs, 2).1, 1);
-    let expected = BTreeMap::from([(
-        "a".to_owned(),
-        BTreeMap::from([("0..12".to_owned(), 4)]),
-    )]);
+    let expected = BTreeMap::from([("a".to_owned(), BTreeMap::from([("0..12".to_owned(), 4)]))]);
     for size in [1, 2, 5] {
-        assert_eq!(run(&inputs, 2, size), (expected.clone(), 1), "batches of {size}");
+        assert_eq!(
+            run(&inputs, 2, size),
+            (expected.clone(), 1),
+            "batches of {size}"
+        );
     }
 }
 

@@ -158,13 +158,21 @@ fn left_and_right_windows_by_hand() {
     ]);
     assert_eq!(reference(&inputs), expected);
     for size in [1, 2, 4] {
-        assert_eq!(run(&inputs, 3600, size), (expected.clone(), 0), "batches of {size}");
+        assert_eq!(
+            run(&inputs, 3600, size),
+            (expected.clone(), 0),
+            "batches of {size}"
+        );
     }
     // With a grace of 10, the record at 2 is late at stream time 30 (2 + 1 + 6 <= 30 - 10).
     let mut without = expected;
     without.remove("a@0..7");
     for size in [1, 4] {
-        assert_eq!(run(&inputs, 10, size), (without.clone(), 1), "batches of {size}");
+        assert_eq!(
+            run(&inputs, 10, size),
+            (without.clone(), 1),
+            "batches of {size}"
+        );
     }
 }
 
