@@ -288,19 +288,21 @@ fn run_outer(inputs: &[Input], kind: Kind, size: usize) -> BTreeMap<String, Vec<
 /// Records wandering up to twice the window plus the grace behind the newest.
 fn wandering() -> impl Strategy<Value = Vec<Input>> {
     let key = prop::sample::select(vec!["a", "b"]).prop_map(str::to_owned);
-    prop::collection::vec((any::<bool>(), key, -(2 * DIFFERENCE + GRACE + 3)..8), 0..40).prop_map(
-        |steps| {
-            let mut newest = 0i64;
-            steps
-                .into_iter()
-                .map(|(left, key, step)| {
-                    let ts = newest + step;
-                    newest = newest.max(ts);
-                    (left, key, ts)
-                })
-                .collect()
-        },
+    prop::collection::vec(
+        (any::<bool>(), key, -(2 * DIFFERENCE + GRACE + 3)..8),
+        0..40,
     )
+    .prop_map(|steps| {
+        let mut newest = 0i64;
+        steps
+            .into_iter()
+            .map(|(left, key, step)| {
+                let ts = newest + step;
+                newest = newest.max(ts);
+                (left, key, ts)
+            })
+            .collect()
+    })
 }
 
 /// No record is emitted alone after it joined (or twice alone).
@@ -371,11 +373,23 @@ fn unjoined_records_wait_for_window_and_grace() {
     let cases = [
         (1, Kind::Left, results(&["L0+R1", "L2+R3", "L4+none"], &[])),
         (1, Kind::Outer, results(&["L0+R1", "L2+R3", "L4+none"], &b)),
-        (3, Kind::Left, results(&["L0+none", "L2+R3", "L4+none"], &[])),
-        (3, Kind::Outer, results(&["L0+none", "L2+R3", "L4+none", "none+R1"], &b)),
+        (
+            3,
+            Kind::Left,
+            results(&["L0+none", "L2+R3", "L4+none"], &[]),
+        ),
+        (
+            3,
+            Kind::Outer,
+            results(&["L0+none", "L2+R3", "L4+none", "none+R1"], &b),
+        ),
     ];
     for (size, kind, expected) in cases {
-        assert_eq!(outer_reference(&inputs, kind, size), expected, "{kind:?}, {size}");
+        assert_eq!(
+            outer_reference(&inputs, kind, size),
+            expected,
+            "{kind:?}, {size}"
+        );
         assert_eq!(run_outer(&inputs, kind, size), expected, "{kind:?}, {size}");
     }
 }
