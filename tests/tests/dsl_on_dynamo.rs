@@ -272,7 +272,9 @@ async fn late_records_of_sessions_and_sliding_windows_are_counted_on_dynamodb() 
             .to("out", Utf8, DecimalI64);
         b.build()
     };
-    let is_late: [(&str, Topology, fn(i64, i64) -> bool); 2] = [
+    /// Whether a record at `ts` is late at stream time `now`.
+    type IsLate = fn(i64, i64) -> bool;
+    let is_late: [(&str, Topology, IsLate); 2] = [
         ("session windows", sessions, |ts, now| ts < now - 5),
         ("sliding windows", sliding, |ts, now| ts + 1 + 6 <= now),
     ];

@@ -442,12 +442,13 @@ impl Serde<JoinState> for JoinStateSerde {
     }
 }
 
-/// A record arriving at a left or outer join: its entry and the stream time of its
-/// partition.
+/// A record arriving at a left or outer join: its entry, the stream time of its partition,
+/// and the first offset of its partition in its batch.
 #[derive(Debug, Clone)]
 struct Arrival {
     entry: Entry,
     stream_time: i64,
+    batch_first: i64,
 }
 
 impl JoinState {
@@ -456,10 +457,16 @@ impl JoinState {
     /// alone); `x` joins the records of the other side within the window that remain;
     /// `x` stays unless its own window and grace have passed already.
     fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
+        // The first write of this batch's records of the partition drops the outputs of
+        // its earlier batches (the event source started this one after them, so they
+        // succeeded), and keeps those of this batch: a retried batch (perhaps with a later
+        // end) has its records emit them again.
         let source = (x.entry.topic.clone(), x.entry.partition);
         if !self.replaced.contains(&source) {
-            self.outputs
-                .retain(|o| (o.topic.as_str(), o.partition) != (source.0.as_str(), source.1));
+            self.outputs.retain(|o| {
+                (o.topic.as_str(), o.partition) != (source.0.as_str(), source.1)
+                    || o.offset >= x.batch_first
+            });
             self.replaced.push(source);
         }
         let time = self.time.map_or(x.stream_time, |t| t.max(x.stream_time));
@@ -544,12 +551,14 @@ where
     /// aggregate: exactly once), encoded with `serdes` (key, this value, other value), so
     /// every decision — which records join, which leave alone — is made once, in the write
     /// that folds the record deciding it. The outputs of that write are kept in the item
-    /// (until the next write of the same source partition) and emitted by the record they
-    /// are attributed to, after the write: a pair by the later of its two records (in
+    /// (until a later batch of the same source partition writes it) and emitted by the
+    /// record they are attributed to, after the write: a pair by the later of its two records (in
     /// processing order), an unjoined record by the record whose arrival moved the stream
     /// time past it; the `lambda-streams-source` header names that record, the timestamp
-    /// is its own. Like every output of the framework, it is at least once: a retried or
-    /// redelivered batch emits its outputs again, identical.
+    /// is its own. Like every output of the framework, it is at least once: a retried
+    /// batch (even one ending later) emits its outputs again, identical, as does a batch
+    /// delivered again before a later batch of its partition wrote the key. The outputs of
+    /// one batch for one key are part of the item, which holds at most 400 KB.
     ///
     /// Cost per batch: one conditional write per touched key, and one batched read of
     /// the touched keys' items after the write.
@@ -840,8 +849,95 @@ where
                     matched: false,
                 };
                 let stream_time = ctx.stream_time();
-                out.forward(ctx, key, Arrival { entry, stream_time })
+                let batch_first = ctx
+                    .record_time()
+                    .and_then(|(tp, _, _)| ctx.ranges.get(tp as usize))
+                    .map_or(entry.offset, |range| range.0);
+                let arrival = Arrival {
+                    entry,
+                    stream_time,
+                    batch_first,
+                };
+                out.forward(ctx, key, arrival)
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(side: u8, offset: i64, ts: i64, batch_first: i64) -> Arrival {
+        Arrival {
+            entry: Entry {
+                side,
+                ts,
+                topic: if side == THIS { "l" } else { "r" }.to_owned(),
+                partition: 0,
+                offset,
+                value: Some(vec![u8::try_from(offset).unwrap_or(0)]),
+                matched: false,
+            },
+            stream_time: ts,
+            batch_first,
+        }
+    }
+
+    /// A stored state read back for a new write (the `replaced` marks are not stored).
+    fn stored(state: &JoinState) -> JoinState {
+        let bytes = JoinStateSerde.serialize(state).unwrap_or_default();
+        JoinStateSerde.deserialize(Some(&bytes)).unwrap_or_default()
+    }
+
+    fn offsets(state: &JoinState) -> Vec<(String, i64)> {
+        state
+            .outputs
+            .iter()
+            .map(|o| (o.topic.clone(), o.offset))
+            .collect()
+    }
+
+    #[test]
+    fn a_retried_batch_keeps_its_outputs_and_a_later_batch_drops_them() {
+        let windows = JoinWindows::of(Duration::from_millis(5));
+        let outer = Outer {
+            this: true,
+            other: true,
+        };
+        // Batch 1 of partition l: l0@0, then r0@3 of partition r joins it.
+        let state = JoinState::default()
+            .arrive(arrival(THIS, 0, 0, 0), windows, outer)
+            .arrive(arrival(1, 0, 3, 0), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0)]);
+        // The batch of l is retried ending later: l1@20 (its first offset is still 0) leaves
+        // r0's output in place and adds its own: r0 (3 + 5 < 20) leaves, joined: not alone.
+        let state = stored(&state).arrive(arrival(THIS, 1, 20, 0), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0)]);
+        // l2@40 of a later batch of l (first offset 2): l1 leaves alone, by l2.
+        let state = stored(&state).arrive(arrival(THIS, 2, 40, 2), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0), ("l".to_owned(), 2)]);
+        // A later batch of r (first offset 1) drops r0's output; r1@41 joins l2.
+        let state = stored(&state).arrive(arrival(1, 1, 41, 1), windows, outer);
+        assert_eq!(offsets(&state), [("l".to_owned(), 2), ("r".to_owned(), 1)]);
+        assert_eq!(
+            state.outputs[0].this,
+            Some(Part {
+                value: Some(vec![1])
+            })
+        );
+        assert_eq!(
+            state.outputs[1].this,
+            Some(Part {
+                value: Some(vec![2])
+            })
+        );
+        assert_eq!(
+            state.outputs[1].other,
+            Some(Part {
+                value: Some(vec![1])
+            })
+        );
+        assert_eq!(state.outputs[0].other, None);
     }
 }
