@@ -393,3 +393,54 @@ fn unjoined_records_wait_for_window_and_grace() {
         assert_eq!(run_outer(&inputs, kind, size), expected, "{kind:?}, {size}");
     }
 }
+
+/// A record whose key serializes to null joins nothing: emitted alone at once on an outer
+/// side (the left side of a left join, both of an outer join), dropped on the other side.
+#[test]
+fn null_keys_are_emitted_alone_on_outer_sides() {
+    use lambda_streams::serdes::Nullable;
+    for kind in [Kind::Left, Kind::Outer] {
+        let builder = StreamsBuilder::new();
+        let left = builder.stream("left", Nullable(Utf8), Utf8);
+        let right = builder.stream("right", Nullable(Utf8), Utf8);
+        let windows = JoinWindows::of(Duration::from_millis(DIFFERENCE as u64));
+        let name = |v: Option<&String>| v.cloned().unwrap_or_else(|| "none".to_owned());
+        let joined = match kind {
+            Kind::Left => left.left_join_stream(
+                &right,
+                windows,
+                "pairs",
+                (Nullable(Utf8), Utf8, Utf8),
+                move |_, l: &String, r: Option<&String>| format!("{l}+{}", name(r)),
+            ),
+            Kind::Outer => left.outer_join_stream(
+                &right,
+                windows,
+                "pairs",
+                (Nullable(Utf8), Utf8, Utf8),
+                move |_, l: Option<&String>, r: Option<&String>| format!("{}+{}", name(l), name(r)),
+            ),
+        };
+        joined.to("joined", Nullable(Utf8), Utf8);
+        let driver = TestDriver::new(builder.build());
+        let mut l = driver.input_topic("left", Nullable(Utf8), Utf8);
+        let mut r = driver.input_topic("right", Nullable(Utf8), Utf8);
+        l.pipe_input_with_timestamp(None, "L0".to_owned(), 10)
+            .unwrap();
+        r.pipe_input_with_timestamp(None, "R1".to_owned(), 10)
+            .unwrap();
+        l.pipe_input_with_timestamp(Some("a".to_owned()), "L2".to_owned(), 10)
+            .unwrap();
+        r.pipe_input_with_timestamp(Some("a".to_owned()), "R3".to_owned(), 12)
+            .unwrap();
+        let out: Vec<String> = driver
+            .output_topic("joined", Nullable(Utf8), Utf8)
+            .read_values()
+            .unwrap();
+        let expected = match kind {
+            Kind::Left => vec!["L0+none", "L2+R3"],
+            Kind::Outer => vec!["L0+none", "none+R1", "L2+R3"],
+        };
+        assert_eq!(out, expected, "{kind:?}");
+    }
+}

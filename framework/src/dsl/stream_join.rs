@@ -545,7 +545,9 @@ where
     /// of its key to be emitted alone. A record leaves the join when that stream time
     /// passes its timestamp plus window plus grace; a record of the other side arriving
     /// later no longer meets it (even within the window of its timestamp), and a record
-    /// arriving that late itself meets only the records still there.
+    /// arriving that late itself meets only the records still there. A record whose key
+    /// serializes to null joins nothing: on an outer side it is emitted alone at once (as
+    /// Kafka Streams does since 3.7).
     ///
     /// Both sides' records of a key live in one state item of `store` (a general
     /// aggregate: exactly once), encoded with `serdes` (key, this value, other value), so
@@ -757,7 +759,18 @@ where
             .downstream()
             .add(Arc::new(move |ctx, key: K, x: Arrival| {
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
-                    return Ok(());
+                    // A null key joins nothing: on an outer side, the record is emitted alone
+                    // at once (as Kafka Streams 3.7 and later do).
+                    return emit_null_key(
+                        ctx,
+                        &key,
+                        &x,
+                        outer,
+                        &this_serde,
+                        &that_serde,
+                        &*joiner,
+                        &out,
+                    );
                 };
                 let (lookup, this_serde, that_serde, joiner, out) = (
                     Arc::clone(&lookup),
@@ -826,6 +839,48 @@ where
                 .add_node(name, kind, &[self.node(), other.node()])
         };
         KStream::from_node(shared, next, node)
+    }
+}
+
+/// Emits a record whose key serialized to null alone, when its side is an outer one.
+#[allow(clippy::too_many_arguments)]
+fn emit_null_key<K, V, VO, VR>(
+    ctx: &mut Ctx,
+    key: &K,
+    x: &Arrival,
+    outer: Outer,
+    this_serde: &Arc<dyn Serde<V>>,
+    that_serde: &Arc<dyn Serde<VO>>,
+    joiner: &(dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync),
+    out: &Downstream<K, VR>,
+) -> Result<(), StreamError>
+where
+    K: Clone + Send + Sync + 'static,
+    V: 'static,
+    VO: 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    let entry = &x.entry;
+    if !outer.of(entry.side) {
+        return Ok(());
+    }
+    let decode_error = |e: SerdeError| StreamError::Deserialize {
+        tp: TopicPartition::new(entry.topic.as_str(), entry.partition),
+        offset: entry.offset,
+        side: "value",
+        reason: format!("a joined value does not decode: {}", e.0),
+    };
+    let value = entry.value.as_deref();
+    let joined = if entry.side == THIS {
+        let v = this_serde.deserialize(value).map_err(decode_error)?;
+        joiner(key, Some(&v), None)
+    } else {
+        let o = that_serde.deserialize(value).map_err(decode_error)?;
+        joiner(key, None, Some(&o))
+    };
+    match joined {
+        Some(joined) => out.forward(ctx, key.clone(), joined),
+        None => Ok(()),
     }
 }
 
