@@ -7,6 +7,7 @@
 //!
 //! ```
 //! use lambda_streams::StreamsBuilder;
+//! use lambda_streams::dsl::Grouped;
 //! use lambda_streams::driver::TestDriver;
 //! use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 //!
@@ -17,7 +18,7 @@
 //!     .flat_map_values(|line: String| {
 //!         line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>()
 //!     })
-//!     .group_by(|_, word| word.clone(), Utf8)
+//!     .group_by(|_, word| word.clone(), Grouped::with(Utf8, Utf8))
 //!     .count("counts")
 //!     .to_stream()
 //!     .to("word-counts", Utf8, DecimalI64);
@@ -126,10 +127,11 @@ impl TestDriver {
     ///
     /// ```
     /// # use lambda_streams::{StreamsBuilder, driver::{Batching, TestDriver}, serdes::{DecimalI64, Unit, Utf8}};
+    /// # use lambda_streams::dsl::Grouped;
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("words", Unit, Utf8)
-    ///     .group_by(|_, w| w.clone(), Utf8)
+    ///     .group_by(|_, w| w.clone(), Grouped::direct(Utf8))
     ///     .count("counts")
     ///     .to_stream()
     ///     .to("counts", Utf8, DecimalI64);

@@ -17,7 +17,7 @@
 //!   (the analogue of Kafka Streams' `TopologyTestDriver`).
 //!
 //! ```
-//! use lambda_streams::dsl::StreamsBuilder;
+//! use lambda_streams::dsl::{Grouped, StreamsBuilder};
 //! use lambda_streams::event::KafkaEvent;
 //! use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 //! use lambda_streams::sink::MemorySink;
@@ -31,7 +31,10 @@
 //!     .flat_map_values(|line: String| {
 //!         line.split_whitespace().map(str::to_lowercase).collect::<Vec<_>>()
 //!     })
-//!     .group_by(|_, word| word.clone(), Utf8)
+//!     // Direct re-keying: each batch counts its own words. (`Grouped::with(Utf8, Utf8)`,
+//!     // the default for counts that go to a topic, would first send the words through a
+//!     // repartition topic that the function also consumes.)
+//!     .group_by(|_, word| word.clone(), Grouped::direct(Utf8))
 //!     .count("counts")
 //!     .to_stream()
 //!     .to("word-counts", Utf8, DecimalI64);

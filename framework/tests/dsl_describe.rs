@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use lambda_streams::dsl::NodeKind;
+use lambda_streams::dsl::{Grouped, NodeKind};
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -15,7 +15,7 @@ fn wordcount() -> Topology {
                 .map(str::to_lowercase)
                 .collect::<Vec<_>>()
         })
-        .group_by(|_, word| word.clone(), Utf8)
+        .group_by(|_, word| word.clone(), Grouped::direct(Utf8))
         .count("counts")
         .to_stream()
         .to("word-counts", Utf8, DecimalI64);

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use lambda_streams::driver::{Batching, TestDriver};
+use lambda_streams::dsl::Grouped;
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 use lambda_streams::sink::VERSION_HEADER;
 use lambda_streams::{StreamsBuilder, Topology};
@@ -17,7 +18,7 @@ fn wordcount() -> Topology {
                 .map(str::to_lowercase)
                 .collect::<Vec<_>>()
         })
-        .group_by(|_, word| word.clone(), Utf8)
+        .group_by(|_, word| word.clone(), Grouped::direct(Utf8))
         .count("counts")
         .to_stream()
         .to("word-counts", Utf8, DecimalI64);

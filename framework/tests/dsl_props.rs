@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use lambda_streams::driver::{Batching, TestDriver};
+use lambda_streams::dsl::Grouped;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::SOURCE_HEADER;
 use lambda_streams::{StreamsBuilder, Topology};
@@ -180,7 +181,7 @@ proptest! {
             .flat_map_values(|line: String| {
                 line.split_whitespace().map(str::to_owned).collect::<Vec<_>>()
             })
-            .group_by(|_, w| w.clone(), Utf8)
+            .group_by(|_, w| w.clone(), Grouped::direct(Utf8))
             .count("counts")
             .to_stream()
             .to("counts", Utf8, DecimalI64);

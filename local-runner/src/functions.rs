@@ -13,15 +13,24 @@ pub const NAMES: &[&str] = &[
 
 /// The topology of the workspace function `name` (configured from the environment,
 /// as in Lambda).
-pub fn topology(name: &str) -> Option<Topology> {
-    match name {
-        "wordcount" => Some(wordcount::topology_from_env()),
-        "enrich-orders" => Some(enrich_orders::topology_from_env()),
-        "pageviews" => Some(pageviews::topology_from_env()),
+///
+/// # Errors
+/// An unknown name, or a function's setting it rejects (named).
+pub fn topology(name: &str) -> Result<Topology, String> {
+    let topology = match name {
+        "wordcount" => wordcount::topology_from_env()?,
+        "enrich-orders" => enrich_orders::topology_from_env(),
+        "pageviews" => pageviews::topology_from_env(),
         // The end-to-end benchmark's pipelines (bench/e2e; topics from BENCH_INPUT_TOPIC
         // and BENCH_OUTPUT_TOPIC).
-        "bench-stateless" => Some(bench_topologies::stateless_from_env()),
-        "bench-count" => Some(bench_topologies::count_from_env()),
-        _ => None,
-    }
+        "bench-stateless" => bench_topologies::stateless_from_env(),
+        "bench-count" => bench_topologies::count_from_env(),
+        _ => {
+            return Err(format!(
+                "unknown function {name:?}; this runner knows: {} (or invoke any function with --function-url)",
+                NAMES.join(", ")
+            ));
+        }
+    };
+    Ok(topology)
 }

@@ -1,18 +1,19 @@
 //! `local-runner`: run a lambda-streams function against a real Kafka broker, as the
 //! Lambda Kafka event source would.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
+use lambda_streams::{Guarantee, Topology};
 use local_runner::embedded::EmbeddedDynamo;
 use local_runner::{
     EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
@@ -336,69 +337,91 @@ async fn open_store(
     Ok((DynamoStore::new(client, table, guarantee), embedded))
 }
 
+/// Creates the topology's repartition topics that do not exist yet, with as many partitions
+/// as its largest input topic (as Kafka Streams creates its internal topics).
+async fn create_repartition_topics(bootstrap: &str, topology: &Topology) -> Result<(), String> {
+    let internal = topology.repartition_topics();
+    if internal.is_empty() {
+        return Ok(());
+    }
+    let existing: HashMap<String, usize> = admin::list_topics(bootstrap)?.into_iter().collect();
+    let partitions = topology
+        .source_topics()
+        .iter()
+        .filter(|t| !internal.contains(t))
+        .filter_map(|t| existing.get(t).copied())
+        .max()
+        .map_or(1, |n| i32::try_from(n).unwrap_or(i32::MAX));
+    for topic in internal.iter().filter(|t| !existing.contains_key(*t)) {
+        admin::create_topic(bootstrap, topic, partitions).await?;
+        eprintln!("[local-runner] created repartition topic {topic} ({partitions} partitions)");
+    }
+    Ok(())
+}
+
 async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
-    let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) = match (
-        &args.function,
-        &args.function_url,
-        &args.function_name,
-    ) {
-        (Some(function), _, _) => {
-            let topology = functions::topology(function).ok_or_else(|| {
-                    format!(
-                        "unknown function {function:?}; this runner knows: {} (or invoke any function with --function-url)",
-                        functions::NAMES.join(", ")
-                    )
-                })?;
-            let guarantee: Guarantee = args.guarantee.parse()?;
-            let (stores, embedded) = match args.state_kind {
-                StateKind::Dynamodb => {
-                    let default_table = format!("lambda-streams-{function}");
-                    let (dynamo, embedded) =
-                        open_store(&args.state, &default_table, guarantee).await?;
-                    (Stores::Dynamo(dynamo), embedded)
-                }
-                StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),
-            };
-            let inner: Arc<dyn Store> = match &stores {
-                Stores::Dynamo(dynamo) => Arc::new(dynamo.clone()),
-                Stores::Memory(memory) => Arc::clone(memory) as Arc<dyn Store>,
-            };
-            let store: Arc<dyn Store> = match args.fail_after_writes {
-                Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
-                None => inner,
-            };
-            // The function's own settings, as in Lambda: poison policy, partial batch
-            // responses, emit-on-close windows, the producer's TLS/SASL (LAMBDA_STREAMS_*).
-            let settings = lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
-            let handler = Arc::new(
-                Handler::with_kafka_output(topology.clone(), store, None)
-                    .with_kafka_settings(settings.kafka)
-                    .with_options(settings.batch),
-            );
-            eprintln!(
-                "[local-runner] topology of {function}:\n{}",
-                topology.describe()
-            );
-            let transport = Arc::new(InProcess::new(handler));
-            (
-                transport,
-                Some((topology, stores)),
-                function.clone(),
-                embedded,
-            )
-        }
-        (None, Some(url), Some(name)) => {
-            let http = Http::new(url, name)?;
-            eprintln!("[local-runner] invoking {}", http.url());
-            (Arc::new(http), None, name.clone(), None)
-        }
-        _ => return Err("give --function NAME, or --function-url URL --function-name NAME".into()),
-    };
+    let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) =
+        match (&args.function, &args.function_url, &args.function_name) {
+            (Some(function), _, _) => {
+                let topology = functions::topology(function)?;
+                let guarantee: Guarantee = args.guarantee.parse()?;
+                let (stores, embedded) = match args.state_kind {
+                    StateKind::Dynamodb => {
+                        let default_table = format!("lambda-streams-{function}");
+                        let (dynamo, embedded) =
+                            open_store(&args.state, &default_table, guarantee).await?;
+                        (Stores::Dynamo(dynamo), embedded)
+                    }
+                    StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),
+                };
+                let inner: Arc<dyn Store> = match &stores {
+                    Stores::Dynamo(dynamo) => Arc::new(dynamo.clone()),
+                    Stores::Memory(memory) => Arc::clone(memory) as Arc<dyn Store>,
+                };
+                let store: Arc<dyn Store> = match args.fail_after_writes {
+                    Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
+                    None => inner,
+                };
+                // The function's own settings, as in Lambda: poison policy, partial batch
+                // responses, emit-on-close windows, the producer's TLS/SASL (LAMBDA_STREAMS_*).
+                let settings =
+                    lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
+                let handler = Arc::new(
+                    Handler::with_kafka_output(topology.clone(), store, None)
+                        .with_kafka_settings(settings.kafka)
+                        .with_options(settings.batch),
+                );
+                eprintln!(
+                    "[local-runner] topology of {function}:\n{}",
+                    topology.describe()
+                );
+                let transport = Arc::new(InProcess::new(handler));
+                (
+                    transport,
+                    Some((topology, stores)),
+                    function.clone(),
+                    embedded,
+                )
+            }
+            (None, Some(url), Some(name)) => {
+                let http = Http::new(url, name)?;
+                eprintln!("[local-runner] invoking {}", http.url());
+                (Arc::new(http), None, name.clone(), None)
+            }
+            _ => {
+                return Err(
+                    "give --function NAME, or --function-url URL --function-name NAME".into(),
+                );
+            }
+        };
     let topics = match (&topology, args.topics.is_empty()) {
         (_, false) => args.topics.clone(),
         (Some((topology, _)), true) => topology.source_topics(),
         (None, true) => return Err("--topic is required with --function-url".into()),
     };
+    if let Some((topology, _)) = &topology {
+        create_repartition_topics(bootstrap, topology).await?;
+    }
     let config = RunnerConfig {
         bootstrap_servers: bootstrap.to_owned(),
         group_id: args

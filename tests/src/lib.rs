@@ -14,6 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
 /// The broker the tests use.
@@ -473,6 +474,33 @@ pub async fn produce_across_partitions(topic: &str, lines: &[String], partitions
     }
 }
 
+/// Produces keyed records (`None`: a tombstone) to `topic`, in order, to `partition`
+/// (or by key when `None`).
+pub async fn produce_keyed(
+    topic: &str,
+    records: &[(String, Option<String>)],
+    partition: Option<i32>,
+) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for (key, value) in records {
+        let mut record = FutureRecord::<String, String>::to(topic).key(key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("produced");
+    }
+}
+
 /// The `local-runner` binary running `wordcount` from `input` to `output` in `group`, with
 /// its state in `table` on the emulator (batches of 20, a 20 ms window, no progress line).
 /// Built by `cargo run`, which execs the binary: `Child::kill` reaches the runner itself.
@@ -512,6 +540,7 @@ pub fn runner_process(
         .args(["--bootstrap-servers", &bootstrap()])
         .env("WORDCOUNT_INPUT_TOPIC", input)
         .env("WORDCOUNT_OUTPUT_TOPIC", output)
+        .env("WORDCOUNT_REKEYING", "direct")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(std::process::Stdio::null());
     command

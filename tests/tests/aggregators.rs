@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::dsl::TimeWindows;
+use lambda_streams::dsl::{Grouped, TimeWindows};
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
@@ -104,7 +104,7 @@ fn topology(capacity: usize) -> Topology {
     let builder = StreamsBuilder::new();
     let grouped = builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, v: &String| parse(v).0, Utf8);
+        .group_by(|_, v: &String| parse(v).0, Grouped::direct(Utf8));
     grouped
         .top_k(
             "best",

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lambda_streams::driver::TestDriver;
+use lambda_streams::dsl::Grouped;
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -36,12 +37,15 @@ fn topology(input: &str, counts_out: &str, longest_out: &str) -> Topology {
                 .collect::<Vec<_>>()
         });
     words
-        .group_by(|_, w| w.clone(), Utf8)
+        .group_by(|_, w| w.clone(), Grouped::direct(Utf8))
         .count(COUNTS)
         .to_stream()
         .to(counts_out, Utf8, DecimalI64);
     words
-        .group_by(|_, w: &String| w.chars().take(1).collect::<String>(), Utf8)
+        .group_by(
+            |_, w: &String| w.chars().take(1).collect::<String>(),
+            Grouped::direct(Utf8),
+        )
         .reduce(
             LONGEST,
             |best: String, w: String| {

@@ -14,31 +14,6 @@ use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams_e2e::*;
 use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
-use rdkafka::ClientConfig;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-
-/// Produces keyed records (`None`: a tombstone) to `topic`, in order, to `partition`
-/// (or by key when `None`).
-async fn produce(topic: &str, records: &[(String, Option<String>)], partition: Option<i32>) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer");
-    for (key, value) in records {
-        let mut record = FutureRecord::<String, String>::to(topic).key(key);
-        if let Some(value) = value {
-            record = record.payload(value);
-        }
-        if let Some(p) = partition {
-            record = record.partition(p);
-        }
-        producer
-            .send(record, Duration::from_secs(10))
-            .await
-            .expect("produced");
-    }
-}
 
 /// Runs `enrich-orders` over whatever the topics hold until idle (the group resumes).
 async fn run_until_idle(handler: &Arc<Handler>, topics: &[String], group: &str, faults: Faults) {
@@ -147,10 +122,10 @@ async fn orders_are_enriched_with_the_customer_of_their_time() {
             serde_json::from_str(v.as_deref().expect("value")).expect("json"),
         );
     }
-    produce(&customers, &first, Some(0)).await;
+    produce_keyed(&customers, &first, Some(0)).await;
     run_until_idle(&handler, &topics, &group, faults()).await;
     let orders_1 = place(&reference, &mut expected, 40);
-    produce(&orders, &orders_1, None).await;
+    produce_keyed(&orders, &orders_1, None).await;
     run_until_idle(&handler, &topics, &group, faults()).await;
 
     // Phase 2: c1 upgraded, c2 deleted (a tombstone), c4 created; then more orders.
@@ -165,10 +140,10 @@ async fn orders_are_enriched_with_the_customer_of_their_time() {
             None => reference.remove(k),
         };
     }
-    produce(&customers, &second, Some(0)).await;
+    produce_keyed(&customers, &second, Some(0)).await;
     run_until_idle(&handler, &topics, &group, faults()).await;
     let orders_2 = place(&reference, &mut expected, 40);
-    produce(&orders, &orders_2, None).await;
+    produce_keyed(&orders, &orders_2, None).await;
     run_until_idle(&handler, &topics, &group, faults()).await;
 
     // Every output record is an expected enrichment; duplicates (from the injected

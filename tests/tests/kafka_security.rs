@@ -95,8 +95,12 @@ fn container(output: &str, table: &str, servers: String, settings: KafkaSettings
         table.to_owned(),
         Guarantee::ExactlyOnce,
     ));
-    Handler::with_kafka_output(wordcount::topology(INPUT, output), store, Some(servers))
-        .with_kafka_settings(settings)
+    Handler::with_kafka_output(
+        wordcount::topology_direct(INPUT, output),
+        store,
+        Some(servers),
+    )
+    .with_kafka_settings(settings)
 }
 
 async fn produces_over(name: &str, servers: String, settings: KafkaSettings) {
@@ -259,6 +263,7 @@ async fn the_wordcount_function_produces_over_scram_configured_by_its_environmen
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
+        "WORDCOUNT_REKEYING=direct".to_owned(),
         format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={}", sasl_bootstrap()),
         "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
         "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512".to_owned(),

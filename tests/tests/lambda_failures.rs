@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use lambda_streams::dsl::Grouped;
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -33,7 +34,7 @@ fn topology() -> Topology {
                 v
             }
         })
-        .group_by(|_, v| v.clone(), Utf8)
+        .group_by(|_, v| v.clone(), Grouped::direct(Utf8))
         .count(STORE)
         .to_stream()
         .to("counts-out", Utf8, DecimalI64);
@@ -214,7 +215,7 @@ async fn dead_letter_policy_produces_the_record_with_its_error_and_source() {
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, v| v.clone(), Utf8)
+        .group_by(|_, v| v.clone(), Grouped::direct(Utf8))
         .count(STORE)
         .to_stream()
         .to(&output, Utf8, DecimalI64);

@@ -70,6 +70,7 @@ async fn cargo_lambda_watch_serves_wordcount_exactly_once() {
     env.extend([
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output_topic}"),
+        "WORDCOUNT_REKEYING=direct".to_owned(),
         "WORDCOUNT_INPUT_TOPIC=text-lines".to_owned(),
         // The fixture's event names 127.0.0.1:9092; produce to the broker under test.
         format!("LAMBDA_STREAMS_BOOTSTRAP_SERVERS={}", bootstrap()),

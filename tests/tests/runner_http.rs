@@ -1,10 +1,12 @@
 //! The local runner over the Lambda Invoke API: `cargo lambda watch` builds and serves the
 //! real `wordcount` function; the runner consumes a real topic and invokes it over HTTP
-//! (`POST /2015-03-31/functions/wordcount/invocations`). The counts in DynamoDB must equal
-//! a count computed here. Then a record the function cannot decode (not UTF-8) makes it
+//! (`POST /2015-03-31/functions/wordcount/invocations`), in its default mode: the words go
+//! through a repartition topic that the runner consumes too. The counts in DynamoDB must
+//! equal a count computed here, and each word's updates reach the output in order. Then a record the function cannot decode (not UTF-8) makes it
 //! fail: the function error arrives over HTTP, bisection isolates the record, and after
 //! its retry it goes to the on-failure topic, while the good record beside it is counted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,14 +41,20 @@ async fn produce_raw(topic: &str, partition: i32, values: &[&[u8]]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runner_invokes_cargo_lambda_watch_over_http() {
     require_services();
-    let (input, output, dlq, table) = (
+    let (input, repartition, output, dlq, table) = (
         unique("http-lines"),
+        unique("http-words"),
         unique("http-counts"),
         unique("http-failed"),
         unique("http-state"),
     );
     let servers = bootstrap();
-    for (topic, partitions) in [(&input, PARTITIONS), (&output, PARTITIONS), (&dlq, 1)] {
+    for (topic, partitions) in [
+        (&input, PARTITIONS),
+        (&repartition, PARTITIONS),
+        (&output, PARTITIONS),
+        (&dlq, 1),
+    ] {
         admin::create_topic(&servers, topic, partitions)
             .await
             .expect("topic");
@@ -62,6 +70,9 @@ async fn the_runner_invokes_cargo_lambda_watch_over_http() {
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
+        // The default mode: the words through a repartition topic, which the runner
+        // consumes too (a second event source in Lambda).
+        format!("WORDCOUNT_REPARTITION_TOPIC={repartition}"),
     ]);
     let watch = LambdaWatch::start("wordcount", PORT, &env);
     let http: Arc<dyn Transport> =
@@ -69,7 +80,7 @@ async fn the_runner_invokes_cargo_lambda_watch_over_http() {
     let config = RunnerConfig {
         bootstrap_servers: servers.clone(),
         group_id: unique("http-group"),
-        topics: vec![input.clone()],
+        topics: vec![input.clone(), repartition.clone()],
         batch_size: 50,
         batching_window: Duration::from_millis(200),
         until_idle: true,
@@ -86,13 +97,31 @@ async fn the_runner_invokes_cargo_lambda_watch_over_http() {
         .await
         .expect("the runner finished")
         .expect("the runner succeeded");
-    assert_eq!(summary.records, lines.len() as u64);
+    let reference = reference_counts(&lines);
+    let words: i64 = reference.values().sum();
+    assert_eq!(
+        summary.records,
+        lines.len() as u64 + words as u64,
+        "every line, then every word through the repartition topic"
+    );
     assert_eq!(summary.given_up, 0);
     assert_eq!(
         table_counts(&table, wordcount::STORE).await,
-        reference_counts(&lines),
+        reference,
         "DynamoDB counts equal the reference"
     );
+    // One writer per word: its updates reach the output in order, the last one its count.
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for record in read_topic(&output) {
+        let word = String::from_utf8(record.key.expect("key")).expect("utf-8");
+        let count: i64 = String::from_utf8(record.value.expect("value"))
+            .expect("utf-8")
+            .parse()
+            .expect("a count");
+        let previous = last.insert(word.clone(), count).unwrap_or(0);
+        assert!(count >= previous, "{word}: {count} after {previous}");
+    }
+    assert_eq!(last, reference, "the last update per word is its count");
 
     // A record that is not UTF-8 beside a good one, both in partition 0.
     let good = "Lambda streams over HTTP";

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use lambda_streams::dsl::Grouped;
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
@@ -51,7 +52,7 @@ fn topology(input: &str, output: &str, panics: Arc<AtomicU32>) -> Topology {
                 Ok(v)
             }
         })
-        .group_by(|_, v| v.clone(), Utf8)
+        .group_by(|_, v| v.clone(), Grouped::direct(Utf8))
         .count(STORE)
         .to_stream()
         .to(output, Utf8, DecimalI64);
@@ -463,6 +464,7 @@ async fn the_wordcount_binary_dead_letters_by_its_environment_over_http() {
         format!("LAMBDA_STREAMS_TABLE={table}"),
         format!("WORDCOUNT_INPUT_TOPIC={input}"),
         format!("WORDCOUNT_OUTPUT_TOPIC={output}"),
+        "WORDCOUNT_REKEYING=direct".to_owned(),
         format!("LAMBDA_STREAMS_POISON_POLICY=dead-letter:{dlq}"),
         "LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE=true".to_owned(),
     ]);

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+use lambda_streams::dsl::{EmitStrategy, Grouped, TimeWindows};
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
@@ -36,7 +36,7 @@ fn topology() -> Topology {
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, value| value.clone(), Utf8)
+        .group_by(|_, value| value.clone(), Grouped::direct(Utf8))
         .count(STORE)
         .to_stream()
         .to("counts-out", Utf8, DecimalI64);
@@ -81,7 +81,7 @@ fn seen_topology() -> Topology {
         .stream(TOPIC, Unit, Utf8)
         .group_by(
             |_, value: &String| value.split('@').next().unwrap_or_default().to_owned(),
-            Utf8,
+            Grouped::direct(Utf8),
         )
         .aggregate(
             SEEN,
@@ -279,7 +279,7 @@ fn windowed_counts(
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, value: &String| value.clone(), Utf8)
+        .group_by(|_, value: &String| value.clone(), Grouped::direct(Utf8))
         .windowed_by(windows)
         .emit_strategy(emit)
         .count(store)
@@ -418,7 +418,7 @@ async fn stream_time_survives_a_cold_start_and_late_records_are_dropped() {
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, value: &String| value.clone(), Utf8)
+        .group_by(|_, value: &String| value.clone(), Grouped::direct(Utf8))
         .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
         .count(WINDOWED)
         .to_stream()
@@ -1068,7 +1068,7 @@ async fn windowed_items_are_queried_by_key_and_window_range() {
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
-        .group_by(|_, value: &String| value.clone(), Utf8)
+        .group_by(|_, value: &String| value.clone(), Grouped::direct(Utf8))
         .windowed_by(
             TimeWindows::of_size(Duration::from_secs(60))
                 .grace(Duration::from_secs(3600))

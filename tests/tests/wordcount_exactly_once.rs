@@ -69,7 +69,8 @@ async fn run(name: &str, scenario: Scenario) -> Outcome {
         Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo, n)),
         None => Arc::new(dynamo),
     };
-    let handler = Handler::with_kafka_output(wordcount::topology(&input, &output), store, None);
+    let handler =
+        Handler::with_kafka_output(wordcount::topology_direct(&input, &output), store, None);
     let config = RunnerConfig {
         bootstrap_servers: servers,
         group_id: unique("group"),

@@ -949,12 +949,13 @@ where
     /// use lambda_streams::driver::TestDriver;
     /// use lambda_streams::serdes::{Json, Unit, Utf8};
     /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::dsl::Grouped;
     ///
     /// // The 2 most visited pages per site ("site/page" records).
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("visits", Unit, Utf8)
-    ///     .group_by(|_, v: &String| v.split('/').next().unwrap_or_default().to_owned(), Utf8)
+    ///     .group_by(|_, v: &String| v.split('/').next().unwrap_or_default().to_owned(), Grouped::with(Utf8, Utf8))
     ///     .top_k_frequent("top-pages", 2, |_, v: &String| v.clone(), Utf8)
     ///     .to_stream()
     ///     .to("top-pages", Utf8, Json::<Vec<(String, u64)>>::new());
@@ -1088,12 +1089,13 @@ where
     /// use lambda_streams::dsl::{EmitStrategy, TimeWindows};
     /// use lambda_streams::serdes::{Json, Unit, Utf8};
     /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::dsl::Grouped;
     ///
     /// // The top 2 pages per minute, emitted once per minute when it closes.
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("views", Unit, Utf8)
-    ///     .group_by(|_, _| "all".to_owned(), Utf8)
+    ///     .group_by(|_, _| "all".to_owned(), Grouped::with(Utf8, Utf8))
     ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
     ///     .emit_strategy(EmitStrategy::OnWindowClose)
     ///     .top_k_frequent("top-pages", 2, |_, page: &String| page.clone(), Utf8)
@@ -1149,12 +1151,13 @@ where
     /// use lambda_streams::dsl::TimeWindows;
     /// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
     /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::dsl::Grouped;
     ///
     /// // Distinct users per minute.
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("logins", Unit, Utf8)
-    ///     .group_by(|_, _| "all".to_owned(), Utf8)
+    ///     .group_by(|_, _| "all".to_owned(), Grouped::with(Utf8, Utf8))
     ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
     ///     .distinct_count("users-per-minute", |_, user: &String| user.clone(), Utf8)
     ///     .to_stream()

@@ -89,6 +89,52 @@ impl Graph {
         self.nodes.get(node).map_or("", |n| n.name.as_str())
     }
 
+    /// The nodes that have `node` as a parent.
+    fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
+        (0..self.nodes.len()).filter(move |&n| self.nodes[n].parents.contains(&node))
+    }
+
+    /// The stores of the processors reading from `node`, in the order they were added.
+    pub(crate) fn child_stores(&self, node: NodeId) -> Vec<String> {
+        self.children(node)
+            .filter_map(|n| match &self.nodes[n].kind {
+                NodeKind::Processor { stores } => Some(stores.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    /// Whether a sink is downstream of `node`.
+    pub(crate) fn reaches_sink(&self, node: NodeId) -> bool {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![node];
+        while let Some(n) = stack.pop() {
+            for child in self.children(n) {
+                if matches!(self.nodes[child].kind, NodeKind::Sink { .. }) {
+                    return true;
+                }
+                if !std::mem::replace(&mut seen[child], true) {
+                    stack.push(child);
+                }
+            }
+        }
+        false
+    }
+
+    /// Moves the processors reading from `from` to read from `to` instead (sinks stay).
+    pub(crate) fn reparent(&mut self, from: NodeId, to: NodeId) {
+        for node in &mut self.nodes {
+            if matches!(node.kind, NodeKind::Processor { .. }) {
+                for parent in &mut node.parents {
+                    if *parent == from {
+                        *parent = to;
+                    }
+                }
+            }
+        }
+    }
+
     /// Records which node a grouped stream's aggregations will read from.
     pub(crate) fn set_grouped_parent(&mut self, node: NodeId) {
         self.grouped_parent = Some(node);

@@ -295,12 +295,13 @@ where
     /// use lambda_streams::driver::TestDriver;
     /// use lambda_streams::serdes::{Json, Unit, Utf8};
     /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::dsl::Grouped;
     ///
     /// // The longest word seen per first letter.
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("words", Unit, Utf8)
-    ///     .group_by(|_, w: &String| w[..1].to_owned(), Utf8)
+    ///     .group_by(|_, w: &String| w[..1].to_owned(), Grouped::with(Utf8, Utf8))
     ///     .aggregate("longest", String::new, |_, w: String, best: String| if w.len() > best.len() { w } else { best }, Json::<String>::default())
     ///     .to_stream()
     ///     .to("longest-words", Utf8, Utf8);

@@ -16,7 +16,7 @@ use super::describe::NodeKind;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
-use crate::runtime::context::Origin;
+use crate::runtime::context::{Ctx, Origin};
 use crate::serdes::{Nullable, Serde, SerdeError};
 
 impl StreamsBuilder {
@@ -24,7 +24,8 @@ impl StreamsBuilder {
     /// key, kept in `store`; a record with a null value (a tombstone) deletes its key.
     /// Records with a null key are dropped and counted (`dropped_null_keys`).
     ///
-    /// The table's updates flow on after each batch (deletions are not forwarded), and
+    /// The table's updates flow on after each batch (deletions too, through
+    /// [`KTable::to_change_stream`]), and
     /// streams can [`join`](KStream::join) it. Exactly once, like every aggregation: a
     /// redelivered or retried record changes the table once, and the latest offset of a
     /// partition wins.
@@ -380,7 +381,10 @@ where
 
     /// Both sides of a table–table join: an update of this table meets `other`'s value
     /// (or none), an update of `other` meets this table's value (only if there is one);
-    /// `f(key, this, other)` gives the joined value, or `None` for nothing.
+    /// `f(key, this, other)` gives the joined value, or `None` for nothing. Deletions: a key
+    /// deleted from this table deletes the joined key; a key deleted from `other` where
+    /// this table has a value gives `f(key, this, None)` (a left join's update), or deletes
+    /// the joined key when that is `None` (an inner join).
     fn join_tables<VO, VR>(
         &self,
         other: &KTable<K, VO>,
@@ -392,34 +396,96 @@ where
         VR: Clone + Send + Sync + 'static,
     {
         let f = Arc::new(f);
-        let next = Downstream::<K, VR>::new();
-        let this_side = Arc::clone(&f);
+        let out = Outputs {
+            updates: Downstream::<K, VR>::new(),
+            deletes: Downstream::<K, ()>::new(),
+        };
+        let (this_side, other_deleted) = (Arc::clone(&f), Arc::clone(&f));
         watch(
             self,
             other,
-            &next,
+            &out,
             &format!("{prefix}THIS"),
-            move |k, v, o| this_side(k, v, o),
+            move |k, v, o| this_side(k, v, o).map_or(Joined::Nothing, Joined::Update),
+            |_, _| Joined::Delete,
         );
         watch(
             other,
             self,
-            &next,
+            &out,
             &format!("{prefix}OTHER"),
-            move |k, o, v: Option<&V>| v.and_then(|v| f(k, v, Some(o))),
+            move |k, o, v: Option<&V>| {
+                v.and_then(|v| f(k, v, Some(o)))
+                    .map_or(Joined::Nothing, Joined::Update)
+            },
+            move |k, v: Option<&V>| match v {
+                None => Joined::Nothing,
+                Some(v) => other_deleted(k, v, None).map_or(Joined::Delete, Joined::Update),
+            },
         );
-        KTable::new(self.shared.clone(), next)
+        KTable::new(self.shared.clone(), out.updates).with_deletes(out.deletes)
     }
 }
 
-/// Sends each update of `changed` to `out` joined with `other`'s value of its key, read
-/// after the batch's writes: `f(key, changed value, other value)`, or nothing for `None`.
+/// What a table–table join emits for a changed key.
+enum Joined<R> {
+    Update(R),
+    Delete,
+    Nothing,
+}
+
+/// Where a table–table join's updates and deletions go.
+struct Outputs<K, R> {
+    updates: Downstream<K, R>,
+    deletes: Downstream<K, ()>,
+}
+
+impl<K: Clone, R: Clone> Clone for Outputs<K, R> {
+    fn clone(&self) -> Self {
+        Outputs {
+            updates: self.updates.clone(),
+            deletes: self.deletes.clone(),
+        }
+    }
+}
+
+impl<K: Clone, R: Clone> Outputs<K, R> {
+    /// Emits `joined` with the item's version plus the other side's (`other_version`), so
+    /// that a key's joined updates and deletions are ordered by version.
+    fn emit(
+        &self,
+        ctx: &mut Ctx,
+        key: K,
+        joined: Joined<R>,
+        other_version: u64,
+    ) -> Result<(), StreamError> {
+        if let Joined::Nothing = joined {
+            return Ok(());
+        }
+        if let Origin::Update { version, timestamp } = ctx.origin {
+            ctx.origin = Origin::Update {
+                version: version + other_version,
+                timestamp,
+            };
+        }
+        match joined {
+            Joined::Update(value) => self.updates.forward(ctx, key, value),
+            Joined::Delete => self.deletes.forward(ctx, key, ()),
+            Joined::Nothing => Ok(()),
+        }
+    }
+}
+
+/// Joins each update and deletion of `changed` with `other`'s value of its key, read after
+/// the batch's writes: `on_update(key, changed value, other value)` and
+/// `on_delete(key, other value)` say what to emit to `out`.
 fn watch<K, A, B, R>(
     changed: &KTable<K, A>,
     other: &KTable<K, B>,
-    out: &Downstream<K, R>,
+    out: &Outputs<K, R>,
     prefix: &str,
-    f: impl Fn(&K, &A, Option<&B>) -> Option<R> + Send + Sync + 'static,
+    on_update: impl Fn(&K, &A, Option<&B>) -> Joined<R> + Send + Sync + 'static,
+    on_delete: impl Fn(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
 ) where
     K: Clone + Send + Sync + 'static,
     A: Clone + Send + Sync + 'static,
@@ -439,38 +505,63 @@ fn watch<K, A, B, R>(
         let parents: Vec<_> = inner.description.table_parent().into_iter().collect();
         inner.description.add_node(prefix, kind, &parents);
     }
-    let (lookup, out, f) = (Arc::clone(lookup), out.clone(), Arc::new(f));
+    let (on_update, on_delete) = (Arc::new(on_update), Arc::new(on_delete));
+    let (updates_lookup, updates_out) = (Arc::clone(lookup), out.clone());
     changed
         .updates()
         .add(Arc::new(move |ctx, key: K, value: A| {
-            let Some(encoded) = lookup.key_serde.serialize(&key) else {
-                return Ok(());
-            };
-            let (lookup, out, f) = (Arc::clone(&lookup), out.clone(), Arc::clone(&f));
-            ctx.defer(
-                lookup.store,
-                encoded,
-                Box::new(move |ctx, state| {
-                    let found = match state {
-                        None => None,
-                        Some(state) => (lookup.value)(&key, state).map_err(|e| {
-                            StreamError::Config(format!(
-                                "a joined table's value does not decode: {e}"
-                            ))
-                        })?,
-                    };
-                    let Some(joined) = f(&key, &value, found.as_ref()) else {
-                        return Ok(());
-                    };
-                    if let Origin::Update { version, timestamp } = ctx.origin {
-                        let other = state.map_or(0, |s| s.version);
-                        ctx.origin = Origin::Update {
-                            version: version + other,
-                            timestamp,
-                        };
-                    }
-                    out.forward(ctx, key, joined)
-                }),
+            let on_update = Arc::clone(&on_update);
+            defer_lookup(
+                ctx,
+                &updates_lookup,
+                key,
+                updates_out.clone(),
+                move |k, found| on_update(k, &value, found),
             )
         }));
+    let (deletes_lookup, deletes_out) = (Arc::clone(lookup), out.clone());
+    changed.deletes().add(Arc::new(move |ctx, key: K, ()| {
+        let on_delete = Arc::clone(&on_delete);
+        defer_lookup(
+            ctx,
+            &deletes_lookup,
+            key,
+            deletes_out.clone(),
+            move |k, found| on_delete(k, found),
+        )
+    }));
+}
+
+/// Parks a table change until `lookup`'s value of `key` is read, then emits what `decide`
+/// makes of it.
+fn defer_lookup<K, B, R>(
+    ctx: &mut Ctx,
+    lookup: &Arc<Lookup<K, B>>,
+    key: K,
+    out: Outputs<K, R>,
+    decide: impl FnOnce(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
+) -> Result<(), StreamError>
+where
+    K: Clone + Send + Sync + 'static,
+    B: Clone + Send + Sync + 'static,
+    R: Clone + Send + Sync + 'static,
+{
+    let Some(encoded) = lookup.key_serde.serialize(&key) else {
+        return Ok(());
+    };
+    let lookup = Arc::clone(lookup);
+    ctx.defer(
+        lookup.store,
+        encoded,
+        Box::new(move |ctx, state| {
+            let found = match state {
+                None => None,
+                Some(state) => (lookup.value)(&key, state).map_err(|e| {
+                    StreamError::Config(format!("a joined table's value does not decode: {e}"))
+                })?,
+            };
+            let joined = decide(&key, found.as_ref());
+            out.emit(ctx, key, joined, state.map_or(0, |s| s.version))
+        }),
+    )
 }

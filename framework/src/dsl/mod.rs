@@ -23,10 +23,12 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 pub use aggregators::Score;
 pub use describe::{Node, NodeKind, SubTopology, TopologyDescription};
 pub use grouped::KGroupedStream;
+pub use rekey::{Grouped, Rekeying};
 pub use stream::{BranchedKStream, KStream};
 pub use table::KTable;
 
 mod join;
+mod rekey;
 mod repartition;
 mod session;
 mod sliding;
@@ -110,6 +112,8 @@ pub(crate) struct TopologyInner {
     pub(crate) windowed: bool,
     /// The stores joins read (written before the joins run in each batch).
     pub(crate) join_targets: BTreeSet<usize>,
+    /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
+    pub(crate) rekeys: Vec<rekey::PendingRekey>,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;
@@ -171,6 +175,7 @@ impl StreamsBuilder {
 
     /// Freezes the topology.
     pub fn build(self) -> Topology {
+        rekey::resolve_all(&self.shared);
         let inner = std::mem::take(&mut *lock(&self.shared));
         Topology {
             inner: Arc::new(inner),
@@ -207,6 +212,18 @@ impl Topology {
         let mut topics: Vec<String> = self.inner.sources.keys().cloned().collect();
         topics.sort();
         topics
+    }
+
+    /// The repartition topics: the topics the topology both writes and reads (sorted).
+    /// The function consumes them as well as its input topics; create them with as many
+    /// partitions as the input topics.
+    pub fn repartition_topics(&self) -> Vec<String> {
+        self.inner
+            .sink_topics
+            .iter()
+            .filter(|t| self.inner.sources.contains_key(*t))
+            .cloned()
+            .collect()
     }
 
     /// The topics the topology writes to, sorted.

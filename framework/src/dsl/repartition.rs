@@ -65,8 +65,16 @@ where
         key_serde: impl Serde<K>,
         value_serde: impl Serde<V>,
     ) -> KStream<K, V> {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(key_serde);
-        let value_serde: Arc<dyn Serde<V>> = Arc::new(value_serde);
+        self.repartition_with(topic, Arc::new(key_serde), Arc::new(value_serde))
+    }
+
+    /// [`repartition`](Self::repartition) with shared serdes.
+    pub(crate) fn repartition_with(
+        &self,
+        topic: &str,
+        key_serde: Arc<dyn Serde<K>>,
+        value_serde: Arc<dyn Serde<V>>,
+    ) -> KStream<K, V> {
         self.produce_ranked(topic, Arc::clone(&key_serde), Arc::clone(&value_serde));
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();

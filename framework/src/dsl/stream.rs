@@ -4,6 +4,7 @@ use std::fmt::Display;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::describe::{NodeId, NodeKind};
+use super::rekey::{Grouped, PendingRekey, Wire};
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
@@ -570,26 +571,87 @@ where
         KStream::from_node(self.shared.clone(), next, node)
     }
 
-    /// Groups the records by a new key computed by `f`, for an aggregation.
+    /// Groups the records by a new key computed by `f`, for an aggregation, as Kafka
+    /// Streams' `groupBy`; `grouped` gives the serdes and the re-keying mode.
     ///
-    /// This is the *direct* re-keying mode (design notes, section 4a): the aggregation
-    /// writes the state item of the new key straight from every source partition. The
-    /// per-partition watermarks keep the state exact; each emitted update carries the
+    /// With [`Grouped::with`]`(key_serde, value_serde)` the records go through a
+    /// repartition topic when the aggregation's updates go to a topic and are emitted on
+    /// every update (design notes, section 4a): the function consumes that topic too, each
+    /// key is written by the one partition that owns it, and its updates reach the output
+    /// in order. Otherwise, and always with [`Grouped::direct`]`(key_serde)`, the
+    /// aggregation writes the new key's item straight from every source partition: the
+    /// per-partition watermarks keep the state exact, and each emitted update carries the
     /// item's version in the `lambda-streams-version` header, so a consumer keeps the
-    /// highest version per key.
+    /// highest version per key. The mode is chosen by [`StreamsBuilder::build`](super::StreamsBuilder::build)
+    /// and shown by [`Topology::describe`](super::Topology::describe). See
+    /// [`Grouped`] and [`Rekeying`](super::Rekeying).
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::Grouped;
+    /// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("words", Unit, Utf8)
+    ///     .group_by(|_, word| word.clone(), Grouped::with(Utf8, Utf8))
+    ///     .count("counts")
+    ///     .to_stream()
+    ///     .to("word-counts", Utf8, DecimalI64);
+    /// let topology = builder.build();
+    /// // The counts go to a topic: the words are repartitioned through `counts-repartition`.
+    /// assert_eq!(topology.repartition_topics(), ["counts-repartition"]);
+    /// let driver = TestDriver::new(topology); // reads the repartition topic back
+    /// let mut words = driver.input_topic("words", Unit, Utf8);
+    /// for w in ["a", "b", "a"] {
+    ///     words.pipe_value(w.to_owned())?;
+    /// }
+    /// let counts = driver.output_topic("word-counts", Utf8, DecimalI64).read_key_values_to_map()?;
+    /// assert_eq!((counts["a"], counts["b"]), (2, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn group_by<K2>(
         &self,
         f: impl Fn(&K, &V) -> K2 + Send + Sync + 'static,
-        key_serde: impl Serde<K2>,
+        grouped: Grouped<K2, V>,
     ) -> KGroupedStream<K2, V>
     where
         K2: Clone + Send + Sync + 'static,
     {
         let rekeyed = self.select_key(f);
-        lock(&self.shared)
-            .description
-            .set_grouped_parent(rekeyed.node);
-        KGroupedStream::new(self.shared.clone(), rekeyed.downstream, Arc::new(key_serde))
+        let input = Downstream::<K2, V>::new();
+        let node = rekeyed.node;
+        let Grouped {
+            key_serde,
+            value_serde,
+            rekeying,
+            topic,
+        } = grouped;
+        let (serde, to_input) = (Arc::clone(&key_serde), input.clone());
+        let wire: Wire = Box::new(move |through: Option<&str>| {
+            let (from, source) = match (through, value_serde) {
+                (Some(topic), Some(values)) => {
+                    let back = rekeyed.repartition_with(topic, serde, values);
+                    let source = back.node;
+                    (back, Some(source))
+                }
+                _ => (rekeyed, None),
+            };
+            from.downstream
+                .add(Arc::new(move |ctx, k, v| to_input.forward(ctx, k, v)));
+            source
+        });
+        let mut inner = lock(&self.shared);
+        inner.description.set_grouped_parent(node);
+        inner.rekeys.push(PendingRekey {
+            node,
+            rekeying,
+            topic,
+            wire,
+        });
+        drop(inner);
+        KGroupedStream::new(self.shared.clone(), input, key_serde)
     }
 
     /// Groups the records by their current key, for an aggregation.

@@ -26,6 +26,9 @@ pub(crate) type LookupValue<K, V> =
 pub struct KTable<K, V> {
     pub(crate) shared: Shared,
     updates: Downstream<K, V>,
+    /// The keys a batch deleted from the table (a tombstone read by `table`, a value a
+    /// `filter` rejects, a join result that no longer holds).
+    deletes: Downstream<K, ()>,
     /// How joins read it (tables of windowed aggregations cannot be joined).
     pub(crate) lookup: Option<Arc<Lookup<K, V>>>,
 }
@@ -39,8 +42,20 @@ where
         KTable {
             shared,
             updates,
+            deletes: Downstream::new(),
             lookup: None,
         }
+    }
+
+    /// A table whose updates come from `updates` and deletions from `deletes`.
+    pub(crate) fn with_deletes(mut self, deletes: Downstream<K, ()>) -> Self {
+        self.deletes = deletes;
+        self
+    }
+
+    /// The processors that receive the table's deletions.
+    pub(crate) fn deletes(&self) -> &Downstream<K, ()> {
+        &self.deletes
     }
 
     /// The same table, readable by joins through `lookup`.
@@ -55,9 +70,49 @@ where
     }
 
     /// The table's updates as a stream: one record per key changed by a batch, with the
-    /// key's value after the batch.
+    /// key's value after the batch. Deletions are left out: see
+    /// [`to_change_stream`](Self::to_change_stream).
     pub fn to_stream(&self) -> KStream<K, V> {
         KStream::new(self.shared.clone(), self.updates.clone())
+    }
+
+    /// The table's changelog as a stream, as Kafka Streams' `KTable::toStream`: an update
+    /// is `(key, Some(value))`, a deletion `(key, None)`. Produced with a
+    /// [`Nullable`](crate::serdes::Nullable) value serde, a deletion is a tombstone (a
+    /// null value), so a compacted topic or a downstream table forgets the key. Like every
+    /// table update, a deletion carries the item's version in the `lambda-streams-version`
+    /// header.
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::{Nullable, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .table("customers", Utf8, Utf8, "customers")
+    ///     .to_change_stream()
+    ///     .to("customers-copy", Utf8, Nullable(Utf8));
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut input = driver.input_topic("customers", Utf8, Nullable(Utf8));
+    /// input.pipe_input("c1", Some("Ada".to_owned()))?;
+    /// input.pipe_input("c1", None)?; // a tombstone deletes c1
+    /// let copy = driver.read_output("customers-copy");
+    /// assert_eq!(copy[0].value.as_deref(), Some(&b"Ada"[..]));
+    /// assert_eq!(copy[1].value, None); // and is forwarded as one
+    /// assert_eq!(copy[1].header("lambda-streams-version"), Some(&b"2"[..]));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_change_stream(&self) -> KStream<K, Option<V>> {
+        let changes = Downstream::<K, Option<V>>::new();
+        let (updated, deleted) = (changes.clone(), changes.clone());
+        self.updates.add(Arc::new(move |ctx, key, value| {
+            updated.forward(ctx, key, Some(value))
+        }));
+        self.deletes.add(Arc::new(move |ctx, key, ()| {
+            deleted.forward(ctx, key, None)
+        }));
+        KStream::new(self.shared.clone(), changes)
     }
 
     /// The table of the keys whose value satisfies `predicate`: its updates are those that
@@ -95,16 +150,17 @@ where
         predicate: impl Fn(&K, &V) -> bool + Send + Sync + 'static,
     ) -> KTable<K, V> {
         let predicate = Arc::new(predicate);
-        let next = Downstream::<K, V>::new();
-        let out = next.clone();
+        let (next, deletes) = (Downstream::<K, V>::new(), Downstream::<K, ()>::new());
+        let (out, removed) = (next.clone(), deletes.clone());
         let keep = Arc::clone(&predicate);
         self.updates.add(Arc::new(move |ctx, key, value| {
             if keep(&key, &value) {
                 out.forward(ctx, key, value)
             } else {
-                Ok(())
+                removed.forward(ctx, key, ())
             }
         }));
+        self.pass_deletes(&deletes);
         let lookup = self.lookup.as_ref().map(|inner| {
             let decode = Arc::clone(&inner.value);
             let value: LookupValue<K, V> = Arc::new(move |key, state| {
@@ -119,8 +175,16 @@ where
         KTable {
             shared: self.shared.clone(),
             updates: next,
+            deletes,
             lookup,
         }
+    }
+
+    /// Forwards this table's deletions to `deletes`.
+    fn pass_deletes(&self, deletes: &Downstream<K, ()>) {
+        let out = deletes.clone();
+        self.deletes
+            .add(Arc::new(move |ctx, key, ()| out.forward(ctx, key, ())));
     }
 
     /// The table with each value mapped by `f`, as Kafka Streams' `KTable::mapValues`: its
@@ -150,6 +214,8 @@ where
         self.updates.add(Arc::new(move |ctx, key, value: V| {
             out.forward(ctx, key, map(&value))
         }));
+        let deletes = Downstream::<K, ()>::new();
+        self.pass_deletes(&deletes);
         let lookup = self.lookup.as_ref().map(|inner| {
             let decode = Arc::clone(&inner.value);
             let value: LookupValue<K, V2> =
@@ -163,6 +229,7 @@ where
         KTable {
             shared: self.shared.clone(),
             updates: next,
+            deletes,
             lookup,
         }
     }
@@ -174,16 +241,17 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// The table without its `None` values (a reduce's aggregate before its first value,
-    /// a deleted key of a table read from a topic): they are not forwarded, and a join
-    /// finds no value for them.
+    /// a deleted key of a table read from a topic): they are forwarded as deletions, and a
+    /// join finds no value for them.
     pub(crate) fn flatten(self) -> KTable<K, V> {
-        let flat = Downstream::<K, V>::new();
-        let out = flat.clone();
+        let (flat, deletes) = (Downstream::<K, V>::new(), Downstream::<K, ()>::new());
+        let (out, removed) = (flat.clone(), deletes.clone());
         self.updates
             .add(Arc::new(move |ctx, key, value: Option<V>| match value {
                 Some(value) => out.forward(ctx, key, value),
-                None => Ok(()),
+                None => removed.forward(ctx, key, ()),
             }));
+        self.pass_deletes(&deletes);
         let lookup = self.lookup.map(|inner| {
             let decode = Arc::clone(&inner.value);
             let value: LookupValue<K, V> =
@@ -197,6 +265,7 @@ where
         KTable {
             shared: self.shared,
             updates: flat,
+            deletes,
             lookup,
         }
     }

@@ -153,12 +153,13 @@ pub struct Windowed<K> {
 /// use lambda_streams::dsl::TimeWindows;
 /// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 /// use lambda_streams::StreamsBuilder;
+/// use lambda_streams::dsl::Grouped;
 ///
 /// // Page views per page per minute, with 10 s of grace.
 /// let builder = StreamsBuilder::new();
 /// builder
 ///     .stream("page-views", Unit, Utf8)
-///     .group_by(|_, page: &String| page.clone(), Utf8)
+///     .group_by(|_, page: &String| page.clone(), Grouped::with(Utf8, Utf8))
 ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
 ///     .count("views-per-minute")
 ///     .to_stream()
@@ -220,11 +221,12 @@ where
     /// use lambda_streams::dsl::{EmitStrategy, TimeWindows};
     /// use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
     /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::dsl::Grouped;
     ///
     /// let builder = StreamsBuilder::new();
     /// builder
     ///     .stream("page-views", Unit, Utf8)
-    ///     .group_by(|_, page: &String| page.clone(), Utf8)
+    ///     .group_by(|_, page: &String| page.clone(), Grouped::with(Utf8, Utf8))
     ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10)))
     ///     .emit_strategy(EmitStrategy::OnWindowClose)
     ///     .count("views-per-minute")

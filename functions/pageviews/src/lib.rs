@@ -31,7 +31,7 @@
 
 use std::time::Duration;
 
-use lambda_streams::dsl::{EmitStrategy, TimeWindowedKStream, TimeWindows};
+use lambda_streams::dsl::{EmitStrategy, Grouped, TimeWindowedKStream, TimeWindows};
 use lambda_streams::serdes::{Json, Unit, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 use serde::{Deserialize, Serialize};
@@ -145,23 +145,31 @@ pub fn topology(topics: &Topics) -> Topology {
     let builder = StreamsBuilder::new();
     let views = builder.stream(&topics.input, Unit, Json::<PageView>::new());
 
-    per_minute(views.group_by(|_, v: &PageView| v.page.clone(), Utf8))
-        .count(VIEWS_STORE)
-        .to_stream()
-        .map(|w, n| {
-            let value = PageViews {
-                page: w.key.clone(),
-                window_start: w.start,
-                window_end: w.end,
-                views: u64::try_from(n).unwrap_or(0),
-            };
-            (format!("{}@{}", w.key, w.start), value)
-        })
-        .to(&topics.views, Utf8, Json::<PageViews>::new());
+    per_minute(views.group_by(
+        |_, v: &PageView| v.page.clone(),
+        Grouped::with(Utf8, Json::<PageView>::new()),
+    ))
+    .count(VIEWS_STORE)
+    .to_stream()
+    .map(|w, n| {
+        let value = PageViews {
+            page: w.key.clone(),
+            window_start: w.start,
+            window_end: w.end,
+            views: u64::try_from(n).unwrap_or(0),
+        };
+        (format!("{}@{}", w.key, w.start), value)
+    })
+    .to(&topics.views, Utf8, Json::<PageViews>::new());
 
     // One item per window for all pages (and one for all users): every partition
     // writes it, once per batch.
-    let all = || views.group_by(|_, _| "all".to_owned(), Utf8);
+    let all = || {
+        views.group_by(
+            |_, _| "all".to_owned(),
+            Grouped::with(Utf8, Json::<PageView>::new()),
+        )
+    };
     per_minute(all())
         .top_k_frequent_with_capacity(
             TOP_STORE,

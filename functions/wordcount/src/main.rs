@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    lambda_streams::lambda::run(wordcount::topology_from_env()).await
+    lambda_streams::lambda::run(wordcount::topology_from_env()?).await
 }

@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 use super::*;
 use crate::StreamsBuilder;
 use crate::driver::{Batching, TestDriver};
+use crate::dsl::Grouped;
 use crate::serdes::{DecimalI64, Json, Unit, Utf8};
 
 /// XXH64 reference outputs, from the C library (libxxhash 0.8.1):
@@ -508,6 +509,6 @@ fn top_k_of_zero_is_a_build_error() {
     let builder = StreamsBuilder::new();
     builder
         .stream("s", Unit, Utf8)
-        .group_by(|_, v: &String| v.clone(), Utf8)
+        .group_by(|_, v: &String| v.clone(), Grouped::direct(Utf8))
         .top_k("t", 0, |_, v: &String| v.clone(), |_, _| 1i64, Utf8);
 }
