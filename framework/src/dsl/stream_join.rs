@@ -842,6 +842,10 @@ where
     }
 }
 
+/// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no
+/// output).
+type OuterJoiner<K, V, VO, VR> = dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
+
 /// Emits a record whose key serialized to null alone, when its side is an outer one.
 #[allow(clippy::too_many_arguments)]
 fn emit_null_key<K, V, VO, VR>(
@@ -851,7 +855,7 @@ fn emit_null_key<K, V, VO, VR>(
     outer: Outer,
     this_serde: &Arc<dyn Serde<V>>,
     that_serde: &Arc<dyn Serde<VO>>,
-    joiner: &(dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync),
+    joiner: &OuterJoiner<K, V, VO, VR>,
     out: &Downstream<K, VR>,
 ) -> Result<(), StreamError>
 where
