@@ -194,3 +194,18 @@ proptest! {
         prop_assert_eq!(run(&inputs, grace, size), (reference(&kept), late));
     }
 }
+
+/// A record without a valid event time (a negative timestamp; Kafka Streams refuses those)
+/// is a poison record: with the default policy its batch fails with an error naming it.
+#[test]
+fn a_negative_timestamp_is_a_poison_record() {
+    let driver = TestDriver::new(topology(3600));
+    let mut input = driver.input_topic("in", Utf8, DecimalI64);
+    let error = input
+        .pipe_input_with_timestamp("a".to_owned(), 1, -1)
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("timestamp of 0 or more"),
+        "{error}"
+    );
+}
