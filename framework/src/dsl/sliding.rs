@@ -8,9 +8,10 @@
 //! `start` (inclusive) and `end = start + difference + 1` (exclusive).
 //!
 //! A key's recent records live in one state item (a general aggregate: exactly once, one
-//! write per touched key per batch), and after each batch every window that a record of the
-//! last `difference + grace` can still change is emitted with the item's version: per key
-//! and window, the highest version carries the current value.
+//! write per touched key per batch), and after each batch every window of the buffered
+//! records (every window all of whose records are still buffered, which includes every
+//! window the batch changed) is emitted with the item's version: per key and window, the
+//! highest version carries the current value.
 //!
 //! Lateness is Kafka Streams' rule, on the stream time of the record's partition (the
 //! highest timestamp seen in it, persisted with the state like the time windows'): a record
@@ -20,7 +21,7 @@
 //! once per delivery. One difference with Kafka Streams: a record that is not late is
 //! added to all its windows, also to those that have closed already (Kafka Streams skips
 //! those windows and counts one dropped record per window skipped). Records are kept for
-//! `2 * difference + grace` behind the newest record of the key, which covers every record
+//! `2 * difference + grace + 1` ms behind the newest record of the key, which covers every record
 //! that is not late when a key's records come from one partition (`group_by_key`, or a
 //! repartition topic); with direct re-keying from several partitions, a partition whose
 //! stream time lags the key's newest record by more than `grace` can see windows without
@@ -249,8 +250,9 @@ where
     }
 
     /// Aggregates the records of each key in each of its sliding windows: from `init()`,
-    /// adding each record of the window in time order with `adder(key, value, aggregate)`. The records are kept (encoded with `value_serde`) in one item per key,
-    /// at most 400 KB: see the module documentation.
+    /// adding each record of the window in time order with `adder(key, value, aggregate)`.
+    /// The records are kept (encoded with `value_serde`) in one item per key, at most
+    /// 400 KB: see the module documentation.
     pub fn aggregate<A>(
         &self,
         store: &str,
