@@ -14,6 +14,12 @@
 //! record: the pair is then emitted twice, identically (the output is at least once, as
 //! every output of the framework; the `lambda-streams-source` header names the record that
 //! emitted it).
+//!
+//! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
+//! semantics: a record that joined nothing is emitted alone once it can no longer join, and
+//! never after it joined) keep both sides of a key in one item instead, with the key's join
+//! stream time, so that which records join and which leave alone is decided once, in the
+//! write that folds the deciding record; see [`KStream::left_join_stream`].
 
 use std::sync::Arc;
 use std::time::Duration;
