@@ -389,6 +389,7 @@ struct Entry {
     topic: String,
     partition: i32,
     offset: i64,
+    #[serde(with = "base64_bytes")]
     value: Option<Vec<u8>>,
     /// Whether it has joined a record of the other side.
     matched: bool,
@@ -397,7 +398,34 @@ struct Entry {
 /// One side of an output: that record's encoded value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Part {
+    #[serde(with = "base64_bytes")]
     value: Option<Vec<u8>>,
+}
+
+/// Encoded values in a [`JoinState`] as base64 strings (a third of the size of JSON's
+/// arrays of numbers, against the item's 400 KB).
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => serializer.serialize_some(&STANDARD.encode(bytes)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| STANDARD.decode(text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// An output of a key's join, attributed to the record whose arrival made it.
@@ -961,6 +989,23 @@ mod tests {
             .iter()
             .map(|o| (o.topic.clone(), o.offset))
             .collect()
+    }
+
+    #[test]
+    fn values_are_stored_as_base64_and_read_back() {
+        let state = JoinState::default().arrive(
+            arrival(THIS, 7, 0, 0),
+            JoinWindows::of(Duration::from_millis(5)),
+            Outer {
+                this: true,
+                other: false,
+            },
+        );
+        let bytes = JoinStateSerde.serialize(&state).unwrap_or_default();
+        let text = String::from_utf8(bytes).unwrap_or_default();
+        // [7] in base64.
+        assert!(text.contains(r#""value":"Bw==""#), "{text}");
+        assert_eq!(stored(&state).entries, state.entries);
     }
 
     #[test]
