@@ -1,9 +1,10 @@
 //! The newer DSL operators on DynamoDB (the dynoxide emulator), against the in-memory
-//! store: session windows, sliding windows, stream–stream and table–table joins, the same
-//! random batches through `Topology::process` with a `DynamoStore` and with a
-//! `MemoryStore` give the same outputs, record for record (their semantics are proven
-//! against brute-force references in `framework/tests/`), and a redelivered batch changes
-//! no state.
+//! store: session windows, sliding windows, stream–stream inner, left and outer joins and
+//! table–table joins, the same random batches through `Topology::process` with a
+//! `DynamoStore` and with a `MemoryStore` give the same outputs, record for record (their
+//! semantics are proven against brute-force references in `framework/tests/`), and a
+//! redelivered batch changes no state. Late records of session and sliding windows are
+//! counted on DynamoDB as an independent count over the stream time says.
 
 use std::time::Duration;
 
@@ -67,6 +68,37 @@ fn topologies() -> Vec<(&'static str, Topology)> {
         .to("out", Utf8, DecimalI64);
         b.build()
     };
+    let windows = JoinWindows::of(Duration::from_millis(7)).grace(Duration::from_millis(3));
+    let left_join = {
+        let b = StreamsBuilder::new();
+        let left = b.stream("left", Utf8, DecimalI64);
+        let right = b.stream("right", Utf8, DecimalI64);
+        left.left_join_stream(
+            &right,
+            windows,
+            "pairs",
+            (Utf8, DecimalI64, DecimalI64),
+            |_, l: &i64, r: Option<&i64>| l * 1000 + r.copied().unwrap_or(-1),
+        )
+        .to("out", Utf8, DecimalI64);
+        b.build()
+    };
+    let outer_join = {
+        let b = StreamsBuilder::new();
+        let left = b.stream("left", Utf8, DecimalI64);
+        let right = b.stream("right", Utf8, DecimalI64);
+        left.outer_join_stream(
+            &right,
+            windows,
+            "pairs",
+            (Utf8, DecimalI64, DecimalI64),
+            |_, l: Option<&i64>, r: Option<&i64>| {
+                l.copied().unwrap_or(-1) * 1000 + r.copied().unwrap_or(-1)
+            },
+        )
+        .to("out", Utf8, DecimalI64);
+        b.build()
+    };
     let table_join = {
         let b = StreamsBuilder::new();
         let left = b.table("left", Utf8, DecimalI64, "left-table");
@@ -80,6 +112,8 @@ fn topologies() -> Vec<(&'static str, Topology)> {
         ("session windows", sessions),
         ("sliding windows", sliding),
         ("stream-stream join", stream_join),
+        ("stream-stream left join", left_join),
+        ("stream-stream outer join", outer_join),
         ("table-table join", table_join),
     ]
 }
@@ -162,6 +196,7 @@ async fn newer_operators_agree_on_dynamodb_and_in_memory() {
     let client = emulator_client(&dynamo_endpoint());
     for (name, topology) in topologies() {
         let both_sides = topology.source_topics().len() == 2;
+        let mut alone = 0;
         for seed in 0..4 {
             let mut inputs = inputs(seed);
             if !both_sides {
@@ -170,26 +205,156 @@ async fn newer_operators_agree_on_dynamodb_and_in_memory() {
             let events = events(&inputs, seed);
             let table = unique("newer-ops");
             create_table(&client, &table).await.expect("table");
-            let dynamo = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+            let dynamo = DynamoStore::new(client.clone(), table.clone(), Guarantee::ExactlyOnce);
             let memory = MemoryStore::new();
             let on_dynamo = outputs(&topology, &events, &dynamo).await;
             let in_memory = outputs(&topology, &events, &memory).await;
             assert!(!in_memory.is_empty(), "{name}, seed {seed}: some output");
+            // l * 1000 - 1: a left record emitted alone.
+            alone += in_memory
+                .iter()
+                .filter(|r| r.value.as_deref().is_some_and(|v| v.ends_with(b"999")))
+                .count();
             assert_eq!(on_dynamo, in_memory, "{name}, seed {seed}");
-            // A redelivered batch changes no state: what it emits again (same versions, same
-            // sources) was all emitted the first time.
-            let last = events.last().expect("a batch");
-            let again = MemorySink::new();
-            topology
-                .process(last, &dynamo, &again)
-                .await
-                .expect("redelivery");
-            for record in again.records() {
-                assert!(
-                    on_dynamo.contains(&record),
-                    "{name}, seed {seed}: the redelivery emitted something new: {record:?}"
-                );
+            // A redelivered batch (the last one, or the first one) changes no state (the
+            // table's items, read raw, are the same): what it emits again (same versions, same
+            // sources) was all emitted the first time. The first batch again only for the
+            // windows and the left and outer joins: a record of the inner stream join meets
+            // partners that came later and emits their pairs again under its own source
+            // header, and a table-table join emits its current value again with the
+            // timestamp of the redelivered batch (at least once, but not identical).
+            let before = scan(&client, &table).await;
+            let first = events
+                .first()
+                .filter(|_| !matches!(name, "stream-stream join" | "table-table join"));
+            for again_event in [events.last(), first].into_iter().flatten() {
+                let again = MemorySink::new();
+                topology
+                    .process(again_event, &dynamo, &again)
+                    .await
+                    .expect("redelivery");
+                for record in again.records() {
+                    assert!(
+                        on_dynamo.contains(&record),
+                        "{name}, seed {seed}: the redelivery emitted something new: {record:?}"
+                    );
+                }
+                assert_eq!(scan(&client, &table).await, before, "{name}, seed {seed}");
             }
         }
+        if name.contains("left join") || name.contains("outer join") {
+            assert!(alone > 0, "{name}: some record emitted alone");
+        }
     }
+}
+
+/// Session and sliding windows without grace over records going up to 30 ms back: the late
+/// records the batches report on DynamoDB are those an independent count finds (sessions:
+/// more than the gap behind the stream time; sliding windows: `t + 1 + difference <= stream
+/// time`), and the outputs equal the in-memory store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_records_of_sessions_and_sliding_windows_are_counted_on_dynamodb() {
+    require_services();
+    let client = emulator_client(&dynamo_endpoint());
+    let sessions = {
+        let b = StreamsBuilder::new();
+        b.stream("left", Utf8, DecimalI64)
+            .group_by_key(Utf8)
+            .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_millis(
+                5,
+            )))
+            .count("sessions")
+            .to_stream()
+            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+            .to("out", Utf8, DecimalI64);
+        b.build()
+    };
+    let sliding = {
+        let b = StreamsBuilder::new();
+        b.stream("left", Utf8, DecimalI64)
+            .group_by_key(Utf8)
+            .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                Duration::from_millis(6),
+                Duration::ZERO,
+            ))
+            .count("counts")
+            .to_stream()
+            .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+            .to("out", Utf8, DecimalI64);
+        b.build()
+    };
+    /// Whether a record at `ts` is late at stream time `now`.
+    type IsLate = fn(i64, i64) -> bool;
+    let is_late: [(&str, Topology, IsLate); 2] = [
+        ("session windows", sessions, |ts, now| ts < now - 5),
+        ("sliding windows", sliding, |ts, now| ts + 1 + 6 <= now),
+    ];
+    for (name, topology, late) in is_late {
+        for seed in 0..3 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut newest = 40i64;
+            let inputs: Vec<Input> = (0..60)
+                .map(|_| {
+                    let ts = (newest + rng.random_range(-30..6)).max(0);
+                    newest = newest.max(ts);
+                    (true, format!("k{}", rng.random_range(0..3)), 1, ts)
+                })
+                .collect();
+            let mut stream_time = i64::MIN;
+            let expected = inputs
+                .iter()
+                .filter(|(_, _, _, ts)| {
+                    stream_time = stream_time.max(*ts);
+                    late(*ts, stream_time)
+                })
+                .count() as u64;
+            assert!(expected > 0, "{name}, seed {seed}: some late records");
+            let events = events(&inputs, seed);
+            let table = unique("late-records");
+            create_table(&client, &table).await.expect("table");
+            let dynamo = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+            let memory = MemoryStore::new();
+            let (mut counted, sink) = (0, MemorySink::new());
+            for event in &events {
+                counted += topology
+                    .process(event, &dynamo, &sink)
+                    .await
+                    .expect("batch")
+                    .late_records;
+            }
+            assert_eq!(counted, expected, "{name}, seed {seed}");
+            assert_eq!(
+                sink.records(),
+                outputs(&topology, &events, &memory).await,
+                "{name}, seed {seed}"
+            );
+        }
+    }
+}
+
+/// Every item of `table`, read with a raw `Scan`, sorted.
+async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<String> {
+    let mut items = Vec::new();
+    let mut start = None;
+    loop {
+        let page = client
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .expect("scan");
+        items.extend(page.items().iter().map(|item| {
+            let mut fields: Vec<String> = item.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+            fields.sort();
+            fields.join(",")
+        }));
+        match page.last_evaluated_key() {
+            Some(key) => start = Some(key.clone()),
+            None => break,
+        }
+    }
+    items.sort();
+    items
 }

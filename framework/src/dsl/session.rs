@@ -8,10 +8,17 @@
 //! version: per key, the sessions carrying the highest version are the current ones (a
 //! session merged away is not in that set; no tombstones are produced).
 //!
-//! A session is final once the newest record of its key is more than gap + grace past
-//! its end; it is then dropped from the item (the item keeps to its 400 KB), and a record
-//! that old is late: ignored. "Newest" is as of the end of the previous batch, never of
-//! the batch itself, so that batch boundaries do not change the result.
+//! Lateness is decided on the stream time of the record's partition (the highest timestamp
+//! seen in it, persisted with the state like the time windows'), as in Kafka Streams: a
+//! record more than gap + grace behind it is late, dropped and counted in
+//! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`),
+//! once per delivery. One difference with Kafka Streams, which looks at the session the
+//! record would merge into: such a record is dropped here even when it falls within the gap
+//! of a session still open (that would take the stored sessions, which are read only when
+//! the item is written). A key's sessions are kept while they end less than `2 * gap + grace`
+//! before the newest record of the key (any record that is not late can still merge with
+//! them when a key's records come from one partition: `group_by_key`, or a repartition
+//! topic), then dropped from the item, which keeps to its 400 KB.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +27,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::windowed::Windowed;
-use super::{Downstream, KGroupedStream, KTable};
+use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
 
@@ -161,6 +168,9 @@ where
     /// let out = driver.output_topic("session-clicks", Utf8, DecimalI64).read_key_values_to_map()?;
     /// assert_eq!(out["u1@0-25000"], 3);
     /// assert_eq!(out["u1@100000-100000"], 1);
+    /// // More than gap + grace (90 s) behind the stream time (100 s): late, dropped, counted.
+    /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 5_000)?;
+    /// assert_eq!(driver.last_report().unwrap().late_records, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn count(&self, store: &str) -> KTable<Windowed<K>, i64> {
@@ -190,7 +200,9 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let windows = self.windows;
-        // The records with their timestamps.
+        // Lateness needs the partitions' stream times, loaded and persisted with the state.
+        lock(&self.grouped.shared).windowed = true;
+        // The records with their timestamps; the late ones are dropped.
         let timed = Downstream::<K, (V, i64)>::new();
         let out = timed.clone();
         self.grouped
@@ -201,6 +213,14 @@ where
                         "session windows take source records, not a table's updates".into(),
                     ));
                 };
+                let close = ctx
+                    .stream_time()
+                    .saturating_sub(windows.gap)
+                    .saturating_sub(windows.grace);
+                if ts < close {
+                    ctx.late_records += 1;
+                    return Ok(());
+                }
                 out.forward(ctx, key, (value, ts))
             }));
         let grouped = KGroupedStream::new(
@@ -216,12 +236,10 @@ where
                 floor: None,
             },
             move |key, (value, ts): (V, i64), mut all: Sessions<A>| {
-                let horizon = windows.gap.saturating_add(windows.grace);
+                // Kept: the sessions that a record which is not late can merge with.
+                let kept = windows.gap.saturating_mul(2).saturating_add(windows.grace);
                 if let Some(floor) = all.floor {
-                    let oldest = floor.saturating_sub(horizon);
-                    if ts < oldest {
-                        return all; // late
-                    }
+                    let oldest = floor.saturating_sub(kept);
                     all.sessions.retain(|s| s.end >= oldest);
                 }
                 // The sessions within the gap of `ts` merge with the record.

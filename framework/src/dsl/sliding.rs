@@ -1,13 +1,32 @@
-//! Sliding windows: per record, the window of its key's records in the `difference`
-//! before it, as the "left" windows of Kafka Streams' `SlidingWindows` (every record closes
-//! a window ending at its timestamp). Kafka Streams also creates a window starting just
-//! after each record; here those are not produced.
+//! Sliding windows, as Kafka Streams' `SlidingWindows`: windows of a fixed `difference`
+//! (both ends inclusive) that are defined by the records they contain. Per key, each record
+//! at `t` has its "left" window `[t - difference, t]` (ending at it), and its "right" window
+//! `[t + 1, t + 1 + difference]` (starting just after it) when that window holds a later
+//! record: together, one window per distinct set of records within `difference`. As in
+//! Kafka Streams, no window starts before 0: a record earlier than `difference` has the
+//! window `[0, difference]` as its left window. A [`Windowed`] key carries the window as
+//! `start` (inclusive) and `end = start + difference + 1` (exclusive).
 //!
 //! A key's recent records live in one state item (a general aggregate: exactly once, one
-//! write per touched key per batch), and after each batch every buffered record's window
-//! is emitted with the item's version: per key and window, the highest version carries the
-//! current value. Records more than `difference + grace` older than the newest record of
-//! the key as of the previous batch are late (ignored), and dropped from the item.
+//! write per touched key per batch), and after each batch every window of the buffered
+//! records (every window all of whose records are still buffered, which includes every
+//! window the batch changed) is emitted with the item's version: per key and window, the
+//! highest version carries the current value.
+//!
+//! Lateness is Kafka Streams' rule, on the stream time of the record's partition (the
+//! highest timestamp seen in it, persisted with the state like the time windows'): a record
+//! at `t` is late once every window containing it has closed, `t + 1 + difference <=
+//! stream time - grace`. A late record is dropped and counted in
+//! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`),
+//! once per delivery. One difference with Kafka Streams: a record that is not late is
+//! added to all its windows, also to those that have closed already (Kafka Streams skips
+//! those windows and counts one dropped record per window skipped). Records are kept for
+//! `2 * difference + grace + 1` ms behind the newest record of the key, which covers every record
+//! that is not late when a key's records come from one partition (`group_by_key`, or a
+//! repartition topic); with direct re-keying from several partitions, a partition whose
+//! stream time lags the key's newest record by more than `grace` can see windows without
+//! the records already dropped. A record with a negative timestamp (none, for Kafka) is a
+//! poison record.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +35,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
 use super::windowed::Windowed;
-use super::{Downstream, KGroupedStream, KTable};
+use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
 
@@ -28,8 +47,9 @@ pub struct SlidingWindows {
 }
 
 impl SlidingWindows {
-    /// Windows `[t - difference, t]` ending at each record's timestamp `t`, and a grace
-    /// period for out-of-order records (as Kafka Streams' `ofTimeDifferenceAndGrace`).
+    /// Windows of `difference` (both ends inclusive) ending at each record's timestamp and
+    /// starting just after it, and a grace period for out-of-order records (as Kafka
+    /// Streams' `ofTimeDifferenceAndGrace`); see the module documentation.
     pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         SlidingWindows {
@@ -37,18 +57,70 @@ impl SlidingWindows {
             grace: ms(grace),
         }
     }
+
+    /// Whether a record at `ts` is late at `stream_time`: every window containing it has
+    /// closed (Kafka Streams' rule: `ts + 1 + difference <= stream time - grace`).
+    fn is_late(&self, ts: i64, stream_time: i64) -> bool {
+        ts.saturating_add(1).saturating_add(self.difference)
+            <= stream_time.saturating_sub(self.grace)
+    }
+
+    /// How far behind the newest record of a key its records are kept: far enough for
+    /// every window of a record that is not late, and for the record just before them.
+    fn kept(&self) -> i64 {
+        self.difference
+            .saturating_mul(2)
+            .saturating_add(self.grace)
+            .saturating_add(1)
+    }
+
+    /// The starts of the windows of the records at `times` (sorted): each record's left
+    /// window (from 0 at the earliest), and its right window when a later record is in it.
+    fn starts(&self, times: &[i64]) -> Vec<i64> {
+        let mut starts = Vec::with_capacity(times.len() * 2);
+        for t in times {
+            starts.push(t.saturating_sub(self.difference).max(0));
+            // The first later record (the times are sorted) decides the right window.
+            let right = t.saturating_add(1);
+            let later = times.partition_point(|x| x <= t);
+            if times
+                .get(later)
+                .is_some_and(|next| *next <= right.saturating_add(self.difference))
+            {
+                starts.push(right);
+            }
+        }
+        starts.sort_unstable();
+        starts.dedup();
+        starts
+    }
 }
 
-/// A key's buffered records `(timestamp, value bytes)`, by timestamp; `floor` is the newest
-/// timestamp as stored before the batch (read back, not stored).
+/// A key's buffered records `(timestamp, value bytes)`, by timestamp. `from`: every record
+/// of the key at or after it is buffered (`None`: every record; earlier ones were dropped as
+/// too old). `floor` is the newest timestamp as stored before the batch (read back, not
+/// stored).
 #[derive(Debug, Clone, Default)]
 struct Records {
     records: Vec<(i64, Vec<u8>)>,
+    from: Option<i64>,
     floor: Option<i64>,
 }
 
-/// Stores [`Records`] as JSON `[[timestamp, "<value, base64>"], …]`.
+/// Stores [`Records`] as JSON `{"from": <ms or null>, "records": [[timestamp, "<value,
+/// base64>"], …]}`; reads back the bare array of records written by earlier versions too.
 struct RecordsSerde;
+
+/// The stored form of [`Records`].
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum StoredRecords {
+    Kept {
+        from: Option<i64>,
+        records: Vec<(i64, String)>,
+    },
+    Bare(Vec<(i64, String)>),
+}
 
 impl Serde<Records> for RecordsSerde {
     fn serialize(&self, value: &Records) -> Option<Vec<u8>> {
@@ -56,28 +128,40 @@ impl Serde<Records> for RecordsSerde {
     }
 
     fn try_serialize(&self, value: &Records) -> Result<Option<Vec<u8>>, SerdeError> {
-        let rows: Vec<_> = value
+        let records = value
             .records
             .iter()
-            .map(|(ts, v)| serde_json::json!([ts, STANDARD.encode(v)]))
+            .map(|(ts, v)| (*ts, STANDARD.encode(v)))
             .collect();
-        serde_json::to_vec(&rows)
+        let stored = StoredRecords::Kept {
+            from: value.from,
+            records,
+        };
+        serde_json::to_vec(&stored)
             .map(Some)
             .map_err(|e| SerdeError(format!("window records do not encode: {e}")))
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let bad = |e: String| SerdeError(format!("stored window records do not decode: {e}"));
-        let rows: Vec<(i64, String)> = match data {
-            None => Vec::new(),
+        let stored = match data {
+            None => StoredRecords::Bare(Vec::new()),
             Some(bytes) => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?,
+        };
+        let (from, rows) = match stored {
+            StoredRecords::Kept { from, records } => (from, records),
+            StoredRecords::Bare(records) => (None, records),
         };
         let mut records = Vec::with_capacity(rows.len());
         for (ts, value) in rows {
             records.push((ts, STANDARD.decode(value).map_err(|e| bad(e.to_string()))?));
         }
         let floor = records.iter().map(|r| r.0).max();
-        Ok(Records { records, floor })
+        Ok(Records {
+            records,
+            from,
+            floor,
+        })
     }
 }
 
@@ -110,7 +194,7 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// Counts, per record, its key's records in the window ending at it.
+    /// Counts the records of each key in each of its sliding windows.
     ///
     /// ```
     /// use std::time::Duration;
@@ -119,7 +203,7 @@ where
     /// use lambda_streams::serdes::{DecimalI64, Utf8};
     /// use lambda_streams::StreamsBuilder;
     ///
-    /// // Logins per user in the 10 s up to each login.
+    /// // Logins per user in any 10 s, with 5 s of grace.
     /// let builder = StreamsBuilder::new();
     /// let windows = SlidingWindows::of_time_difference_and_grace(
     ///     Duration::from_secs(10),
@@ -131,16 +215,28 @@ where
     ///     .windowed_by_sliding(windows)
     ///     .count("recent-logins")
     ///     .to_stream()
-    ///     .map(|w, n| (format!("{}@{}", w.key, w.end - 1), n))
+    ///     .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
     ///     .to("login-bursts", Utf8, DecimalI64);
     /// let driver = TestDriver::new(builder.build());
     /// let mut logins = driver.input_topic("logins", Utf8, Utf8);
-    /// for ts in [1_000, 4_000, 9_000, 30_000] {
+    /// for ts in [101_000, 104_000, 109_000, 130_000] {
     ///     logins.pipe_input_with_timestamp("u1", "ok".to_owned(), ts)?;
     /// }
     /// let out = driver.output_topic("login-bursts", Utf8, DecimalI64).read_key_values_to_map()?;
-    /// assert_eq!(out["u1@9000"], 3); // 1 s, 4 s and 9 s
-    /// assert_eq!(out["u1@30000"], 1);
+    /// // Left windows, ending at each login:
+    /// assert_eq!(out["u1@91000..=101000"], 1);
+    /// assert_eq!(out["u1@94000..=104000"], 2);
+    /// assert_eq!(out["u1@99000..=109000"], 3);
+    /// assert_eq!(out["u1@120000..=130000"], 1);
+    /// // Right windows, starting just after a login, when a later one is in them:
+    /// assert_eq!(out["u1@101001..=111001"], 2); // 104 s and 109 s
+    /// assert_eq!(out["u1@104001..=114001"], 1); // 109 s
+    /// assert_eq!(out.len(), 6);
+    ///
+    /// // At stream time 130 s, every window of a login at 101.5 s has closed (its last one
+    /// // ends at 111.501 s, before 130 s - 5 s of grace): late, dropped and counted.
+    /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 101_500)?;
+    /// assert_eq!(driver.last_report().unwrap().late_records, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn count(&self, store: &str) -> KTable<Windowed<K>, i64> {
@@ -153,10 +249,10 @@ where
         )
     }
 
-    /// Aggregates, per record, its key's records in the window ending at it: from
-    /// `init()`, adding each record of the window in time order with `adder(key, value,
-    /// aggregate)`. The records are kept (encoded with `value_serde`) in one item per key,
-    /// at most 400 KB: see the module documentation.
+    /// Aggregates the records of each key in each of its sliding windows: from `init()`,
+    /// adding each record of the window in time order with `adder(key, value, aggregate)`.
+    /// The records are kept (encoded with `value_serde`) in one item per key, at most
+    /// 400 KB: see the module documentation.
     pub fn aggregate<A>(
         &self,
         store: &str,
@@ -197,8 +293,10 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let windows = self.windows;
+        // Lateness needs the partitions' stream times, loaded and persisted with the state.
+        lock(&self.grouped.shared).windowed = true;
 
-        // The records with their timestamps and encoded values.
+        // The records with their timestamps and encoded values; the late ones are dropped.
         let timed = Downstream::<K, (i64, Vec<u8>)>::new();
         let out = timed.clone();
         self.grouped
@@ -211,6 +309,17 @@ where
                         "sliding windows take source records, not a table's updates".into(),
                     ));
                 };
+                if ts < 0 {
+                    return Err(StreamError::User {
+                        tp,
+                        offset,
+                        reason: format!("sliding windows need a timestamp of 0 or more, not {ts}"),
+                    });
+                }
+                if windows.is_late(ts, ctx.stream_time()) {
+                    ctx.late_records += 1;
+                    return Ok(());
+                }
                 let bytes = encode(&value).map_err(|e| StreamError::User {
                     tp,
                     offset,
@@ -227,15 +336,10 @@ where
             store,
             Records::default,
             move |_, (ts, value): (i64, Vec<u8>), mut buffer: Records| {
-                let horizon = windows.difference.saturating_add(windows.grace);
                 if let Some(floor) = buffer.floor {
-                    let oldest = floor.saturating_sub(horizon);
-                    if ts < oldest {
-                        return buffer; // late
-                    }
-                    buffer
-                        .records
-                        .retain(|r| r.0 >= oldest.saturating_sub(windows.difference));
+                    let oldest = floor.saturating_sub(windows.kept());
+                    buffer.records.retain(|r| r.0 >= oldest);
+                    buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
                 let at = buffer.records.partition_point(|r| r.0 <= ts);
                 buffer.records.insert(at, (ts, value));
@@ -249,16 +353,16 @@ where
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, buffer: Records| {
-                let mut ends: Vec<i64> = buffer.records.iter().map(|r| r.0).collect();
-                ends.dedup();
-                let newest = ends.last().copied().unwrap_or(i64::MIN);
-                let oldest = buffer
-                    .floor
-                    .unwrap_or(newest)
-                    .max(newest)
-                    .saturating_sub(windows.difference.saturating_add(windows.grace));
-                for end in ends.into_iter().filter(|end| *end >= oldest) {
-                    let start = end.saturating_sub(windows.difference);
+                let times: Vec<i64> = buffer.records.iter().map(|r| r.0).collect();
+                // The windows whose records are all buffered, as is the record just before
+                // them (which decides whether a right window exists): every window this
+                // batch changed is one of them.
+                let first = buffer.from.map_or(i64::MIN, |from| from.saturating_add(1));
+                for start in windows.starts(&times) {
+                    let end = start.saturating_add(windows.difference);
+                    if start < first {
+                        continue;
+                    }
                     let mut aggregate = init();
                     for (ts, bytes) in &buffer.records {
                         if (start..=end).contains(ts) {

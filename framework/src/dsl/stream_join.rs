@@ -14,6 +14,12 @@
 //! record: the pair is then emitted twice, identically (the output is at least once, as
 //! every output of the framework; the `lambda-streams-source` header names the record that
 //! emitted it).
+//!
+//! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
+//! semantics: a record that joined nothing is emitted alone once it can no longer join, and
+//! never after it joined) keep both sides of a key in one item instead, with the key's join
+//! stream time, so that which records join and which leave alone is decided once, in the
+//! write that folds the deciding record; see [`KStream::left_join_stream`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -356,4 +362,692 @@ fn probe<K, V, VO, VR>(
                 }),
             )
         }));
+}
+
+/// Which sides of a left or outer join emit their records that found no partner.
+#[derive(Debug, Clone, Copy)]
+struct Outer {
+    this: bool,
+    other: bool,
+}
+
+impl Outer {
+    fn of(&self, side: u8) -> bool {
+        if side == THIS { self.this } else { self.other }
+    }
+}
+
+/// The side of this stream in a [`JoinState`] (the other stream's is 1).
+const THIS: u8 = 0;
+
+/// A record kept in a key's [`JoinState`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    /// [`THIS`] or 1 (the other stream).
+    side: u8,
+    ts: i64,
+    topic: String,
+    partition: i32,
+    offset: i64,
+    #[serde(with = "base64_bytes")]
+    value: Option<Vec<u8>>,
+    /// Whether it has joined a record of the other side.
+    matched: bool,
+}
+
+/// One side of an output: that record's encoded value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Part {
+    #[serde(with = "base64_bytes")]
+    value: Option<Vec<u8>>,
+}
+
+/// Encoded values in a [`JoinState`] as base64 strings (a third of the size of JSON's
+/// arrays of numbers, against the item's 400 KB).
+mod base64_bytes {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        value: &Option<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(bytes) => serializer.serialize_some(&STANDARD.encode(bytes)),
+            None => serializer.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        Option::<String>::deserialize(deserializer)?
+            .map(|text| STANDARD.decode(text).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// An output of a key's join, attributed to the record whose arrival made it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Output {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    this: Option<Part>,
+    other: Option<Part>,
+}
+
+/// A key's left or outer join: the records of both sides still able to join, and the
+/// outputs of the last write per source partition (emitted by the records they name,
+/// after the write).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct JoinState {
+    /// The join's stream time for the key: the highest stream time (of its source
+    /// partition) of a record of the key folded so far.
+    time: Option<i64>,
+    entries: Vec<Entry>,
+    outputs: Vec<Output>,
+    /// The source partitions whose outputs this write has replaced (not stored).
+    #[serde(skip)]
+    replaced: Vec<(String, i32)>,
+}
+
+/// Stores a [`JoinState`] as JSON.
+struct JoinStateSerde;
+
+impl Serde<JoinState> for JoinStateSerde {
+    fn serialize(&self, value: &JoinState) -> Option<Vec<u8>> {
+        serde_json::to_vec(value).ok()
+    }
+
+    fn try_serialize(&self, value: &JoinState) -> Result<Option<Vec<u8>>, SerdeError> {
+        serde_json::to_vec(value)
+            .map(Some)
+            .map_err(|e| SerdeError(format!("a join state does not encode: {e}")))
+    }
+
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<JoinState, SerdeError> {
+        match data {
+            None => Ok(JoinState::default()),
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map_err(|e| SerdeError(format!("a join state does not decode: {e}"))),
+        }
+    }
+}
+
+/// A record arriving at a left or outer join: its entry, the stream time of its partition,
+/// and the first offset of its partition in its batch.
+#[derive(Debug, Clone)]
+struct Arrival {
+    entry: Entry,
+    stream_time: i64,
+    batch_first: i64,
+}
+
+impl JoinState {
+    /// Folds the arrival of `x`: the stream time moves; the records whose window and
+    /// grace it passes leave (those that never joined, of an outer side, are emitted
+    /// alone); `x` joins the records of the other side within the window that remain;
+    /// `x` stays unless its own window and grace have passed already.
+    fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
+        // The first write of this batch's records of the partition drops the outputs of
+        // its earlier batches (the event source started this one after them, so they
+        // succeeded), and keeps those of this batch: a retried batch (perhaps with a later
+        // end) has its records emit them again.
+        let source = (x.entry.topic.clone(), x.entry.partition);
+        if !self.replaced.contains(&source) {
+            self.outputs.retain(|o| {
+                (o.topic.as_str(), o.partition) != (source.0.as_str(), source.1)
+                    || o.offset >= x.batch_first
+            });
+            self.replaced.push(source);
+        }
+        let time = self.time.map_or(x.stream_time, |t| t.max(x.stream_time));
+        self.time = Some(time);
+        let closed = |ts: i64| {
+            ts.saturating_add(windows.difference)
+                .saturating_add(windows.grace)
+                < time
+        };
+        let mut me = x.entry;
+        let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry| Output {
+            topic: by.topic.clone(),
+            partition: by.partition,
+            offset: by.offset,
+            this: this.map(|e| Part {
+                value: e.value.clone(),
+            }),
+            other: other.map(|e| Part {
+                value: e.value.clone(),
+            }),
+        };
+        let alone = |e: &Entry, by: &Entry| {
+            if e.side == THIS {
+                output(Some(e), None, by)
+            } else {
+                output(None, Some(e), by)
+            }
+        };
+        let (gone, mut kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| closed(e.ts));
+        for e in gone.iter().filter(|e| !e.matched && outer.of(e.side)) {
+            self.outputs.push(alone(e, &me));
+        }
+        let d = windows.difference.unsigned_abs();
+        for e in kept
+            .iter_mut()
+            .filter(|e| e.side != me.side && e.ts.abs_diff(me.ts) <= d)
+        {
+            e.matched = true;
+            me.matched = true;
+            let pair = if me.side == THIS {
+                output(Some(&me), Some(e), &me)
+            } else {
+                output(Some(e), Some(&me), &me)
+            };
+            self.outputs.push(pair);
+        }
+        if closed(me.ts) {
+            if !me.matched && outer.of(me.side) {
+                self.outputs.push(alone(&me, &me));
+            }
+        } else {
+            kept.push(me);
+        }
+        self.entries = kept;
+        self
+    }
+}
+
+impl<K, V> KStream<K, V>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Left-joins this stream with `other`, as Kafka Streams' `KStream::leftJoin(KStream,
+    /// ValueJoiner, JoinWindows)` (3.1 and later): each pair of records with the same key
+    /// whose timestamps differ by at most the window gives `joiner(key, this value,
+    /// Some(other value))`, once; a record of this stream that joined no record gives
+    /// `joiner(key, this value, None)`, once, as soon as it can no longer join one and not
+    /// before: when the join's stream time passes its timestamp plus the window plus the
+    /// grace. A record that joined is never emitted alone.
+    ///
+    /// The join's stream time for a key is the highest stream time (of their own source
+    /// partitions) of the key's records, both sides: a record waits for the next record
+    /// of its key to be emitted alone. A record leaves the join when that stream time
+    /// passes its timestamp plus window plus grace; a record of the other side arriving
+    /// later no longer meets it (even within the window of its timestamp), and a record
+    /// arriving that late itself meets only the records still there. A record whose key
+    /// serializes to null joins nothing: on an outer side it is emitted alone at once (as
+    /// Kafka Streams does since 3.7).
+    ///
+    /// Both sides' records of a key live in one state item of `store` (a general
+    /// aggregate: exactly once), encoded with `serdes` (key, this value, other value), so
+    /// every decision — which records join, which leave alone — is made once, in the write
+    /// that folds the record deciding it. The outputs of that write are kept in the item
+    /// (until a later batch of the same source partition writes it) and emitted by the
+    /// record they are attributed to, after the write: a pair by the later of its two records (in
+    /// processing order), an unjoined record by the record whose arrival moved the stream
+    /// time past it; the `lambda-streams-source` header names that record, the timestamp
+    /// is its own. Like every output of the framework, it is at least once: a retried
+    /// batch (even one ending later) emits its outputs again, identical, as does a batch
+    /// delivered again before a later batch of its partition wrote the key. The outputs of
+    /// one batch for one key are part of the item, which holds at most 400 KB.
+    ///
+    /// Cost per batch: one conditional write per touched key, and one batched read of
+    /// the touched keys' items after the write.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::JoinWindows;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// // Ad impressions with the click that follows within 10 s, or "none".
+    /// let builder = StreamsBuilder::new();
+    /// let impressions = builder.stream("impressions", Utf8, Utf8);
+    /// let clicks = builder.stream("clicks", Utf8, Utf8);
+    /// impressions
+    ///     .left_join_stream(
+    ///         &clicks,
+    ///         JoinWindows::of(Duration::from_secs(10)).grace(Duration::from_secs(5)),
+    ///         "impression-clicks",
+    ///         (Utf8, Utf8, Utf8),
+    ///         |_, ad: &String, click: Option<&String>| format!("{ad}->{}", click.map_or("none", |c| c.as_str())),
+    ///     )
+    ///     .to("attributed", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut shown = driver.input_topic("impressions", Utf8, Utf8);
+    /// let mut clicked = driver.input_topic("clicks", Utf8, Utf8);
+    /// let mut out = driver.output_topic("attributed", Utf8, Utf8);
+    /// shown.pipe_input_with_timestamp("u1", "ad-1".to_owned(), 1_000)?;
+    /// shown.pipe_input_with_timestamp("u1", "ad-2".to_owned(), 3_000)?;
+    /// clicked.pipe_input_with_timestamp("u1", "buy".to_owned(), 12_000)?; // joins ad-2 only
+    /// assert_eq!(out.read_values()?, ["ad-2->buy"]); // ad-1 could still meet a click
+    /// // The stream time passes 1 s + 10 s + 5 s: ad-1 can no longer meet a click.
+    /// shown.pipe_input_with_timestamp("u1", "ad-3".to_owned(), 30_000)?;
+    /// assert_eq!(out.read_values()?, ["ad-1->none"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn left_join_stream<VO, VR, SK, SV, SO>(
+        &self,
+        other: &KStream<K, VO>,
+        windows: JoinWindows,
+        store: &str,
+        serdes: (SK, SV, SO),
+        joiner: impl Fn(&K, &V, Option<&VO>) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+        SK: Serde<K>,
+        SV: Serde<V>,
+        SO: Serde<VO>,
+    {
+        let outer = Outer {
+            this: true,
+            other: false,
+        };
+        self.outer_join(
+            other,
+            windows,
+            store,
+            serdes,
+            outer,
+            "KSTREAM-LEFTJOIN",
+            move |k, v, o| v.map(|v| joiner(k, v, o)),
+        )
+    }
+
+    /// Outer-joins this stream with `other`, as Kafka Streams' `KStream::outerJoin(KStream,
+    /// ValueJoiner, JoinWindows)` (3.1 and later): each pair of records with the same key
+    /// whose timestamps differ by at most the window gives `joiner(key, Some(this value),
+    /// Some(other value))`, once; a record of either side that joined no record gives
+    /// `joiner(key, Some(this value), None)` or `joiner(key, None, Some(other value))`,
+    /// once, when it can no longer join one (the join's stream time passes its timestamp
+    /// plus the window plus the grace), and never when it joined. State, costs and
+    /// delivery as [`left_join_stream`](Self::left_join_stream).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::JoinWindows;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// // Orders and payments of the same id within 10 s; the unmatched ones of either side.
+    /// let builder = StreamsBuilder::new();
+    /// let orders = builder.stream("orders", Utf8, Utf8);
+    /// let payments = builder.stream("payments", Utf8, Utf8);
+    /// orders
+    ///     .outer_join_stream(
+    ///         &payments,
+    ///         JoinWindows::of(Duration::from_secs(10)),
+    ///         "order-payments",
+    ///         (Utf8, Utf8, Utf8),
+    ///         |_, o: Option<&String>, p: Option<&String>| {
+    ///             format!("{}/{}", o.map_or("-", |o| o.as_str()), p.map_or("-", |p| p.as_str()))
+    ///         },
+    ///     )
+    ///     .to("reconciled", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut order = driver.input_topic("orders", Utf8, Utf8);
+    /// let mut payment = driver.input_topic("payments", Utf8, Utf8);
+    /// payment.pipe_input_with_timestamp("o1", "paid".to_owned(), 1_000)?; // no order
+    /// order.pipe_input_with_timestamp("o2", "book".to_owned(), 2_000)?;
+    /// payment.pipe_input_with_timestamp("o2", "paid".to_owned(), 4_000)?;
+    /// order.pipe_input_with_timestamp("o1", "pen".to_owned(), 30_000)?; // 29 s later
+    /// payment.pipe_input_with_timestamp("o1", "late".to_owned(), 50_000)?;
+    /// let out = driver.output_topic("reconciled", Utf8, Utf8).read_key_values()?;
+    /// let expected = [("o2", "book/paid"), ("o1", "-/paid"), ("o1", "pen/-")];
+    /// assert_eq!(out, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn outer_join_stream<VO, VR, SK, SV, SO>(
+        &self,
+        other: &KStream<K, VO>,
+        windows: JoinWindows,
+        store: &str,
+        serdes: (SK, SV, SO),
+        joiner: impl Fn(&K, Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+        SK: Serde<K>,
+        SV: Serde<V>,
+        SO: Serde<VO>,
+    {
+        let outer = Outer {
+            this: true,
+            other: true,
+        };
+        self.outer_join(
+            other,
+            windows,
+            store,
+            serdes,
+            outer,
+            "KSTREAM-OUTERJOIN",
+            move |k, v, o| Some(joiner(k, v, o)),
+        )
+    }
+
+    /// A left or outer join: both sides' records per key in one [`JoinState`] item.
+    #[allow(clippy::too_many_arguments)]
+    fn outer_join<VO, VR, SK, SV, SO>(
+        &self,
+        other: &KStream<K, VO>,
+        windows: JoinWindows,
+        store: &str,
+        serdes: (SK, SV, SO),
+        outer: Outer,
+        name: &str,
+        joiner: impl Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+        SK: Serde<K>,
+        SV: Serde<V>,
+        SO: Serde<VO>,
+    {
+        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
+        let this = Side {
+            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
+        };
+        let that = Side {
+            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
+        };
+        let arrivals = self
+            .buffered(&this)
+            .arrivals(THIS)
+            .merge(&other.buffered(&that).arrivals(1));
+        let table: KTable<K, JoinState> = arrivals.group_by_key(Arc::clone(&key_serde)).aggregate(
+            store,
+            JoinState::default,
+            move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
+            JoinStateSerde,
+        );
+        let Some(lookup) = table.lookup else {
+            unreachable!("a key's aggregate can be looked up")
+        };
+        let shared = self.shared();
+        {
+            let mut inner = lock(&shared);
+            // The join's stream time starts from the partitions' persisted stream times.
+            inner.windowed = true;
+            inner.join_targets.insert(lookup.store);
+        }
+        let next = Downstream::<K, VR>::new();
+        let out = next.clone();
+        let (this_serde, that_serde, joiner) = (
+            Arc::clone(&this.serde),
+            Arc::clone(&that.serde),
+            Arc::new(joiner),
+        );
+        arrivals
+            .downstream()
+            .add(Arc::new(move |ctx, key: K, x: Arrival| {
+                let Some(encoded) = lookup.key_serde.serialize(&key) else {
+                    // A null key joins nothing: on an outer side, the record is emitted alone
+                    // at once (as Kafka Streams 3.7 and later do).
+                    return emit_null_key(
+                        ctx,
+                        &key,
+                        &x,
+                        outer,
+                        &this_serde,
+                        &that_serde,
+                        &*joiner,
+                        &out,
+                    );
+                };
+                let (lookup, this_serde, that_serde, joiner, out) = (
+                    Arc::clone(&lookup),
+                    Arc::clone(&this_serde),
+                    Arc::clone(&that_serde),
+                    Arc::clone(&joiner),
+                    out.clone(),
+                );
+                ctx.defer(
+                    lookup.store,
+                    encoded,
+                    Box::new(move |ctx: &mut Ctx, state| {
+                        let Some(state) = state else {
+                            return Ok(());
+                        };
+                        let state = (lookup.value)(&key, state)
+                            .map_err(|e| {
+                                StreamError::Config(format!("a join state does not decode: {e}"))
+                            })?
+                            .unwrap_or_default();
+                        let by = &x.entry;
+                        let source = TopicPartition::new(by.topic.as_str(), by.partition);
+                        let decode_error = |e: SerdeError| StreamError::Deserialize {
+                            tp: source.clone(),
+                            offset: by.offset,
+                            side: "value",
+                            reason: format!("a joined value does not decode: {}", e.0),
+                        };
+                        for output in state.outputs.iter().filter(|o| {
+                            (o.topic.as_str(), o.partition, o.offset)
+                                == (by.topic.as_str(), by.partition, by.offset)
+                        }) {
+                            let this_value = match &output.this {
+                                Some(part) => Some(
+                                    this_serde
+                                        .deserialize(part.value.as_deref())
+                                        .map_err(decode_error)?,
+                                ),
+                                None => None,
+                            };
+                            let that_value = match &output.other {
+                                Some(part) => Some(
+                                    that_serde
+                                        .deserialize(part.value.as_deref())
+                                        .map_err(decode_error)?,
+                                ),
+                                None => None,
+                            };
+                            if let Some(joined) =
+                                joiner(&key, this_value.as_ref(), that_value.as_ref())
+                            {
+                                out.forward(ctx, key.clone(), joined)?;
+                            }
+                        }
+                        Ok(())
+                    }),
+                )
+            }));
+        let node = {
+            let mut inner = lock(&shared);
+            let kind = NodeKind::Processor {
+                stores: vec![store.to_owned()],
+            };
+            inner
+                .description
+                .add_node(name, kind, &[self.node(), other.node()])
+        };
+        KStream::from_node(shared, next, node)
+    }
+}
+
+/// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no
+/// output).
+type OuterJoiner<K, V, VO, VR> = dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
+
+/// Emits a record whose key serialized to null alone, when its side is an outer one.
+#[allow(clippy::too_many_arguments)]
+fn emit_null_key<K, V, VO, VR>(
+    ctx: &mut Ctx,
+    key: &K,
+    x: &Arrival,
+    outer: Outer,
+    this_serde: &Arc<dyn Serde<V>>,
+    that_serde: &Arc<dyn Serde<VO>>,
+    joiner: &OuterJoiner<K, V, VO, VR>,
+    out: &Downstream<K, VR>,
+) -> Result<(), StreamError>
+where
+    K: Clone + Send + Sync + 'static,
+    V: 'static,
+    VO: 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    let entry = &x.entry;
+    if !outer.of(entry.side) {
+        return Ok(());
+    }
+    let decode_error = |e: SerdeError| StreamError::Deserialize {
+        tp: TopicPartition::new(entry.topic.as_str(), entry.partition),
+        offset: entry.offset,
+        side: "value",
+        reason: format!("a joined value does not decode: {}", e.0),
+    };
+    let value = entry.value.as_deref();
+    let joined = if entry.side == THIS {
+        let v = this_serde.deserialize(value).map_err(decode_error)?;
+        joiner(key, Some(&v), None)
+    } else {
+        let o = that_serde.deserialize(value).map_err(decode_error)?;
+        joiner(key, None, Some(&o))
+    };
+    match joined {
+        Some(joined) => out.forward(ctx, key.clone(), joined),
+        None => Ok(()),
+    }
+}
+
+impl<K, V> KStream<K, (V, Buffered)>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// The records of one side of a left or outer join as they arrive at its state.
+    fn arrivals(&self, side: u8) -> KStream<K, Arrival> {
+        self.child(
+            "KSTREAM-JOINSIDE",
+            move |ctx, key, (_, b): (V, Buffered), out| {
+                let entry = Entry {
+                    side,
+                    ts: b.ts,
+                    topic: b.topic,
+                    partition: b.partition,
+                    offset: b.offset,
+                    value: b.value,
+                    matched: false,
+                };
+                let stream_time = ctx.stream_time();
+                let batch_first = ctx
+                    .record_time()
+                    .and_then(|(tp, _, _)| ctx.ranges.get(tp as usize))
+                    .map_or(entry.offset, |range| range.0);
+                let arrival = Arrival {
+                    entry,
+                    stream_time,
+                    batch_first,
+                };
+                out.forward(ctx, key, arrival)
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arrival(side: u8, offset: i64, ts: i64, batch_first: i64) -> Arrival {
+        Arrival {
+            entry: Entry {
+                side,
+                ts,
+                topic: if side == THIS { "l" } else { "r" }.to_owned(),
+                partition: 0,
+                offset,
+                value: Some(vec![u8::try_from(offset).unwrap_or(0)]),
+                matched: false,
+            },
+            stream_time: ts,
+            batch_first,
+        }
+    }
+
+    /// A stored state read back for a new write (the `replaced` marks are not stored).
+    fn stored(state: &JoinState) -> JoinState {
+        let bytes = JoinStateSerde.serialize(state).unwrap_or_default();
+        JoinStateSerde.deserialize(Some(&bytes)).unwrap_or_default()
+    }
+
+    fn offsets(state: &JoinState) -> Vec<(String, i64)> {
+        state
+            .outputs
+            .iter()
+            .map(|o| (o.topic.clone(), o.offset))
+            .collect()
+    }
+
+    #[test]
+    fn values_are_stored_as_base64_and_read_back() {
+        let state = JoinState::default().arrive(
+            arrival(THIS, 7, 0, 0),
+            JoinWindows::of(Duration::from_millis(5)),
+            Outer {
+                this: true,
+                other: false,
+            },
+        );
+        let bytes = JoinStateSerde.serialize(&state).unwrap_or_default();
+        let text = String::from_utf8(bytes).unwrap_or_default();
+        // [7] in base64.
+        assert!(text.contains(r#""value":"Bw==""#), "{text}");
+        assert_eq!(stored(&state).entries, state.entries);
+    }
+
+    #[test]
+    fn a_retried_batch_keeps_its_outputs_and_a_later_batch_drops_them() {
+        let windows = JoinWindows::of(Duration::from_millis(5));
+        let outer = Outer {
+            this: true,
+            other: true,
+        };
+        // Batch 1 of partition l: l0@0, then r0@3 of partition r joins it.
+        let state = JoinState::default()
+            .arrive(arrival(THIS, 0, 0, 0), windows, outer)
+            .arrive(arrival(1, 0, 3, 0), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0)]);
+        // The batch of l is retried ending later: l1@20 (its first offset is still 0) leaves
+        // r0's output in place and adds its own: r0 (3 + 5 < 20) leaves, joined: not alone.
+        let state = stored(&state).arrive(arrival(THIS, 1, 20, 0), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0)]);
+        // l2@40 of a later batch of l (first offset 2): l1 leaves alone, by l2.
+        let state = stored(&state).arrive(arrival(THIS, 2, 40, 2), windows, outer);
+        assert_eq!(offsets(&state), [("r".to_owned(), 0), ("l".to_owned(), 2)]);
+        // A later batch of r (first offset 1) drops r0's output; r1@41 joins l2.
+        let state = stored(&state).arrive(arrival(1, 1, 41, 1), windows, outer);
+        assert_eq!(offsets(&state), [("l".to_owned(), 2), ("r".to_owned(), 1)]);
+        assert_eq!(
+            state.outputs[0].this,
+            Some(Part {
+                value: Some(vec![1])
+            })
+        );
+        assert_eq!(
+            state.outputs[1].this,
+            Some(Part {
+                value: Some(vec![2])
+            })
+        );
+        assert_eq!(
+            state.outputs[1].other,
+            Some(Part {
+                value: Some(vec![1])
+            })
+        );
+        assert_eq!(state.outputs[0].other, None);
+    }
 }
