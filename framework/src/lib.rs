@@ -5,7 +5,7 @@
 //! with state in DynamoDB written with an **exactly-once effect**.
 //!
 //! The model:
-//! - a [`Topology`](dsl::Topology) is written once with the [`dsl`] ([`KStream`](dsl::KStream),
+//! - a [`Topology`] is written once with the [`dsl`] ([`KStream`](dsl::KStream),
 //!   [`KTable`](dsl::KTable), grouped aggregations);
 //! - each Lambda invocation brings a batch of records ([`event::KafkaEvent`]); stateless
 //!   operators run inline; aggregations fold the batch in memory and write each touched
