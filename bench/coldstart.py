@@ -6,14 +6,16 @@ Per run: a new process of the bootstrap. The invocation is posted to the Invoke 
 the process starts (cargo lambda holds it until the function asks for its next event), so
 the time from spawn to the response is "process start to first event handled" (+ the HTTP
 hops, which the warm invocation measures). Then a second (warm) invocation of the same event
-on the same process, and the process's peak RSS (VmHWM in /proc/<pid>/status). Finally the
-same with a large event (the 6 MB WordCount event) for the peak RSS.
+on the same process, and the process's peak RSS (VmHWM in /proc/<pid>/status). The function's
+EMF metrics (stdout; on when AWS_LAMBDA_FUNCTION_NAME is set, as here) give each batch's own
+duration (BatchDuration), which splits the first event's time into the batch and the rest.
+Finally the same with a large event (the 6 MB WordCount event) for the peak RSS.
 
 Usage: bench/coldstart.py --bootstrap PATH --port P --event SMALL.json [--big-event BIG.json]
           [--runs N] [--env KEY=VALUE ...] [--json OUT]
 Needs cargo-lambda on PATH (scripts/tools path). Stops only the processes it started.
 """
-import argparse, json, os, socket, statistics, subprocess, threading, time, urllib.request
+import argparse, json, os, socket, statistics, subprocess, tempfile, threading, time, urllib.request
 
 p = argparse.ArgumentParser()
 p.add_argument("--bootstrap", required=True)
@@ -73,7 +75,8 @@ watch = subprocess.Popen(
 
 
 def cold_run(data):
-    """Returns (first_s, warm_s, hwm_kb, response) for one new process."""
+    """Returns (first_s, warm_s, hwm_first_kb, hwm_kb, response, batch_ms) for one new
+    process; batch_ms: the BatchDuration of its batches (see batch_durations)."""
     result = {}
 
     def first():
@@ -84,7 +87,8 @@ def cold_run(data):
     t.start()
     time.sleep(0.3)  # the invocation is queued before the process exists
     t0 = time.perf_counter()
-    proc = subprocess.Popen([a.bootstrap], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    out = tempfile.TemporaryFile()  # the function's stdout: its EMF metrics (BatchDuration)
+    proc = subprocess.Popen([a.bootstrap], env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=log)
     try:
         while t.is_alive():
             t.join(0.05)
@@ -96,10 +100,27 @@ def cold_run(data):
         invoke(data)
         warm_s = time.perf_counter() - w0
         hwm = vm(proc.pid, "VmHWM")
-        return first_s, warm_s, hwm_first, hwm, result["response"]
     finally:
         proc.kill()  # Popen.kill: the child's own (positive) pid
         proc.wait()
+        out.seek(0)
+        text = out.read()
+        log.write(text)
+    return first_s, warm_s, hwm_first, hwm, result["response"], batch_durations(text)
+
+
+def batch_durations(stdout):
+    """The BatchDuration (ms) of each batch, in order, from the function's EMF lines: the
+    time in `process_with` (state, processing, producing the output; not the runtime, not the
+    producer's creation)."""
+    durations = []
+    for line in stdout.splitlines():
+        if line.startswith(b"{") and b'"BatchDuration"' in line:
+            try:
+                durations.append(json.loads(line)["BatchDuration"])
+            except (ValueError, KeyError):
+                pass
+    return durations
 
 
 try:
@@ -113,10 +134,11 @@ try:
         spawn.append(time.perf_counter() - s0)
     runs = []
     for i in range(a.runs):
-        first_s, warm_s, hwm1, hwm2, resp = cold_run(small)
+        first_s, warm_s, hwm1, hwm2, resp, batch = cold_run(small)
         runs.append({"first_ms": first_s * 1e3, "warm_ms": warm_s * 1e3, "hwm_kb_after_first": hwm1,
-                     "hwm_kb_after_warm": hwm2})
-        print(f"run {i}: first {first_s*1e3:.1f} ms, warm {warm_s*1e3:.1f} ms, VmHWM {hwm2} kB, {resp[:60]!r}", flush=True)
+                     "hwm_kb_after_warm": hwm2, "batch_ms": batch})
+        print(f"run {i}: first {first_s*1e3:.1f} ms, warm {warm_s*1e3:.1f} ms, VmHWM {hwm2} kB, "
+              f"batches {', '.join(f'{b:.1f}' for b in batch)} ms, {resp[:60]!r}", flush=True)
     out = {
         "bootstrap": a.bootstrap,
         "bootstrap_bytes": os.path.getsize(a.bootstrap),
@@ -126,6 +148,14 @@ try:
         "median_warm_ms": statistics.median(r["warm_ms"] for r in runs),
         "median_first_minus_warm_ms": statistics.median(r["first_ms"] - r["warm_ms"] for r in runs),
         "median_hwm_kb_small": statistics.median(r["hwm_kb_after_warm"] for r in runs),
+        # The split of "first event handled": the first batch itself (state, processing,
+        # output, including the first connections to DynamoDB and Kafka), and the rest
+        # (process start-up, the runtime's first poll, the producer's creation, the HTTP hops).
+        **({"median_first_batch_ms": statistics.median(r["batch_ms"][0] for r in runs),
+            "median_warm_batch_ms": statistics.median(r["batch_ms"][1] for r in runs),
+            "median_first_minus_first_batch_ms":
+                statistics.median(r["first_ms"] - r["batch_ms"][0] for r in runs)}
+           if all(len(r["batch_ms"]) >= 2 for r in runs) else {}),
         "spawn_true_median_ms": statistics.median(spawn) * 1e3,
         "loadavg": open("/proc/loadavg").read().split()[:3],
         "nproc": os.cpu_count(),
@@ -134,7 +164,7 @@ try:
         big = open(a.big_event, "rb").read()
         big_runs = []
         for i in range(a.big_runs):
-            first_s, warm_s, hwm1, hwm2, resp = cold_run(big)
+            first_s, warm_s, hwm1, hwm2, resp, _ = cold_run(big)
             big_runs.append({"first_ms": first_s * 1e3, "second_ms": warm_s * 1e3,
                              "hwm_kb_after_first": hwm1, "hwm_kb_after_second": hwm2})
             print(f"big run {i}: first {first_s*1e3:.1f} ms, second {warm_s*1e3:.1f} ms, VmHWM {hwm1} kB then {hwm2} kB, {resp[:60]!r}", flush=True)

@@ -18,6 +18,7 @@
 //! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
 //! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
 //! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
+//! | `LAMBDA_STREAMS_AWS_TLS_ROOTS` | the roots the DynamoDB client trusts: `compiled` (Mozilla's, in the binary; nothing read at start-up) or `system` (the system store; `SSL_CERT_FILE`/`SSL_CERT_DIR`) | `compiled` |
 //! | `LAMBDA_STREAMS_KAFKA_*` | how the producer connects: TLS, SASL/SCRAM, MSK IAM, any librdkafka property ([`crate::kafka`]) | PLAINTEXT |
 //!
 //! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
@@ -52,6 +53,20 @@ pub struct Config {
     pub metrics_function: Option<String>,
     /// How the producer connects to Kafka (TLS, SASL).
     pub kafka: KafkaSettings,
+    /// The root certificates the AWS SDK clients (DynamoDB) trust.
+    pub aws_tls_roots: TlsRoots,
+}
+
+/// The root certificates the AWS SDK clients trust (`LAMBDA_STREAMS_AWS_TLS_ROOTS`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum TlsRoots {
+    /// Mozilla's roots compiled into the binary (Amazon's included): nothing is read at
+    /// start-up ([`crate::state::dynamodb::https_client`]).
+    #[default]
+    Compiled,
+    /// The system's store, as the SDK loads it by default (`SSL_CERT_FILE`, `SSL_CERT_DIR`,
+    /// else the platform's bundle and directory), read and parsed when the client is created.
+    System,
 }
 
 impl Config {
@@ -59,7 +74,7 @@ impl Config {
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
-    /// `LAMBDA_STREAMS_METRICS` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
+    /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
     /// ([`KafkaSettings::from_env`]); an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -110,6 +125,15 @@ impl Config {
             };
             source_partitions.insert(topic, n);
         }
+        let aws_tls_roots = match var("LAMBDA_STREAMS_AWS_TLS_ROOTS").as_deref() {
+            None | Some("compiled") => TlsRoots::Compiled,
+            Some("system") => TlsRoots::System,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_AWS_TLS_ROOTS: {other:?} is not compiled or system"
+                )));
+            }
+        };
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -133,6 +157,7 @@ impl Config {
             },
             metrics_function,
             kafka: KafkaSettings::from_env()?,
+            aws_tls_roots,
         })
     }
 }
@@ -230,7 +255,17 @@ impl Handler {
                     .unwrap_or(&event.bootstrap_servers);
                 let producer = producer
                     .get_or_try_init(|| async {
-                        KafkaSink::connect(servers, settings).await.map(Arc::new)
+                        let sink = KafkaSink::connect(servers, settings).await.map(Arc::new)?;
+                        // Connects while the batch works on its state: the output is sent
+                        // at the end of the batch (BENCHMARKS.md section 4).
+                        let topics = self.topology.sink_topics();
+                        if !topics.is_empty() {
+                            let warm = Arc::clone(&sink);
+                            tokio::task::spawn_blocking(move || {
+                                warm.warm_up(&topics, Duration::from_secs(5))
+                            });
+                        }
+                        Ok::<_, crate::sink::SinkError>(sink)
                     })
                     .await?;
                 Arc::clone(producer) as Arc<dyn Sink>
@@ -293,10 +328,12 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
                     .into(),
             )
         })?;
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .retry_config(crate::state::dynamodb::retry_config())
-            .load()
-            .await;
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .retry_config(crate::state::dynamodb::retry_config());
+        if config.aws_tls_roots == TlsRoots::Compiled {
+            loader = loader.http_client(crate::state::dynamodb::https_client());
+        }
+        let sdk = loader.load().await;
         let client = aws_sdk_dynamodb::Client::new(&sdk);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };

@@ -147,6 +147,21 @@ impl KafkaSink {
         .map_err(|e| failed(format!("{}; {}", e.reason, settings.hint())))
     }
 
+    /// Connects ahead of the first send; blocking (call it off the async runtime). Asks
+    /// for the metadata of `topics` twice: the first answer usually comes through a
+    /// bootstrap server and names the cluster's brokers, the second through one of those;
+    /// a metadata answer is also when librdkafka asks for the idempotent producer's id,
+    /// which it otherwise retries only on a 500 ms timer. Then the topics' leaders, their
+    /// connections and the producer id are in place when the first batch's output is sent
+    /// (BENCHMARKS.md section 4). Errors are ignored: a send reports them.
+    pub fn warm_up(&self, topics: &[String], timeout: Duration) {
+        for _ in 0..2 {
+            for topic in topics {
+                let _ = self.producer.client().fetch_metadata(Some(topic), timeout);
+            }
+        }
+    }
+
     fn create(
         bootstrap_servers: &str,
         extra: &[(String, String)],
@@ -159,6 +174,11 @@ impl KafkaSink {
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "5")
+            // Connect to a broker as soon as the metadata names it, not when a send first
+            // needs it (librdkafka's default throttles those connections to one per 50 ms):
+            // ~40 ms less on a cold start's first send (BENCHMARKS.md section 4). A producer
+            // sends to every partition's leader anyway.
+            .set("enable.sparse.connections", "false")
             .set("message.timeout.ms", "30000");
         for (key, value) in extra {
             config.set(key, value);

@@ -981,6 +981,52 @@ pub fn emulator_client(endpoint: &str) -> Client {
     Client::from_conf(config)
 }
 
+/// The HTTPS client for the AWS SDK clients of a function: the SDK's default (hyper 1,
+/// rustls on aws-lc, proxy settings from the environment) trusting the root store compiled
+/// into the binary (Mozilla's, from `webpki-root-certs`; Amazon's roots included) instead
+/// of the system's, which the SDK reads and parses when a client is created (a bundle and
+/// a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md section 4).
+/// [`crate::lambda::run`] uses it unless `LAMBDA_STREAMS_AWS_TLS_ROOTS=system`.
+pub fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+    use aws_smithy_http_client::{Builder, ConnectorBuilder, proxy::ProxyConfig};
+    let context = TlsContext::builder()
+        .with_trust_store(TrustStore::empty().with_pem_certificate(compiled_roots_pem()))
+        .build()
+        .unwrap_or_default();
+    Builder::new().build_with_connector_fn(move |settings, components| {
+        // As the SDK's default client (aws-smithy-runtime's `default_https_client`), with
+        // the trust store above.
+        let mut builder = ConnectorBuilder::default()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::AwsLc,
+            ))
+            .tls_context(context.clone());
+        builder.set_connector_settings(settings.cloned());
+        if let Some(components) = components {
+            builder.set_sleep_impl(components.sleep_impl());
+        }
+        builder.set_proxy_config(Some(ProxyConfig::from_env()));
+        builder.build()
+    })
+}
+
+/// The compiled-in root certificates, PEM-encoded (the form the SDK's trust store takes).
+fn compiled_roots_pem() -> Vec<u8> {
+    use base64::engine::general_purpose::STANDARD;
+    let mut pem = Vec::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() * 2048);
+    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+        pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
+        let encoded = STANDARD.encode(cert.as_ref());
+        for line in encoded.as_bytes().chunks(64) {
+            pem.extend_from_slice(line);
+            pem.push(b'\n');
+        }
+        pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
+    }
+    pem
+}
+
 /// How DynamoDB requests are retried on throttling and transient errors: up to 6
 /// attempts, exponential backoff with jitter from 25 ms (the SDK's standard mode). A batch
 /// whose writes still fail fails as a whole and is delivered again; nothing is lost.
@@ -993,6 +1039,41 @@ pub fn retry_config() -> aws_sdk_dynamodb::config::retry::RetryConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compiled_roots_are_pem_of_every_root_amazons_included() {
+        use base64::engine::general_purpose::STANDARD;
+        let pem = String::from_utf8(compiled_roots_pem()).expect("PEM is ASCII");
+        let blocks: Vec<Vec<u8>> = pem
+            .split("-----BEGIN CERTIFICATE-----\n")
+            .skip(1)
+            .map(|block| {
+                let body = block
+                    .split("-----END CERTIFICATE-----")
+                    .next()
+                    .expect("an end marker");
+                STANDARD
+                    .decode(body.replace('\n', ""))
+                    .expect("base64 body")
+            })
+            .collect();
+        let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS;
+        assert_eq!(blocks.len(), roots.len());
+        assert!(
+            blocks
+                .iter()
+                .zip(roots)
+                .all(|(b, r)| b.as_slice() == r.as_ref())
+        );
+        // DynamoDB's endpoints chain to Amazon Root CA 1 (and Starfield for older ones).
+        let names = |name: &[u8]| {
+            roots
+                .iter()
+                .any(|r| r.windows(name.len()).any(|w| w == name))
+        };
+        assert!(names(b"Amazon Root CA 1"));
+        assert!(names(b"Starfield Services Root Certificate Authority - G2"));
+    }
 
     #[test]
     fn item_keys_do_not_collide_across_stores() {
