@@ -1,8 +1,8 @@
 //! The fast path: a scanner specialised for well-formed events of the usual shape.
 //!
-//! It parses the JSON bytes directly (no `serde_json`), decodes each `key` and `value`
-//! while it scans the string (one pass over the base64 text, straight into a `Vec` of the
-//! exact size), and gives up — returns `None` — on anything it does not handle or that
+//! It parses the JSON bytes directly (no `serde_json`), finds the end of each `key` and
+//! `value` string with `memchr` and decodes its base64 with `base64-simd`, straight into a
+//! `Vec` of the exact size, and gives up — returns `None` — on anything it does not handle or that
 //! would be an error: a backslash escape or control character in a string, an unknown
 //! field, a duplicate, a float or an out-of-range number, invalid or non-canonical
 //! base64, a record listed under another key, offsets out of order, and so on.
@@ -186,7 +186,7 @@ impl<'a> Parser<'a> {
         }
         self.eat(b'"')?;
         let start = self.i;
-        let len = find_quote(self.s.get(start..)?)?;
+        let len = memchr::memchr(b'"', self.s.get(start..)?)?;
         let decoded = base64_decode(&self.s[start..start + len])?;
         self.i = start + len + 1;
         Some(Some(decoded))
@@ -445,32 +445,6 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// The index of the first `"` in `s`, eight bytes at a time.
-#[inline]
-fn find_quote(s: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const QUOTES: u64 = ONES * b'"' as u64;
-    let mut chunks = s.chunks_exact(8);
-    let mut at = 0;
-    for chunk in &mut chunks {
-        let mut word = [0; 8];
-        word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word) ^ QUOTES;
-        // Exact zero-byte test: no false positives.
-        let zero = !(((x & !HIGHS).wrapping_add(!HIGHS)) | x | !HIGHS);
-        if zero != 0 {
-            return Some(at + (zero.trailing_zeros() / 8) as usize);
-        }
-        at += 8;
-    }
-    chunks
-        .remainder()
-        .iter()
-        .position(|&b| b == b'"')
-        .map(|k| at + k)
-}
-
 /// Bytes that end the fast scan of a string: `"`, `\\` and control characters.
 static STOP: [bool; 256] = {
     let mut t = [false; 256];
@@ -484,111 +458,11 @@ static STOP: [bool; 256] = {
     t
 };
 
-/// Marks an invalid symbol in the decoding tables: any bit at or above bit 24.
-const INVALID: u32 = u32::MAX;
-
-/// `TABLES[k][c]`: the 6 bits of symbol `c` placed for position `k` of a quad, within 24 bits.
-static TABLES: [[u32; 256]; 4] = tables();
-
-const fn tables() -> [[u32; 256]; 4] {
-    let mut t = [[INVALID; 256]; 4];
-    let mut c = 0;
-    while c < 256 {
-        let b = c as u8;
-        let v: i32 = match b {
-            b'A'..=b'Z' => (b - b'A') as i32,
-            b'a'..=b'z' => (b - b'a') as i32 + 26,
-            b'0'..=b'9' => (b - b'0') as i32 + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => -1,
-        };
-        if v >= 0 {
-            let v = v as u32;
-            t[0][c] = v << 18;
-            t[1][c] = v << 12;
-            t[2][c] = v << 6;
-            t[3][c] = v;
-        }
-        c += 1;
-    }
-    t
-}
-
-/// The 24 bits of one quad, with bits at or above 24 set if a symbol is invalid.
-#[inline(always)]
-fn quad(q: &[u8]) -> u32 {
-    TABLES[0][q[0] as usize]
-        | TABLES[1][q[1] as usize]
-        | TABLES[2][q[2] as usize]
-        | TABLES[3][q[3] as usize]
-}
-
 /// Decodes standard base64 with canonical padding, exactly as
-/// `base64::engine::general_purpose::STANDARD` does; `None` wherever it would fail.
+/// `base64::engine::general_purpose::STANDARD` does (padding required, no stray bits in
+/// the last symbol, no whitespace); `None` wherever it would fail. The work is done by
+/// `base64-simd` (SIMD with runtime CPU detection, a table decoder elsewhere), into a
+/// `Vec` of the exact size; the tests check the agreement with the `base64` crate.
 pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    if !text.len().is_multiple_of(4) {
-        return None;
-    }
-    let (body, last) = text.split_at(text.len() - 4);
-    let tail_len = match (last[2], last[3]) {
-        (b'=', b'=') => 1,
-        (_, b'=') => 2,
-        _ => 3,
-    };
-    let body_len = body.len() / 4 * 3;
-    let mut out = vec![0u8; body_len + tail_len];
-
-    // The body: two quads (six bytes) at a time, written with overlapping 8-byte stores
-    // while there is room, then the rest quad by quad.
-    let mut bad = 0u32;
-    let mut pos = 0;
-    let mut octets = body.chunks_exact(8);
-    for octet in &mut octets {
-        let hi = quad(&octet[..4]);
-        let lo = quad(&octet[4..]);
-        bad |= hi | lo;
-        let word = ((u64::from(hi) << 24) | u64::from(lo & 0x00FF_FFFF)) << 16;
-        match out.get_mut(pos..pos + 8) {
-            Some(dst) => dst.copy_from_slice(&word.to_be_bytes()),
-            None => out
-                .get_mut(pos..pos + 6)?
-                .copy_from_slice(&word.to_be_bytes()[..6]),
-        }
-        pos += 6;
-    }
-    for q in octets.remainder().chunks_exact(4) {
-        let bits = quad(q);
-        bad |= bits;
-        out.get_mut(pos..pos + 3)?
-            .copy_from_slice(&bits.to_be_bytes()[1..]);
-        pos += 3;
-    }
-    if bad >> 24 != 0 {
-        return None;
-    }
-
-    // The last quad: padding, and no stray bits below it (canonical form).
-    let bits = match tail_len {
-        1 => {
-            let bits = TABLES[0][last[0] as usize] | TABLES[1][last[1] as usize];
-            (bits & 0xFFFF == 0).then_some(bits)?
-        }
-        2 => {
-            let bits = TABLES[0][last[0] as usize]
-                | TABLES[1][last[1] as usize]
-                | TABLES[2][last[2] as usize];
-            (bits & 0xFF == 0).then_some(bits)?
-        }
-        _ => quad(last),
-    };
-    if bits >> 24 != 0 {
-        return None;
-    }
-    out.get_mut(pos..)?
-        .copy_from_slice(&bits.to_be_bytes()[1..1 + tail_len]);
-    Some(out)
+    base64_simd::STANDARD.decode_to_vec(text).ok()
 }
