@@ -123,7 +123,7 @@ impl<'a> Parser<'a> {
         self.eat(b'"')?;
         let start = self.i;
         let rest = self.s.get(start..)?;
-        let len = rest.iter().position(|&b| STOP[b as usize])?;
+        let len = find_stop(rest)?;
         if rest[len] != b'"' {
             return None;
         }
@@ -137,6 +137,34 @@ impl<'a> Parser<'a> {
         let key = self.raw_str()?;
         self.eat(b':')?;
         Some(key)
+    }
+
+    /// Consumes `literal` if the input continues with exactly those bytes (no whitespace
+    /// skipped); `false` leaves the cursor where it was.
+    #[inline]
+    fn literal(&mut self, literal: &[u8]) -> bool {
+        let found = self
+            .s
+            .get(self.i..)
+            .is_some_and(|rest| rest.starts_with(literal));
+        if found {
+            self.i += literal.len();
+        }
+        found
+    }
+
+    /// A record's field name and its `:`. The usual layout (compact JSON, the fields in
+    /// the ESM's order) is recognised with one comparison against `RECORD_FIELDS[*next]`;
+    /// anything else goes through [`key`](Self::key), with the same result.
+    #[inline]
+    fn record_key(&mut self, next: &mut usize) -> Option<&'a [u8]> {
+        if let Some(&(quoted, name)) = RECORD_FIELDS.get(*next) {
+            if self.literal(quoted) {
+                *next += 1;
+                return Some(name);
+            }
+        }
+        self.key()
     }
 
     /// A string checked for UTF-8.
@@ -305,12 +333,22 @@ impl<'a> Parser<'a> {
         let mut headers = Vec::new();
         let mut key_schema_metadata = None;
         let mut value_schema_metadata = None;
+        let mut next = 0;
         if self.open(b'{', b'}')? {
             loop {
-                match self.key()? {
+                match self.record_key(&mut next)? {
                     b"topic" => {
                         seen.first(0)?;
-                        if self.raw_str()? != tp.topic.as_bytes() {
+                        // The topic of the key has no byte that ends a string: found
+                        // between quotes, it is what `raw_str` would return.
+                        let quoted = self.s.get(self.i..).is_some_and(|rest| {
+                            rest.first() == Some(&b'"')
+                                && rest[1..].starts_with(tp.topic.as_bytes())
+                                && rest.get(1 + tp.topic.len()) == Some(&b'"')
+                        });
+                        if quoted {
+                            self.i += tp.topic.len() + 2;
+                        } else if self.raw_str()? != tp.topic.as_bytes() {
                             return None;
                         }
                     }
@@ -330,10 +368,14 @@ impl<'a> Parser<'a> {
                     }
                     b"timestampType" => {
                         seen.first(4)?;
-                        timestamp_type = match self.raw_str()? {
-                            b"CREATE_TIME" => TimestampType::CreateTime,
-                            b"LOG_APPEND_TIME" => TimestampType::LogAppendTime,
-                            _ => return None,
+                        timestamp_type = if self.literal(b"\"CREATE_TIME\"") {
+                            TimestampType::CreateTime
+                        } else {
+                            match self.raw_str()? {
+                                b"CREATE_TIME" => TimestampType::CreateTime,
+                                b"LOG_APPEND_TIME" => TimestampType::LogAppendTime,
+                                _ => return None,
+                            }
                         };
                     }
                     b"key" => {
@@ -445,6 +487,52 @@ impl<'a> Parser<'a> {
     }
 }
 
+/// A record's fields in the order the ESM writes them: each quoted with its `:` as in
+/// compact JSON, and its name.
+const RECORD_FIELDS: [(&[u8], &[u8]); 8] = [
+    (b"\"topic\":", b"topic"),
+    (b"\"partition\":", b"partition"),
+    (b"\"offset\":", b"offset"),
+    (b"\"timestamp\":", b"timestamp"),
+    (b"\"timestampType\":", b"timestampType"),
+    (b"\"key\":", b"key"),
+    (b"\"value\":", b"value"),
+    (b"\"headers\":", b"headers"),
+];
+
+/// The index of the first byte of `s` that ends the fast scan of a string (`"`, `\\` or a
+/// control character), eight bytes at a time; `None` if there is none.
+#[inline]
+fn find_stop(s: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    /// Exact zero-byte test: the high bit of each byte of `x` that is zero, and no other.
+    #[inline(always)]
+    fn zeros(x: u64) -> u64 {
+        !(((x & !HIGHS).wrapping_add(!HIGHS)) | x | !HIGHS)
+    }
+    let mut chunks = s.chunks_exact(8);
+    let mut at = 0;
+    for chunk in &mut chunks {
+        let mut word = [0; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word);
+        // `"`, `\`, and the bytes below 0x20 (those whose top three bits are zero).
+        let stop = zeros(x ^ (ONES * u64::from(b'"')))
+            | zeros(x ^ (ONES * u64::from(b'\\')))
+            | zeros(x & (ONES * 0xE0));
+        if stop != 0 {
+            return Some(at + (stop.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| STOP[b as usize])
+        .map(|k| at + k)
+}
+
 /// Bytes that end the fast scan of a string: `"`, `\\` and control characters.
 static STOP: [bool; 256] = {
     let mut t = [false; 256];
@@ -465,4 +553,30 @@ static STOP: [bool; 256] = {
 /// `Vec` of the exact size; the tests check the agreement with the `base64` crate.
 pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
     base64_simd::STANDARD.decode_to_vec(text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{STOP, find_stop};
+
+    /// `find_stop` agrees with a byte-by-byte scan, at every position of every length.
+    #[test]
+    fn find_stop_agrees_with_the_table() {
+        for len in 0..24 {
+            for at in 0..=len {
+                for stop in 0..=255u8 {
+                    let mut s = vec![b'a'; len];
+                    if at < len {
+                        s[at] = stop;
+                    }
+                    // A second candidate later must not hide the first one.
+                    if at + 1 < len {
+                        s[at + 1] = b'"';
+                    }
+                    let expected = s.iter().position(|&b| STOP[b as usize]);
+                    assert_eq!(find_stop(&s), expected, "{s:?}");
+                }
+            }
+        }
+    }
 }
