@@ -158,11 +158,11 @@ impl<'a> Parser<'a> {
     /// anything else goes through [`key`](Self::key), with the same result.
     #[inline]
     fn record_key(&mut self, next: &mut usize) -> Option<&'a [u8]> {
-        if let Some(&(quoted, name)) = RECORD_FIELDS.get(*next) {
-            if self.literal(quoted) {
-                *next += 1;
-                return Some(name);
-            }
+        if let Some(&(quoted, name)) = RECORD_FIELDS.get(*next)
+            && self.literal(quoted)
+        {
+            *next += 1;
+            return Some(name);
         }
         self.key()
     }
