@@ -156,15 +156,28 @@ impl<'a> Parser<'a> {
     /// A record's field name and its `:`. The usual layout (compact JSON, the fields in
     /// the ESM's order) is recognised with one comparison against `RECORD_FIELDS[*next]`;
     /// anything else goes through [`key`](Self::key), with the same result.
+    /// `None` for an unknown field, as for any other reason to give up.
     #[inline]
-    fn record_key(&mut self, next: &mut usize) -> Option<&'a [u8]> {
-        if let Some(&(quoted, name)) = RECORD_FIELDS.get(*next)
+    fn record_key(&mut self, next: &mut usize) -> Option<Field> {
+        if let Some(&(quoted, field)) = RECORD_FIELDS.get(*next)
             && self.literal(quoted)
         {
             *next += 1;
-            return Some(name);
+            return Some(field);
         }
-        self.key()
+        Some(match self.key()? {
+            b"topic" => Field::Topic,
+            b"partition" => Field::Partition,
+            b"offset" => Field::Offset,
+            b"timestamp" => Field::Timestamp,
+            b"timestampType" => Field::TimestampType,
+            b"key" => Field::Key,
+            b"value" => Field::Value,
+            b"headers" => Field::Headers,
+            b"keySchemaMetadata" => Field::KeySchemaMetadata,
+            b"valueSchemaMetadata" => Field::ValueSchemaMetadata,
+            _ => return None,
+        })
     }
 
     /// A string checked for UTF-8.
@@ -337,8 +350,8 @@ impl<'a> Parser<'a> {
         if self.open(b'{', b'}')? {
             loop {
                 match self.record_key(&mut next)? {
-                    b"topic" => {
-                        seen.first(0)?;
+                    Field::Topic => {
+                        seen.first(Field::Topic as u16)?;
                         // The topic of the key has no byte that ends a string: found
                         // between quotes, it is what `raw_str` would return.
                         let quoted = self.s.get(self.i..).is_some_and(|rest| {
@@ -352,22 +365,22 @@ impl<'a> Parser<'a> {
                             return None;
                         }
                     }
-                    b"partition" => {
-                        seen.first(1)?;
+                    Field::Partition => {
+                        seen.first(Field::Partition as u16)?;
                         if self.int()? != i64::from(tp.partition) {
                             return None;
                         }
                     }
-                    b"offset" => {
-                        seen.first(2)?;
+                    Field::Offset => {
+                        seen.first(Field::Offset as u16)?;
                         offset = self.int()?;
                     }
-                    b"timestamp" => {
-                        seen.first(3)?;
+                    Field::Timestamp => {
+                        seen.first(Field::Timestamp as u16)?;
                         timestamp = self.int()?;
                     }
-                    b"timestampType" => {
-                        seen.first(4)?;
+                    Field::TimestampType => {
+                        seen.first(Field::TimestampType as u16)?;
                         timestamp_type = if self.literal(b"\"CREATE_TIME\"") {
                             TimestampType::CreateTime
                         } else {
@@ -378,27 +391,26 @@ impl<'a> Parser<'a> {
                             }
                         };
                     }
-                    b"key" => {
-                        seen.first(5)?;
+                    Field::Key => {
+                        seen.first(Field::Key as u16)?;
                         key = self.bytes()?;
                     }
-                    b"value" => {
-                        seen.first(6)?;
+                    Field::Value => {
+                        seen.first(Field::Value as u16)?;
                         value = self.bytes()?;
                     }
-                    b"headers" => {
-                        seen.first(7)?;
+                    Field::Headers => {
+                        seen.first(Field::Headers as u16)?;
                         headers = self.headers()?;
                     }
-                    b"keySchemaMetadata" => {
-                        seen.first(8)?;
+                    Field::KeySchemaMetadata => {
+                        seen.first(Field::KeySchemaMetadata as u16)?;
                         key_schema_metadata = self.schema_metadata()?;
                     }
-                    b"valueSchemaMetadata" => {
-                        seen.first(9)?;
+                    Field::ValueSchemaMetadata => {
+                        seen.first(Field::ValueSchemaMetadata as u16)?;
                         value_schema_metadata = self.schema_metadata()?;
                     }
-                    _ => return None,
                 }
                 if !self.more(b'}')? {
                     break;
@@ -489,16 +501,32 @@ impl<'a> Parser<'a> {
 
 /// A record's fields in the order the ESM writes them: each quoted with its `:` as in
 /// compact JSON, and its name.
-const RECORD_FIELDS: [(&[u8], &[u8]); 8] = [
-    (b"\"topic\":", b"topic"),
-    (b"\"partition\":", b"partition"),
-    (b"\"offset\":", b"offset"),
-    (b"\"timestamp\":", b"timestamp"),
-    (b"\"timestampType\":", b"timestampType"),
-    (b"\"key\":", b"key"),
-    (b"\"value\":", b"value"),
-    (b"\"headers\":", b"headers"),
+const RECORD_FIELDS: [(&[u8], Field); 8] = [
+    (b"\"topic\":", Field::Topic),
+    (b"\"partition\":", Field::Partition),
+    (b"\"offset\":", Field::Offset),
+    (b"\"timestamp\":", Field::Timestamp),
+    (b"\"timestampType\":", Field::TimestampType),
+    (b"\"key\":", Field::Key),
+    (b"\"value\":", Field::Value),
+    (b"\"headers\":", Field::Headers),
 ];
+
+/// The fields of a record the fast path knows; the discriminant is the field's bit in
+/// [`Seen`] (the first five are required).
+#[derive(Clone, Copy)]
+enum Field {
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    TimestampType,
+    Key,
+    Value,
+    Headers,
+    KeySchemaMetadata,
+    ValueSchemaMetadata,
+}
 
 /// The index of the first byte of `s` that ends the fast scan of a string (`"`, `\\` or a
 /// control character), eight bytes at a time; `None` if there is none.
