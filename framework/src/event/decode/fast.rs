@@ -140,28 +140,42 @@ impl<'a> Parser<'a> {
     }
 
     /// Consumes `literal` if the input continues with exactly those bytes (no whitespace
-    /// skipped); `false` leaves the cursor where it was.
-    #[inline]
-    fn literal(&mut self, literal: &[u8]) -> bool {
+    /// skipped); `false` leaves the cursor where it was. The length is a constant, so the
+    /// comparison is inlined (a few word compares, no `memcmp` call).
+    #[inline(always)]
+    fn literal<const N: usize>(&mut self, literal: &[u8; N]) -> bool {
         let found = self
             .s
             .get(self.i..)
-            .is_some_and(|rest| rest.starts_with(literal));
+            .and_then(|rest| rest.get(..N))
+            .is_some_and(|head| head == literal);
         if found {
-            self.i += literal.len();
+            self.i += N;
         }
         found
     }
 
     /// A record's field name and its `:`. The usual layout (compact JSON, the fields in
-    /// the ESM's order) is recognised with one comparison against `RECORD_FIELDS[*next]`;
+    /// the ESM's order: topic, partition, offset, timestamp, timestampType, key, value,
+    /// headers) is recognised with one comparison against the field expected `next`;
     /// anything else goes through [`key`](Self::key), with the same result.
     /// `None` for an unknown field, as for any other reason to give up.
     #[inline]
     fn record_key(&mut self, next: &mut usize) -> Option<Field> {
-        if let Some(&(quoted, field)) = RECORD_FIELDS.get(*next)
-            && self.literal(quoted)
-        {
+        let expected = match *next {
+            0 => self.literal(b"\"topic\":").then_some(Field::Topic),
+            1 => self.literal(b"\"partition\":").then_some(Field::Partition),
+            2 => self.literal(b"\"offset\":").then_some(Field::Offset),
+            3 => self.literal(b"\"timestamp\":").then_some(Field::Timestamp),
+            4 => self
+                .literal(b"\"timestampType\":")
+                .then_some(Field::TimestampType),
+            5 => self.literal(b"\"key\":").then_some(Field::Key),
+            6 => self.literal(b"\"value\":").then_some(Field::Value),
+            7 => self.literal(b"\"headers\":").then_some(Field::Headers),
+            _ => None,
+        };
+        if let Some(field) = expected {
             *next += 1;
             return Some(field);
         }
@@ -498,19 +512,6 @@ impl<'a> Parser<'a> {
         Some(Some(meta))
     }
 }
-
-/// A record's fields in the order the ESM writes them: each quoted with its `:` as in
-/// compact JSON, and its name.
-const RECORD_FIELDS: [(&[u8], Field); 8] = [
-    (b"\"topic\":", Field::Topic),
-    (b"\"partition\":", Field::Partition),
-    (b"\"offset\":", Field::Offset),
-    (b"\"timestamp\":", Field::Timestamp),
-    (b"\"timestampType\":", Field::TimestampType),
-    (b"\"key\":", Field::Key),
-    (b"\"value\":", Field::Value),
-    (b"\"headers\":", Field::Headers),
-];
 
 /// The fields of a record the fast path knows; the discriminant is the field's bit in
 /// [`Seen`] (the first five are required).
