@@ -40,6 +40,13 @@ pub trait Serde<T>: Send + Sync + 'static {
     fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
         Ok(self.serialize(value))
     }
+    /// Encodes a value the caller gives up, as [`try_serialize`](Self::try_serialize)
+    /// does. The framework's sinks call it with each output record's key and value;
+    /// serdes whose bytes are the value itself ([`Bytes`], [`Utf8`]) override it to hand
+    /// those bytes over without a copy. The result must equal `try_serialize(&value)`.
+    fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
+        self.try_serialize(&value)
+    }
 }
 
 /// Why bytes could not be decoded. The framework wraps it with the record's coordinates.
@@ -73,6 +80,9 @@ impl Serde<Vec<u8>> for Bytes {
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Vec<u8>, SerdeError> {
         non_null(data, "Bytes").map(<[u8]>::to_vec)
     }
+    fn try_serialize_owned(&self, value: Vec<u8>) -> Result<Option<Vec<u8>>, SerdeError> {
+        Ok(Some(value))
+    }
 }
 
 /// UTF-8 text as a `String`; invalid UTF-8 is an error.
@@ -87,6 +97,9 @@ impl Serde<String> for Utf8 {
         let bytes = non_null(data, "Utf8")?;
         String::from_utf8(bytes.to_vec())
             .map_err(|e| SerdeError(format!("invalid UTF-8: {}", e.utf8_error())))
+    }
+    fn try_serialize_owned(&self, value: String) -> Result<Option<Vec<u8>>, SerdeError> {
+        Ok(Some(value.into_bytes()))
     }
 }
 
@@ -236,6 +249,12 @@ impl<T, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
             Some(v) => self.0.try_serialize(v),
         }
     }
+    fn try_serialize_owned(&self, value: Option<T>) -> Result<Option<Vec<u8>>, SerdeError> {
+        match value {
+            None => Ok(None),
+            Some(v) => self.0.try_serialize_owned(v),
+        }
+    }
 }
 
 impl<T, S: Serde<T> + ?Sized> Serde<T> for Box<S> {
@@ -248,6 +267,9 @@ impl<T, S: Serde<T> + ?Sized> Serde<T> for Box<S> {
     fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
         (**self).try_serialize(value)
     }
+    fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
+        (**self).try_serialize_owned(value)
+    }
 }
 
 impl<T, S: Serde<T> + ?Sized> Serde<T> for std::sync::Arc<S> {
@@ -259,6 +281,9 @@ impl<T, S: Serde<T> + ?Sized> Serde<T> for std::sync::Arc<S> {
     }
     fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
         (**self).try_serialize(value)
+    }
+    fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
+        (**self).try_serialize_owned(value)
     }
 }
 

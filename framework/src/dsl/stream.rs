@@ -698,9 +698,8 @@ where
                     timestamp,
                 } => {
                     let tp = &ctx.partitions[tp as usize];
-                    let origin = format!("{}:{}:{}", tp.topic, tp.partition, offset);
                     (
-                        vec![(SOURCE_HEADER.to_owned(), origin.into_bytes())],
+                        vec![(SOURCE_HEADER.to_owned(), source_header(tp, offset))],
                         timestamp,
                     )
                 }
@@ -714,10 +713,10 @@ where
                 user_error(ctx, reason)
             };
             let key = key_serde
-                .try_serialize(&k)
+                .try_serialize_owned(k)
                 .map_err(|e| serialize_error(ctx, "key", e))?;
             let value = value_serde
-                .try_serialize(&v)
+                .try_serialize_owned(v)
                 .map_err(|e| serialize_error(ctx, "value", e))?;
             ctx.outputs.push(OutputRecord {
                 topic: topic_name.clone(),
@@ -737,6 +736,42 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node]);
     }
+}
+
+/// The value of the [`SOURCE_HEADER`]: `<topic>:<partition>:<offset>`, as
+/// `format!("{}:{}:{}", ..)` writes it, in one allocation of the exact size and without
+/// the formatting machinery (it is built for every output record).
+fn source_header(tp: &TopicPartition, offset: i64) -> Vec<u8> {
+    let mut partition = [0u8; 20];
+    let partition = decimal(i64::from(tp.partition), &mut partition);
+    let mut digits = [0u8; 20];
+    let offset = decimal(offset, &mut digits);
+    let mut out = Vec::with_capacity(tp.topic.len() + partition.len() + offset.len() + 2);
+    out.extend_from_slice(tp.topic.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(partition);
+    out.push(b':');
+    out.extend_from_slice(offset);
+    out
+}
+
+/// The decimal digits of `n` (with a `-` if negative), written at the end of `buf`.
+fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut pos = buf.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        pos -= 1;
+        buf[pos] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        pos -= 1;
+        buf[pos] = b'-';
+    }
+    &buf[pos..]
 }
 
 /// Either a user function's error or an error of the operators downstream of it.
@@ -821,7 +856,27 @@ where
 #[cfg(test)]
 mod tests {
     use crate::StreamsBuilder;
+    use crate::event::TopicPartition;
     use crate::serdes::{Unit, Utf8};
+
+    #[test]
+    fn source_header_is_what_format_writes() {
+        let tps = [
+            TopicPartition::new("page-views", 0),
+            TopicPartition::new("a-b:c", i32::MAX),
+            TopicPartition::new("t", i32::MIN),
+            TopicPartition::new("", -1),
+        ];
+        let offsets = [0, 1, 9, 10, 4_200_000, -1, i64::MAX, i64::MIN, -4_200_017];
+        for tp in &tps {
+            for offset in offsets {
+                assert_eq!(
+                    super::source_header(tp, offset),
+                    format!("{}:{}:{}", tp.topic, tp.partition, offset).into_bytes()
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_operator_is_a_named_node() {

@@ -548,6 +548,31 @@ mod fast_path {
             prop_assert_eq!(fast::base64_decode(text.as_bytes()), Some(bytes));
         }
 
+        /// Long texts (the SIMD decoder works on 32- and 64-byte blocks): valid encodings
+        /// with up to three bytes replaced, anywhere, by base64 symbols, `=` or any byte.
+        #[test]
+        fn base64_agrees_with_the_base64_crate_on_long_texts(
+            bytes in proptest::collection::vec(any::<u8>(), 0..700),
+            edits in proptest::collection::vec(
+                (any::<usize>(), prop_oneof![
+                    4 => proptest::sample::select(
+                        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".to_vec()),
+                    1 => Just(b'='),
+                    1 => any::<u8>(),
+                ]),
+                0..3,
+            ),
+        ) {
+            let mut text = STANDARD.encode(&bytes).into_bytes();
+            for (at, byte) in edits {
+                if !text.is_empty() {
+                    let at = at % text.len();
+                    text[at] = byte;
+                }
+            }
+            prop_assert_eq!(fast::base64_decode(&text), STANDARD.decode(&text).ok());
+        }
+
         #[test]
         fn fast_path_agrees_with_serde_path_on_mutated_events(
             which in 0..5usize,

@@ -1,8 +1,8 @@
 //! The fast path: a scanner specialised for well-formed events of the usual shape.
 //!
-//! It parses the JSON bytes directly (no `serde_json`), decodes each `key` and `value`
-//! while it scans the string (one pass over the base64 text, straight into a `Vec` of the
-//! exact size), and gives up — returns `None` — on anything it does not handle or that
+//! It parses the JSON bytes directly (no `serde_json`), finds the end of each `key` and
+//! `value` string with `memchr` and decodes its base64 with `base64-simd`, straight into a
+//! `Vec` of the exact size, and gives up — returns `None` — on anything it does not handle or that
 //! would be an error: a backslash escape or control character in a string, an unknown
 //! field, a duplicate, a float or an out-of-range number, invalid or non-canonical
 //! base64, a record listed under another key, offsets out of order, and so on.
@@ -123,7 +123,7 @@ impl<'a> Parser<'a> {
         self.eat(b'"')?;
         let start = self.i;
         let rest = self.s.get(start..)?;
-        let len = rest.iter().position(|&b| STOP[b as usize])?;
+        let len = find_stop(rest)?;
         if rest[len] != b'"' {
             return None;
         }
@@ -137,6 +137,61 @@ impl<'a> Parser<'a> {
         let key = self.raw_str()?;
         self.eat(b':')?;
         Some(key)
+    }
+
+    /// Consumes `literal` if the input continues with exactly those bytes (no whitespace
+    /// skipped); `false` leaves the cursor where it was. The length is a constant, so the
+    /// comparison is inlined (a few word compares, no `memcmp` call).
+    #[inline(always)]
+    fn literal<const N: usize>(&mut self, literal: &[u8; N]) -> bool {
+        let found = self
+            .s
+            .get(self.i..)
+            .and_then(|rest| rest.get(..N))
+            .is_some_and(|head| head == literal);
+        if found {
+            self.i += N;
+        }
+        found
+    }
+
+    /// A record's field name and its `:`. The usual layout (compact JSON, the fields in
+    /// the ESM's order: topic, partition, offset, timestamp, timestampType, key, value,
+    /// headers) is recognised with one comparison against the field expected `next`;
+    /// anything else goes through [`key`](Self::key), with the same result.
+    /// `None` for an unknown field, as for any other reason to give up.
+    #[inline]
+    fn record_key(&mut self, next: &mut usize) -> Option<Field> {
+        let expected = match *next {
+            0 => self.literal(b"\"topic\":").then_some(Field::Topic),
+            1 => self.literal(b"\"partition\":").then_some(Field::Partition),
+            2 => self.literal(b"\"offset\":").then_some(Field::Offset),
+            3 => self.literal(b"\"timestamp\":").then_some(Field::Timestamp),
+            4 => self
+                .literal(b"\"timestampType\":")
+                .then_some(Field::TimestampType),
+            5 => self.literal(b"\"key\":").then_some(Field::Key),
+            6 => self.literal(b"\"value\":").then_some(Field::Value),
+            7 => self.literal(b"\"headers\":").then_some(Field::Headers),
+            _ => None,
+        };
+        if let Some(field) = expected {
+            *next += 1;
+            return Some(field);
+        }
+        Some(match self.key()? {
+            b"topic" => Field::Topic,
+            b"partition" => Field::Partition,
+            b"offset" => Field::Offset,
+            b"timestamp" => Field::Timestamp,
+            b"timestampType" => Field::TimestampType,
+            b"key" => Field::Key,
+            b"value" => Field::Value,
+            b"headers" => Field::Headers,
+            b"keySchemaMetadata" => Field::KeySchemaMetadata,
+            b"valueSchemaMetadata" => Field::ValueSchemaMetadata,
+            _ => return None,
+        })
     }
 
     /// A string checked for UTF-8.
@@ -186,7 +241,7 @@ impl<'a> Parser<'a> {
         }
         self.eat(b'"')?;
         let start = self.i;
-        let len = find_quote(self.s.get(start..)?)?;
+        let len = memchr::memchr(b'"', self.s.get(start..)?)?;
         let decoded = base64_decode(&self.s[start..start + len])?;
         self.i = start + len + 1;
         Some(Some(decoded))
@@ -305,58 +360,71 @@ impl<'a> Parser<'a> {
         let mut headers = Vec::new();
         let mut key_schema_metadata = None;
         let mut value_schema_metadata = None;
+        let mut next = 0;
         if self.open(b'{', b'}')? {
             loop {
-                match self.key()? {
-                    b"topic" => {
-                        seen.first(0)?;
-                        if self.raw_str()? != tp.topic.as_bytes() {
+                match self.record_key(&mut next)? {
+                    Field::Topic => {
+                        seen.first(Field::Topic as u16)?;
+                        // The topic of the key has no byte that ends a string: found
+                        // between quotes, it is what `raw_str` would return.
+                        let quoted = self.s.get(self.i..).is_some_and(|rest| {
+                            rest.first() == Some(&b'"')
+                                && rest[1..].starts_with(tp.topic.as_bytes())
+                                && rest.get(1 + tp.topic.len()) == Some(&b'"')
+                        });
+                        if quoted {
+                            self.i += tp.topic.len() + 2;
+                        } else if self.raw_str()? != tp.topic.as_bytes() {
                             return None;
                         }
                     }
-                    b"partition" => {
-                        seen.first(1)?;
+                    Field::Partition => {
+                        seen.first(Field::Partition as u16)?;
                         if self.int()? != i64::from(tp.partition) {
                             return None;
                         }
                     }
-                    b"offset" => {
-                        seen.first(2)?;
+                    Field::Offset => {
+                        seen.first(Field::Offset as u16)?;
                         offset = self.int()?;
                     }
-                    b"timestamp" => {
-                        seen.first(3)?;
+                    Field::Timestamp => {
+                        seen.first(Field::Timestamp as u16)?;
                         timestamp = self.int()?;
                     }
-                    b"timestampType" => {
-                        seen.first(4)?;
-                        timestamp_type = match self.raw_str()? {
-                            b"CREATE_TIME" => TimestampType::CreateTime,
-                            b"LOG_APPEND_TIME" => TimestampType::LogAppendTime,
-                            _ => return None,
+                    Field::TimestampType => {
+                        seen.first(Field::TimestampType as u16)?;
+                        timestamp_type = if self.literal(b"\"CREATE_TIME\"") {
+                            TimestampType::CreateTime
+                        } else {
+                            match self.raw_str()? {
+                                b"CREATE_TIME" => TimestampType::CreateTime,
+                                b"LOG_APPEND_TIME" => TimestampType::LogAppendTime,
+                                _ => return None,
+                            }
                         };
                     }
-                    b"key" => {
-                        seen.first(5)?;
+                    Field::Key => {
+                        seen.first(Field::Key as u16)?;
                         key = self.bytes()?;
                     }
-                    b"value" => {
-                        seen.first(6)?;
+                    Field::Value => {
+                        seen.first(Field::Value as u16)?;
                         value = self.bytes()?;
                     }
-                    b"headers" => {
-                        seen.first(7)?;
+                    Field::Headers => {
+                        seen.first(Field::Headers as u16)?;
                         headers = self.headers()?;
                     }
-                    b"keySchemaMetadata" => {
-                        seen.first(8)?;
+                    Field::KeySchemaMetadata => {
+                        seen.first(Field::KeySchemaMetadata as u16)?;
                         key_schema_metadata = self.schema_metadata()?;
                     }
-                    b"valueSchemaMetadata" => {
-                        seen.first(9)?;
+                    Field::ValueSchemaMetadata => {
+                        seen.first(Field::ValueSchemaMetadata as u16)?;
                         value_schema_metadata = self.schema_metadata()?;
                     }
-                    _ => return None,
                 }
                 if !self.more(b'}')? {
                     break;
@@ -445,29 +513,52 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// The index of the first `"` in `s`, eight bytes at a time.
+/// The fields of a record the fast path knows; the discriminant is the field's bit in
+/// [`Seen`] (the first five are required).
+#[derive(Clone, Copy)]
+enum Field {
+    Topic,
+    Partition,
+    Offset,
+    Timestamp,
+    TimestampType,
+    Key,
+    Value,
+    Headers,
+    KeySchemaMetadata,
+    ValueSchemaMetadata,
+}
+
+/// The index of the first byte of `s` that ends the fast scan of a string (`"`, `\\` or a
+/// control character), eight bytes at a time; `None` if there is none.
 #[inline]
-fn find_quote(s: &[u8]) -> Option<usize> {
+fn find_stop(s: &[u8]) -> Option<usize> {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
-    const QUOTES: u64 = ONES * b'"' as u64;
+    /// Exact zero-byte test: the high bit of each byte of `x` that is zero, and no other.
+    #[inline(always)]
+    fn zeros(x: u64) -> u64 {
+        !(((x & !HIGHS).wrapping_add(!HIGHS)) | x | !HIGHS)
+    }
     let mut chunks = s.chunks_exact(8);
     let mut at = 0;
     for chunk in &mut chunks {
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
-        let x = u64::from_le_bytes(word) ^ QUOTES;
-        // Exact zero-byte test: no false positives.
-        let zero = !(((x & !HIGHS).wrapping_add(!HIGHS)) | x | !HIGHS);
-        if zero != 0 {
-            return Some(at + (zero.trailing_zeros() / 8) as usize);
+        let x = u64::from_le_bytes(word);
+        // `"`, `\`, and the bytes below 0x20 (those whose top three bits are zero).
+        let stop = zeros(x ^ (ONES * u64::from(b'"')))
+            | zeros(x ^ (ONES * u64::from(b'\\')))
+            | zeros(x & (ONES * 0xE0));
+        if stop != 0 {
+            return Some(at + (stop.trailing_zeros() / 8) as usize);
         }
         at += 8;
     }
     chunks
         .remainder()
         .iter()
-        .position(|&b| b == b'"')
+        .position(|&b| STOP[b as usize])
         .map(|k| at + k)
 }
 
@@ -484,111 +575,37 @@ static STOP: [bool; 256] = {
     t
 };
 
-/// Marks an invalid symbol in the decoding tables: any bit at or above bit 24.
-const INVALID: u32 = u32::MAX;
-
-/// `TABLES[k][c]`: the 6 bits of symbol `c` placed for position `k` of a quad, within 24 bits.
-static TABLES: [[u32; 256]; 4] = tables();
-
-const fn tables() -> [[u32; 256]; 4] {
-    let mut t = [[INVALID; 256]; 4];
-    let mut c = 0;
-    while c < 256 {
-        let b = c as u8;
-        let v: i32 = match b {
-            b'A'..=b'Z' => (b - b'A') as i32,
-            b'a'..=b'z' => (b - b'a') as i32 + 26,
-            b'0'..=b'9' => (b - b'0') as i32 + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => -1,
-        };
-        if v >= 0 {
-            let v = v as u32;
-            t[0][c] = v << 18;
-            t[1][c] = v << 12;
-            t[2][c] = v << 6;
-            t[3][c] = v;
-        }
-        c += 1;
-    }
-    t
-}
-
-/// The 24 bits of one quad, with bits at or above 24 set if a symbol is invalid.
-#[inline(always)]
-fn quad(q: &[u8]) -> u32 {
-    TABLES[0][q[0] as usize]
-        | TABLES[1][q[1] as usize]
-        | TABLES[2][q[2] as usize]
-        | TABLES[3][q[3] as usize]
-}
-
 /// Decodes standard base64 with canonical padding, exactly as
-/// `base64::engine::general_purpose::STANDARD` does; `None` wherever it would fail.
+/// `base64::engine::general_purpose::STANDARD` does (padding required, no stray bits in
+/// the last symbol, no whitespace); `None` wherever it would fail. The work is done by
+/// `base64-simd` (SIMD with runtime CPU detection, a table decoder elsewhere), into a
+/// `Vec` of the exact size; the tests check the agreement with the `base64` crate.
 pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    if !text.len().is_multiple_of(4) {
-        return None;
-    }
-    let (body, last) = text.split_at(text.len() - 4);
-    let tail_len = match (last[2], last[3]) {
-        (b'=', b'=') => 1,
-        (_, b'=') => 2,
-        _ => 3,
-    };
-    let body_len = body.len() / 4 * 3;
-    let mut out = vec![0u8; body_len + tail_len];
+    base64_simd::STANDARD.decode_to_vec(text).ok()
+}
 
-    // The body: two quads (six bytes) at a time, written with overlapping 8-byte stores
-    // while there is room, then the rest quad by quad.
-    let mut bad = 0u32;
-    let mut pos = 0;
-    let mut octets = body.chunks_exact(8);
-    for octet in &mut octets {
-        let hi = quad(&octet[..4]);
-        let lo = quad(&octet[4..]);
-        bad |= hi | lo;
-        let word = ((u64::from(hi) << 24) | u64::from(lo & 0x00FF_FFFF)) << 16;
-        match out.get_mut(pos..pos + 8) {
-            Some(dst) => dst.copy_from_slice(&word.to_be_bytes()),
-            None => out
-                .get_mut(pos..pos + 6)?
-                .copy_from_slice(&word.to_be_bytes()[..6]),
-        }
-        pos += 6;
-    }
-    for q in octets.remainder().chunks_exact(4) {
-        let bits = quad(q);
-        bad |= bits;
-        out.get_mut(pos..pos + 3)?
-            .copy_from_slice(&bits.to_be_bytes()[1..]);
-        pos += 3;
-    }
-    if bad >> 24 != 0 {
-        return None;
-    }
+#[cfg(test)]
+mod tests {
+    use super::{STOP, find_stop};
 
-    // The last quad: padding, and no stray bits below it (canonical form).
-    let bits = match tail_len {
-        1 => {
-            let bits = TABLES[0][last[0] as usize] | TABLES[1][last[1] as usize];
-            (bits & 0xFFFF == 0).then_some(bits)?
+    /// `find_stop` agrees with a byte-by-byte scan, at every position of every length.
+    #[test]
+    fn find_stop_agrees_with_the_table() {
+        for len in 0..24 {
+            for at in 0..=len {
+                for stop in 0..=255u8 {
+                    let mut s = vec![b'a'; len];
+                    if at < len {
+                        s[at] = stop;
+                    }
+                    // A second candidate later must not hide the first one.
+                    if at + 1 < len {
+                        s[at + 1] = b'"';
+                    }
+                    let expected = s.iter().position(|&b| STOP[b as usize]);
+                    assert_eq!(find_stop(&s), expected, "{s:?}");
+                }
+            }
         }
-        2 => {
-            let bits = TABLES[0][last[0] as usize]
-                | TABLES[1][last[1] as usize]
-                | TABLES[2][last[2] as usize];
-            (bits & 0xFF == 0).then_some(bits)?
-        }
-        _ => quad(last),
-    };
-    if bits >> 24 != 0 {
-        return None;
     }
-    out.get_mut(pos..)?
-        .copy_from_slice(&bits.to_be_bytes()[1..1 + tail_len]);
-    Some(out)
 }
