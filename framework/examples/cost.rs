@@ -8,7 +8,8 @@
 //! scripts/services up      # dynoxide on 127.0.0.1:8000 (and Kafka, unused here)
 //! cargo run --release -p lambda-streams --example cost -- \
 //!     [--records 20000] [--batches 100,1000,10000] [--keys 100,10000,1000000] \
-//!     [--json bench/results/cost.json]
+//!     [--guarantees exactly_once,at_least_once] [--json bench/results/cost.json] \
+//!     [--skip-memory]   # no in-memory pass per batch: only the DynamoDB path (for profiling)
 //! cargo run --release -p lambda-streams --example cost -- --create-table NAME   # and exit
 //! ```
 //!
@@ -149,6 +150,8 @@ struct Args {
     records: usize,
     batches: Vec<usize>,
     keys: Vec<u64>,
+    guarantees: Vec<Guarantee>,
+    skip_memory: bool,
     json: Option<String>,
     create_table: Option<String>,
 }
@@ -164,17 +167,33 @@ fn args() -> Args {
         records: 20_000,
         batches: vec![100, 1_000, 10_000],
         keys: vec![100, 10_000],
+        guarantees: vec![Guarantee::ExactlyOnce, Guarantee::AtLeastOnce],
+        skip_memory: false,
         json: None,
         create_table: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
     while let Some(flag) = it.next() {
+        if flag == "--skip-memory" {
+            a.skip_memory = true;
+            continue;
+        }
         let value = it.next().map(String::as_str).unwrap_or_default();
         match flag.as_str() {
             "--records" => a.records = value.replace('_', "").parse().unwrap(),
             "--batches" => a.batches = list(value),
             "--keys" => a.keys = list(value),
+            "--guarantees" => {
+                a.guarantees = value
+                    .split(',')
+                    .map(|g| match g.trim() {
+                        "exactly_once" | "eo" => Guarantee::ExactlyOnce,
+                        "at_least_once" | "alo" => Guarantee::AtLeastOnce,
+                        other => panic!("unknown guarantee {other}"),
+                    })
+                    .collect();
+            }
             "--json" => a.json = Some(value.to_owned()),
             "--create-table" => a.create_table = Some(value.to_owned()),
             other => panic!("unknown argument {other}"),
@@ -203,6 +222,7 @@ async fn run(
     size: usize,
     keys: u64,
     total: usize,
+    skip_memory: bool,
 ) -> Run {
     let g_name = match guarantee {
         Guarantee::ExactlyOnce => "eo",
@@ -217,14 +237,16 @@ async fn run(
     let mut last = Vec::new();
     for index in 0..total.div_ceil(size) {
         let json = batch(&mut g, index, size, keys);
-        // The CPU part alone: decode + process with the in-memory store.
-        let started = Instant::now();
-        let event = KafkaEvent::decode(&json).unwrap();
-        topology
-            .process(&event, &MemoryStore::new(), &MemorySink::new())
-            .await
-            .unwrap();
-        out.cpu_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        if !skip_memory {
+            // The CPU part alone: decode + process with the in-memory store.
+            let started = Instant::now();
+            let event = KafkaEvent::decode(&json).unwrap();
+            topology
+                .process(&event, &MemoryStore::new(), &MemorySink::new())
+                .await
+                .unwrap();
+            out.cpu_ms.push(started.elapsed().as_secs_f64() * 1e3);
+        }
         // The real thing: decode + process with DynamoDB.
         let started = Instant::now();
         let event = KafkaEvent::decode(&json).unwrap();
@@ -280,10 +302,10 @@ async fn main() {
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &keys in &args.keys {
         for &size in &args.batches {
-            for guarantee in [Guarantee::ExactlyOnce, Guarantee::AtLeastOnce] {
+            for &guarantee in &args.guarantees {
                 let total = args.records.max(size);
                 let t = Instant::now();
-                let r = run(&client, guarantee, size, keys, total).await;
+                let r = run(&client, guarantee, size, keys, total, args.skip_memory).await;
                 let wall = t.elapsed();
                 let per_k = |x: f64| x * 1000.0 / r.records as f64;
                 // Units: reported by the service, else from item sizes (1 per started KB).
@@ -372,8 +394,10 @@ async fn main() {
                     "wall_s": wall.as_secs_f64(),
                 }));
                 eprintln!(
-                    "cost: {g} batch {size} keys {keys}: {} records in {:.1} s",
+                    "cost: {g} batch {size} keys {keys}: {} records, {} requests (+{} redelivered) in {:.1} s",
                     r.records,
+                    r.state.requests,
+                    r.redelivery.requests,
                     wall.as_secs_f64()
                 );
             }
