@@ -36,7 +36,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::event::TopicPartition;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::config::StalledStreamProtectionConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -94,11 +93,10 @@ type Item = HashMap<String, AttributeValue>;
 const CACHE_ITEMS: usize = 100_000;
 
 impl DynamoStore {
-    /// A store on `table`, through `client` (its configuration, with stalled-stream
-    /// protection turned off: see [`without_stall_protection`]), with the given guarantee.
+    /// A store on `table`, through `client`, with the given guarantee.
     pub fn new(client: Client, table: impl Into<String>, guarantee: Guarantee) -> Self {
         DynamoStore {
-            client: without_stall_protection(&client),
+            client,
             table: table.into(),
             guarantee,
             cache: Arc::new(Mutex::new(HashMap::new())),
@@ -895,22 +893,6 @@ fn expired(item: &Item, now_seconds: i64) -> bool {
 fn backoff(attempt: u32) -> Duration {
     let base = 10u64 << attempt.min(6);
     Duration::from_millis(base / 2 + rand::random_range(0..=base / 2))
-}
-
-/// The same client configuration without the SDK's stalled-stream protection.
-///
-/// The store's requests and responses are small JSON documents (one item each, far under
-/// a TCP window), so there is no stream to stall; the protection still wrapped every
-/// request and response body in throughput-measuring bodies and timers, a few percent of
-/// the client's CPU per `UpdateItem` (BENCHMARKS.md, section 2, "Profile of the DynamoDB
-/// path"). Retries, the connect timeout and any timeouts configured on `client` are kept.
-fn without_stall_protection(client: &Client) -> Client {
-    let config = client
-        .config()
-        .to_builder()
-        .stalled_stream_protection(StalledStreamProtectionConfig::disabled())
-        .build();
-    Client::from_conf(config)
 }
 
 /// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`, the
