@@ -428,18 +428,10 @@ enum Joined<R> {
 }
 
 /// Where a table–table join's updates and deletions go.
+#[derive(Clone)]
 struct Outputs<K, R> {
     updates: Downstream<K, R>,
     deletes: Downstream<K, ()>,
-}
-
-impl<K: Clone, R: Clone> Clone for Outputs<K, R> {
-    fn clone(&self) -> Self {
-        Outputs {
-            updates: self.updates.clone(),
-            deletes: self.deletes.clone(),
-        }
-    }
 }
 
 impl<K: Clone, R: Clone> Outputs<K, R> {

@@ -80,6 +80,7 @@ impl<K: 'static, V: 'static> Grouped<K, V> {
     }
 
     /// Repartitions even when the updates go to no topic ([`Rekeying::Repartition`]).
+    /// No effect on [`Grouped::direct`], which has no value serde to repartition with.
     pub fn always_repartition(mut self) -> Self {
         if self.value_serde.is_some() {
             self.rekeying = Rekeying::Repartition;
