@@ -128,6 +128,12 @@ def admin(jar, *args):
     return out
 
 
+def set_dynamodb(endpoint):
+    """Point every DynamoDB call of this benchmark (table setup, the runner's store) at `endpoint`."""
+    global DYNAMODB
+    DYNAMODB = endpoint
+
+
 def dynamodb(target, body):
     """One DynamoDB JSON API call to the emulator (dummy credentials: it checks their shape only)."""
     req = urllib.request.Request(DYNAMODB, data=json.dumps(body).encode(), method="POST", headers={
@@ -308,13 +314,18 @@ def main():
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--state-root", default=None)
     ap.add_argument("--out", default="bench/results/e2e")
+    ap.add_argument("--dynamodb", default=DYNAMODB,
+                    help="the emulator's endpoint (default: the one `scripts/services up` starts, "
+                         "dynoxide on a SQLite file); e.g. a second, in-memory dynoxide")
     a = ap.parse_args()
+    set_dynamodb(a.dynamodb)
     a.runner = os.path.abspath(a.runner)
     a.jar = os.path.abspath(a.jar)
     a.state_root = os.path.abspath(a.state_root or os.path.join(os.path.dirname(a.jar), "tmp"))
     only = [s for s in a.only.split(",") if s]
     a.broker_pid = find_pid("kafka.Kafka ")
-    a.emulator_pid = find_pid("dynoxide serve")
+    port = a.dynamodb.rsplit(":", 1)[-1].strip("/")
+    a.emulator_pid = find_pid(f"--port {port}") or find_pid("dynoxide serve")
     info(f"broker pid {a.broker_pid}, emulator pid {a.emulator_pid} (their CPU per run is recorded)")
 
     def wanted(mode, c):
