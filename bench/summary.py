@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""One table of every goal of the benchmark suite (issue 7), from the results the four parts
+wrote: bench/results/{handler,cost,size,e2e}.json. Writes bench/results/summary.{json,md}.
+
+    python3 bench/summary.py [--results bench/results] [--e2e NAME]
+
+A part whose results file is missing is reported as not run. Every value is copied from the
+part's own JSON (medians); nothing is measured here. Stdlib only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+
+
+def load(results, name):
+    path = os.path.join(results, f"{name}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
+def row(part, what, value, goal, met, source):
+    return {"part": part, "what": what, "value": value, "goal": goal,
+            "met": met, "source": source}
+
+
+def handler_rows(h):
+    if h is None:
+        return [row("1 handler", "not run", "-", "-", None, "bench/run")]
+    r, q = h["results"], h["ratios"]
+    src = f"handler.json ({h['date']}, load {h['machine']['loadavg_before']})"
+    dec, han = r["decode/lambda_streams"]["mb_per_s"], r["handler/lambda_streams"]["mb_per_s"]
+    naive = q["decode: lambda_streams speed / naive_rust"]
+    pt = q["decode: lambda_streams speed / powertools_python"]
+    rows = [
+        row("1 handler", "decode, MB/s of event JSON", f"{dec:,.0f}", ">= 1,000", dec >= 1000, src),
+        row("1 handler", "decode + stateless pipeline, MB/s", f"{han:,.0f}", ">= 1,000", han >= 1000, src),
+        row("1 handler", "decode speed / naive Rust", f"{naive:.2f}x", "~8x", naive >= 8, src),
+        row("1 handler", "decode speed / Powertools (Python)", f"{pt:.1f}x", "~35x", pt >= 35, src),
+    ]
+    ins = h.get("callgrind_instructions_per_run") or {}
+    if "decode/lambda_streams" in ins:
+        n = ins["decode/lambda_streams"] / h["event"]["bytes"]
+        rows.append(row("1 handler", "decode, instructions per byte (callgrind)", f"{n:.1f}", "-", None, src))
+    return rows
+
+
+def e2e_rows(e, name):
+    if e is None:
+        return [row("2 end to end", "not run", "-", "-", None, "bench/run --e2e")]
+    src = f"{name}.json ({e['date']}, {e['setup']['records']:,} records)"
+    rows = []
+    for r in e["ratios"]:
+        what = f"{r['mode']}: {r['lambda_streams']} / {r['kstreams']} ({r['note']})"
+        equal = r["note"].startswith("equal") or r["note"].startswith("exactly-once")
+        value = (f"throughput {r['throughput_ratio']:.2f}x, wall {r['wall_ratio']:.2f}x, "
+                 f"CPU {r['cpu_ratio']:.2f}x, RSS {r['rss_ratio']:.2f}x")
+        goal = "ahead (> 1x)" if equal else "- (not equal guarantees)"
+        met = (r["throughput_ratio"] > 1 and r["wall_ratio"] > 1) if equal else None
+        rows.append(row("2 end to end", what, value, goal, met, src))
+    return rows
+
+
+def cost_rows(c):
+    if c is None:
+        return [row("3 cost", "not run", "-", "-", None, "bench/run --cost")]
+    src = f"cost.json ({len(c['results'])} configurations)"
+    rows = []
+    for guarantee in sorted({r["guarantee"] for r in c["results"]}):
+        rs = [r for r in c["results"] if r["guarantee"] == guarantee]
+        worst = max(r["requests_over_floor"] for r in rs)
+        usd = [r["usd_per_million_records"]["total"] for r in rs]
+        wru = [r["per_1000_records"]["write_units"] for r in rs]
+        value = (f"at most {worst:.2f} over {len(rs)} batch sizes x key counts; {min(wru):,.1f}-{max(wru):,.1f} "
+                 f"WRU per 1k records; ${min(usd):.3f}-${max(usd):.3f} per M records")
+        rows.append(row("3 cost", f"{guarantee}: DynamoDB write requests / floor (distinct items per batch)",
+                        value, "1.00 (the floor)", worst <= 1.0 + 1e-9, src))
+    return rows
+
+
+def size_rows(s):
+    if s is None:
+        return [row("4 size", "not run", "-", "-", None, "bench/run --size")]
+    c, g = s["coldstart"], s["goals"]
+    src = f"size.json ({s['date']}, load {' '.join(c.get('loadavg', []))})"
+    first, z, rss = c["median_first_ms"], s["bootstrap_zip_bytes"], c["median_hwm_kb_big"]
+    return [
+        row("4 size", "process start -> first event handled, ms", f"{first:.1f}", f"<= {g['first_event_ms']}",
+            first <= g["first_event_ms"], src),
+        row("4 size", "bootstrap.zip, bytes", f"{z:,}", f"<= {g['zip_bytes']:,}", z <= g["zip_bytes"], src),
+        row("4 size", "peak RSS handling a 6 MB event, KiB", f"{rss:,}", f"<= {g['peak_rss_kb']:,}",
+            rss <= g["peak_rss_kb"], src),
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--e2e", default="e2e", help="the end-to-end results file's name (default e2e)")
+    a = ap.parse_args()
+    rows = (handler_rows(load(a.results, "handler")) + e2e_rows(load(a.results, a.e2e), a.e2e)
+            + cost_rows(load(a.results, "cost")) + size_rows(load(a.results, "size")))
+    out = {
+        "benchmark": "summary of the suite (issue 7)",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "rows": rows,
+    }
+    with open(os.path.join(a.results, "summary.json"), "w") as f:
+        json.dump(out, f, indent=2)
+        f.write("\n")
+    mark = {True: "met", False: "**not met**", None: "-"}
+    lines = ["Every goal of the suite, from the parts' own results (medians; see BENCHMARKS.md for "
+             "the method and what each means).", "",
+             "| part | what | value | goal | met | from |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['part']} | {r['what']} | {r['value']} | {r['goal']} | {mark[r['met']]} | {r['source']} |")
+    md = "\n".join(lines) + "\n"
+    with open(os.path.join(a.results, "summary.md"), "w") as f:
+        f.write(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
