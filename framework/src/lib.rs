@@ -76,5 +76,7 @@ pub mod state;
 
 pub use dsl::{StreamsBuilder, Topology};
 pub use error::StreamError;
-pub use runtime::{BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, PoisonPolicy};
+pub use runtime::{
+    BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
+};
 pub use state::Guarantee;

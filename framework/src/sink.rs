@@ -196,7 +196,17 @@ impl KafkaSink {
 impl Sink for KafkaSink {
     async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
         let mut deliveries = Vec::with_capacity(records.len());
-        for record in &records {
+        // Each record is dropped once librdkafka has copied it; deliveries name their topic by
+        // index into the batch's few distinct topics.
+        let mut topics: Vec<String> = Vec::new();
+        for record in records {
+            let topic = match topics.iter().position(|t| *t == record.topic) {
+                Some(index) => index,
+                None => {
+                    topics.push(record.topic.clone());
+                    topics.len() - 1
+                }
+            };
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
             for (name, value) in &record.headers {
                 headers = headers.insert(Header {
@@ -217,7 +227,7 @@ impl Sink for KafkaSink {
             loop {
                 match self.producer.send_result(future) {
                     Ok(delivery) => {
-                        deliveries.push((record.topic.as_str(), delivery));
+                        deliveries.push((topic, delivery));
                         break;
                     }
                     Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
@@ -235,6 +245,7 @@ impl Sink for KafkaSink {
         }
         let context = &self.health;
         for (topic, mut delivery) in deliveries {
+            let topic = topics[topic].as_str();
             let result = loop {
                 tokio::select! {
                     result = &mut delivery => break result,

@@ -14,6 +14,15 @@ use crate::event::{KafkaEvent, Record, TopicPartition};
 use crate::sink::{OutputRecord, SOURCE_HEADER, Sink};
 use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
 
+/// How many output records a batch holds before it sends them, while its records are
+/// processed: a record can emit many (a `flat_map` ahead of a repartition: one 6 MB event of
+/// text makes ~550,000), and holding them all took ~480 MB (BENCHMARKS.md section 4). Once
+/// this many are held, they are sent (and acknowledged) before the next record; a chunk is
+/// at most this many plus one record's outputs. A batch that fails later has produced some of
+/// its outputs, as a failure in the middle of a send would; its retry produces them again
+/// under the same source headers and versions (outputs are at least once, state exactly once).
+pub const OUTPUT_CHUNK: usize = 20_000;
+
 /// How many state writes a batch keeps in flight at once: DynamoDB answers in
 /// milliseconds, so a batch must not pay that latency once per item in series.
 pub(crate) const WRITE_CONCURRENCY: usize = 32;
@@ -161,7 +170,7 @@ impl Topology {
     /// Processes one event: every record through the topology, then each touched state
     /// item written once (exactly-once per the store), then the resulting table updates
     /// through their downstream operators, then all output records produced and
-    /// acknowledged. A poison record is handled by `options`; any other error fails the
+    /// acknowledged (while the records are processed, in chunks of [`OUTPUT_CHUNK`]). A poison record is handled by `options`; any other error fails the
     /// whole batch, which the event source delivers again (the watermarks make the
     /// retry exact). A panic in user code is a poison record, not a crash.
     pub async fn process_with(
@@ -214,6 +223,13 @@ impl Topology {
             // A topic read with a timestamp extractor: its source sets the stream time.
             let record_time = !self.inner.extracted.contains(&batch.tp.topic);
             for record in &batch.records {
+                if ctx.outputs.len() >= OUTPUT_CHUNK {
+                    // Bounded memory: a record may emit many (a flat_map ahead of a
+                    // repartition), so the outputs go out in chunks while the batch goes on.
+                    let chunk = std::mem::take(&mut ctx.outputs);
+                    outcome.report.records_out += chunk.len() as u64;
+                    sink.send(chunk).await?;
+                }
                 let mark = ctx.outputs.len();
                 ctx.origin = Origin::Record {
                     tp: tp_index,
@@ -306,7 +322,7 @@ impl Topology {
         outcome.report.dead_lettered = dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
         outputs.extend(dead_letters);
-        outcome.report.records_out = outputs.len() as u64;
+        outcome.report.records_out += outputs.len() as u64;
         if !outputs.is_empty() {
             sink.send(outputs).await?;
         }

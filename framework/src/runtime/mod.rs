@@ -3,4 +3,6 @@
 pub(crate) mod batch;
 pub(crate) mod context;
 
-pub use batch::{BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, PoisonPolicy};
+pub use batch::{
+    BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
+};
