@@ -197,7 +197,7 @@ def run_one(a, mode, c, index, input_topic, stamp):
     else:
         cmd = [a.runner, "run", "--function", f"bench-{mode}", "--state", c.state,
                "--guarantee", c.guarantee, "--group-id", f"{run_id}-group", "--batch-size", str(a.batch_size),
-               "--until-idle", "--quiet", "--table", run_id]
+               "--until-caught-up", "--quiet", "--table", run_id]
         env.update({
             "BENCH_INPUT_TOPIC": input_topic,
             "BENCH_OUTPUT_TOPIC": output,

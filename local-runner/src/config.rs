@@ -14,6 +14,8 @@ pub const MAX_BATCHING_WINDOW: Duration = Duration::from_secs(300);
 pub const DEFAULT_CONCURRENCY: usize = 8;
 /// The most invocations in flight the runner accepts: one per partition of a large topic.
 pub const MAX_CONCURRENCY: usize = 1000;
+/// The default of [`RunnerConfig::read_ahead_batches`].
+pub const DEFAULT_READ_AHEAD_BATCHES: usize = 10;
 
 /// Which event source mapping the runner plays: the event's `eventSource`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,8 +79,16 @@ pub struct RunnerConfig {
     /// A Kafka topic (the ESM's `kafka://topic` on-failure destination) receiving the
     /// records given up on; without it they are skipped, with a warning.
     pub on_failure_topic: Option<String>,
-    /// Exit once the group has consumed everything (for tests and demos).
+    /// Exit once the group has consumed everything (for tests and demos): no record for
+    /// [`idle_timeout`](Self::idle_timeout), and the group's committed offsets at the end
+    /// of every partition it owns.
     pub until_idle: bool,
+    /// Exit as soon as the records that were in the topics when the runner started are
+    /// done: every partition this runner owns committed up to (at least) the end offset it
+    /// had at the start, without waiting for an idle period. Records produced later may be
+    /// delivered too, but are not waited for. For benchmarks and batch jobs over a fixed
+    /// input. In a group of several runners, each stops once the partitions it owns are done.
+    pub until_caught_up: bool,
     /// How long without new records counts as idle.
     pub idle_timeout: Duration,
     /// First retry delay of a failed batch's partitions; doubles per failed attempt up to
@@ -101,6 +111,12 @@ pub struct RunnerConfig {
     pub faults: Faults,
     /// Print a progress line every second.
     pub progress: bool,
+    /// Batches' worth of records (at least 10,000) a partition may have buffered before it
+    /// is paused (see [`crate::runner`]); resumed below half of it.
+    pub read_ahead_batches: usize,
+    /// librdkafka properties of the group consumer, set after the runner's own (so they
+    /// override them), e.g. `group.protocol=consumer` or `queued.max.messages.kbytes`.
+    pub consumer_properties: Vec<(String, String)>,
 }
 
 impl Default for RunnerConfig {
@@ -119,11 +135,14 @@ impl Default for RunnerConfig {
             report_batch_item_failures: true,
             on_failure_topic: None,
             until_idle: false,
+            until_caught_up: false,
             idle_timeout: Duration::from_secs(2),
             retry_backoff: Duration::from_millis(100),
             concurrency: DEFAULT_CONCURRENCY,
             faults: Faults::default(),
             progress: false,
+            read_ahead_batches: DEFAULT_READ_AHEAD_BATCHES,
+            consumer_properties: Vec::new(),
         }
     }
 }
@@ -147,6 +166,23 @@ impl RunnerConfig {
             return Err(format!(
                 "concurrency {} is out of range 1..={MAX_CONCURRENCY}",
                 self.concurrency
+            ));
+        }
+        if self.read_ahead_batches == 0 {
+            return Err("read-ahead must be at least one batch".into());
+        }
+        if self.until_idle && self.until_caught_up {
+            return Err(
+                "until-idle and until-caught-up are two stop conditions: choose one".into(),
+            );
+        }
+        if let Some((key, _)) = self
+            .consumer_properties
+            .iter()
+            .find(|(k, _)| k == "group.id" || k == "enable.auto.commit")
+        {
+            return Err(format!(
+                "consumer property {key} is the runner's own (use --group-id; offsets are committed only after success)"
             ));
         }
         if self.topics.is_empty() {

@@ -156,9 +156,15 @@ struct RunArgs {
     /// this machine beyond that. 1: one invocation at a time.
     #[arg(long, default_value_t = local_runner::config::DEFAULT_CONCURRENCY)]
     concurrency: usize,
-    /// Exit once the group has consumed everything.
+    /// Exit once the group has consumed everything: no record for --idle-timeout-ms, and
+    /// the group's commits at the end of every partition.
     #[arg(long)]
     until_idle: bool,
+    /// Exit as soon as the records in the topics when the runner started are done (every
+    /// partition it owns committed up to its end offset at the start), without an idle
+    /// period; records produced later are not waited for. For benchmarks and batch jobs.
+    #[arg(long, conflicts_with = "until_idle")]
+    until_caught_up: bool,
     /// Milliseconds without records that count as idle.
     #[arg(long, default_value_t = 1000)]
     idle_timeout_ms: u64,
@@ -209,6 +215,23 @@ struct RunArgs {
     /// No progress line.
     #[arg(long)]
     quiet: bool,
+    /// A librdkafka property of the group consumer, KEY=VALUE (repeatable), over the
+    /// runner's own: e.g. group.protocol=consumer (KIP-848, Kafka 4 brokers),
+    /// queued.max.messages.kbytes=N, security.protocol=SSL.
+    #[arg(long = "consumer-property", value_name = "KEY=VALUE", value_parser = key_value)]
+    consumer_properties: Vec<(String, String)>,
+    /// Batches' worth of records a partition may have buffered (at least 10,000 records,
+    /// at most 24 MB) before it is paused; it is resumed below half of it.
+    #[arg(long, default_value_t = local_runner::config::DEFAULT_READ_AHEAD_BATCHES)]
+    read_ahead_batches: usize,
+}
+
+/// `KEY=VALUE`.
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?}: expected KEY=VALUE")),
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -459,6 +482,9 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         report_batch_item_failures: !args.ignore_batch_item_failures,
         on_failure_topic: args.on_failure_topic,
         until_idle: args.until_idle,
+        until_caught_up: args.until_caught_up,
+        read_ahead_batches: args.read_ahead_batches,
+        consumer_properties: args.consumer_properties,
         concurrency: args.concurrency,
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         faults: Faults {
@@ -483,6 +509,15 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         summary.elapsed.as_secs_f64(),
         summary.active.as_secs_f64(),
         summary.records_per_second()
+    );
+    let secs = |d: Option<Duration>| {
+        d.map_or_else(|| "-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()))
+    };
+    println!(
+        "timeline: partitions assigned after {} s, first record after {} s, stopped {} s after the last batch",
+        secs(summary.to_assignment),
+        secs(summary.to_first_record),
+        secs(summary.stop_after_last_batch)
     );
     if summary.revocations > 0 {
         println!(

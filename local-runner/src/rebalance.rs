@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use lambda_streams::event::TopicPartition;
 use rdkafka::TopicPartitionList;
@@ -29,11 +30,14 @@ pub struct Assignment {
     owned: BTreeMap<TopicPartition, u64>,
     /// Revocations so far (for logs and tests).
     revocations: u64,
+    /// When partitions were first assigned.
+    first_assigned: Option<Instant>,
 }
 
 impl Assignment {
     /// Records that `partitions` were assigned: each one not already owned gets a new lease.
     pub fn assign<'a>(&mut self, partitions: impl IntoIterator<Item = &'a TopicPartition>) {
+        self.first_assigned.get_or_insert_with(Instant::now);
         for tp in partitions {
             if !self.owned.contains_key(tp) {
                 self.last_lease += 1;
@@ -69,6 +73,16 @@ impl Assignment {
             .filter(|(tp, lease)| !self.holds(tp, **lease))
             .map(|(tp, _)| tp.clone())
             .collect()
+    }
+
+    /// The partitions owned now.
+    pub fn owned(&self) -> Vec<TopicPartition> {
+        self.owned.keys().cloned().collect()
+    }
+
+    /// When partitions were first assigned (the end of the first group join).
+    pub fn first_assigned(&self) -> Option<Instant> {
+        self.first_assigned
     }
 
     /// How many partition revocations this runner has seen.

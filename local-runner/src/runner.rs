@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use lambda_streams::event::{EventSource, KafkaEvent, Record, TopicPartition};
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
@@ -57,8 +57,9 @@ type GroupConsumer = StreamConsumer<RebalanceContext>;
 
 /// The longest a retry waits: its backoff doubles per failed attempt up to this.
 const MAX_RETRY_BACKOFF: Duration = Duration::from_secs(5);
-/// A partition is paused when this many of its records are buffered (or ten batches,
-/// when more), or [`PAUSE_BYTES`] of them, and resumed below half of it. Far above one
+/// A partition is paused when this many of its records are buffered (or
+/// [`RunnerConfig::read_ahead_batches`] batches, when more), or [`PAUSE_BYTES`] of them,
+/// and resumed below half of it. Far above one
 /// batch on purpose: pausing makes librdkafka drop what it prefetched for the partition
 /// and fetch it again on resume, and pausing at one batch's worth halved the demo's
 /// throughput; this only bounds memory when the function falls far behind a backlog.
@@ -95,6 +96,14 @@ pub struct RunSummary {
     /// Batches whose partitions were all revoked while they were in flight: their
     /// outcome was dropped.
     pub stale_completions: u64,
+    /// From the start of the run to the first partitions assigned (the group join,
+    /// after the starting positions were committed); `None` if none was.
+    pub to_assignment: Option<Duration>,
+    /// From the start of the run to the first record received.
+    pub to_first_record: Option<Duration>,
+    /// From the last batch done to the stop condition met (`until_idle`: the idle period
+    /// and the caught-up check; `until_caught_up`: the check).
+    pub stop_after_last_batch: Option<Duration>,
 }
 
 impl RunSummary {
@@ -234,6 +243,91 @@ impl Progress {
     }
 }
 
+/// What `until_caught_up` waits for: every owned partition committed up to the end
+/// offset it had at the start.
+struct CaughtUp {
+    /// Each partition's (low, high) watermarks at the start.
+    ends: BTreeMap<TopicPartition, (i64, i64)>,
+    /// The group's committed offsets, as last read from the broker.
+    committed: BTreeMap<TopicPartition, i64>,
+    /// When the committed offsets were last read.
+    refreshed: Instant,
+}
+
+impl CaughtUp {
+    /// How often the group's commits are read again while the runner has nothing to do.
+    const REFRESH: Duration = Duration::from_millis(500);
+
+    fn new(ends: BTreeMap<TopicPartition, (i64, i64)>, committed: &TopicPartitionList) -> Self {
+        let mut caught_up = CaughtUp {
+            ends,
+            committed: BTreeMap::new(),
+            refreshed: Instant::now(),
+        };
+        caught_up.update(committed);
+        caught_up
+    }
+
+    fn update(&mut self, committed: &TopicPartitionList) {
+        for e in committed.elements() {
+            if let Offset::Offset(o) = e.offset() {
+                let c = self
+                    .committed
+                    .entry(TopicPartition::new(e.topic(), e.partition()))
+                    .or_insert(o);
+                *c = (*c).max(o);
+            }
+        }
+    }
+
+    fn refresh_due(&self) -> bool {
+        self.refreshed.elapsed() >= Self::REFRESH
+    }
+
+    fn next_refresh(&self) -> Instant {
+        self.refreshed + Self::REFRESH
+    }
+
+    /// Reads the group's committed offsets of the owned partitions again.
+    fn refresh(&mut self, consumer: &GroupConsumer) -> Result<(), String> {
+        self.refreshed = Instant::now();
+        let owned = consumer.context().assignment().owned();
+        if owned.is_empty() {
+            return Ok(());
+        }
+        let mut list = TopicPartitionList::new();
+        for tp in &owned {
+            list.add_partition(&tp.topic, tp.partition);
+        }
+        let committed =
+            with_coordinator(|| consumer.committed_offsets(list.clone(), METADATA_TIMEOUT))
+                .map_err(|e| format!("cannot read committed offsets: {e}"))?;
+        self.update(&committed);
+        Ok(())
+    }
+
+    /// Whether every partition this runner owns (it owns some) is committed up to its end
+    /// offset at the start, by this runner or (as last read) by the group. A partition
+    /// that appeared since the start has nothing to wait for; one the group never
+    /// committed starts at its low watermark.
+    fn reached(&self, consumer: &GroupConsumer, state: &Progress) -> bool {
+        let owned = consumer.context().assignment().owned();
+        !owned.is_empty()
+            && owned.iter().all(|tp| {
+                let Some(&(low, high)) = self.ends.get(tp) else {
+                    return true;
+                };
+                let committed = self
+                    .committed
+                    .get(tp)
+                    .copied()
+                    .max(state.committed.get(tp).copied())
+                    .unwrap_or(low);
+                committed >= high
+            })
+    }
+}
+
 /// Runs one function against the broker.
 pub struct Runner {
     config: RunnerConfig,
@@ -262,13 +356,26 @@ impl Runner {
 
     fn consumer(&self) -> Result<GroupConsumer, String> {
         let c = &self.config;
-        let consumer: GroupConsumer = ClientConfig::new()
+        let mut config = ClientConfig::new();
+        config
             .set("bootstrap.servers", &c.bootstrap_servers)
             .set("group.id", &c.group_id)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", c.starting_position.auto_offset_reset())
-            .set("session.timeout.ms", "10000")
+            .set("auto.offset.reset", c.starting_position.auto_offset_reset());
+        // The KIP-848 protocol takes the session timeout from the broker (librdkafka
+        // refuses a client-side one).
+        let next_gen = c
+            .consumer_properties
+            .iter()
+            .any(|(k, v)| k == "group.protocol" && v.eq_ignore_ascii_case("consumer"));
+        if !next_gen {
+            config.set("session.timeout.ms", "10000");
+        }
+        for (key, value) in &c.consumer_properties {
+            config.set(key, value);
+        }
+        let consumer: GroupConsumer = config
             .create_with_context(RebalanceContext::default())
             .map_err(|e| format!("cannot create a consumer for {}: {e}", c.bootstrap_servers))?;
         let metadata = consumer
@@ -294,11 +401,79 @@ impl Runner {
         Ok(consumer)
     }
 
+    /// A client (no group) for the end offsets of partitions. Not the group consumer:
+    /// a broker answers the requests of one connection in order, so on the consumer's
+    /// connection a query waits behind its fetch, which the broker holds up to
+    /// `fetch.wait.max.ms` (500 ms) when there is nothing new: about half a second per
+    /// partition.
+    fn offsets_client(&self) -> Result<BaseConsumer, String> {
+        let c = &self.config;
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &c.bootstrap_servers);
+        // The connection's settings (TLS, SASL) apply to it too.
+        for (key, value) in c.consumer_properties.iter().filter(|(k, _)| {
+            ["security.", "ssl.", "sasl.", "client."]
+                .iter()
+                .any(|p| k.starts_with(p))
+        }) {
+            config.set(key, value);
+        }
+        config
+            .create()
+            .map_err(|e| format!("cannot create a client for {}: {e}", c.bootstrap_servers))
+    }
+
+    /// The end offset (high watermark) of every partition of the runner's topics.
+    fn end_offsets(
+        &self,
+        client: &BaseConsumer,
+    ) -> Result<BTreeMap<TopicPartition, (i64, i64)>, String> {
+        let mut ends = BTreeMap::new();
+        for topic in &self.config.topics {
+            let metadata = client
+                .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+                .map_err(|e| format!("cannot read the partitions of {topic}: {e}"))?;
+            for t in metadata.topics() {
+                for p in t.partitions() {
+                    let watermarks = client
+                        .fetch_watermarks(t.name(), p.id(), METADATA_TIMEOUT)
+                        .map_err(|e| {
+                            format!("cannot read the end offset of {}-{}: {e}", t.name(), p.id())
+                        })?;
+                    ends.insert(TopicPartition::new(t.name(), p.id()), watermarks);
+                }
+            }
+        }
+        Ok(ends)
+    }
+
     /// Consumes, batches, invokes and commits until stopped (or, with `until_idle`,
-    /// until the group has consumed everything).
+    /// until the group has consumed everything; with `until_caught_up`, until the records
+    /// there were at the start are done).
     pub async fn run(&self) -> Result<RunSummary, String> {
+        let started = Instant::now();
         let consumer = self.consumer()?;
+        let offsets = self.offsets_client()?;
         self.initialize_positions()?;
+        // What `until_caught_up` waits for: the end offsets now, and where the group is.
+        let targets = if self.config.until_caught_up {
+            let ends = self.end_offsets(&offsets)?;
+            let mut list = TopicPartitionList::new();
+            for tp in ends.keys() {
+                list.add_partition(&tp.topic, tp.partition);
+            }
+            let committed =
+                with_coordinator(|| consumer.committed_offsets(list.clone(), METADATA_TIMEOUT))
+                    .map_err(|e| {
+                        format!(
+                            "cannot read the committed offsets of group {}: {e}",
+                            self.config.group_id
+                        )
+                    })?;
+            Some(CaughtUp::new(ends, &committed))
+        } else {
+            None
+        };
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer
             .subscribe(&topics)
@@ -310,7 +485,7 @@ impl Runner {
             )?),
             None => None,
         };
-        let started = Instant::now();
+        let mut targets = targets;
         let mut state = Progress::default();
         let mut tasks: JoinSet<Invoked> = JoinSet::new();
         let mut dispatched: HashMap<tokio::task::Id, Dispatched> = HashMap::new();
@@ -319,7 +494,9 @@ impl Runner {
         let mut first_record: Option<Instant> = None;
         // After a consumer error, reading waits a little (the loop goes on meanwhile).
         let mut read_after: Option<Instant> = None;
-        loop {
+        // Whether `until_caught_up` is to be checked (a batch was settled).
+        let mut settled = false;
+        let stopped = loop {
             state.drop_stale(&consumer);
             if tasks.len() < self.config.concurrency {
                 // Before a batch can form: too old records are not delivered.
@@ -339,19 +516,37 @@ impl Runner {
             if idle && last_activity.elapsed() >= self.config.idle_timeout {
                 // Commits refused during a rebalance are tried again here.
                 self.commit(&consumer, &mut state)?;
-                if self.config.until_idle && self.caught_up(&consumer)? {
-                    break;
+                if self.config.until_idle && self.caught_up(&consumer, &offsets)? {
+                    break Instant::now();
                 }
                 last_activity = Instant::now();
+            }
+            if let Some(targets) = targets.as_mut() {
+                // With nothing left to do here, the group's commits are read again (now and
+                // then): a partition done by another runner before it came here counts.
+                if idle && targets.refresh_due() {
+                    self.commit(&consumer, &mut state)?;
+                    targets.refresh(&consumer)?;
+                    settled = true;
+                }
+                if std::mem::take(&mut settled) && targets.reached(&consumer, &state) {
+                    break Instant::now();
+                }
             }
             if self.config.progress && last_progress.elapsed() >= Duration::from_secs(1) {
                 last_progress = Instant::now();
                 state.summary.active = first_record.map_or(Duration::ZERO, |t| t.elapsed());
-                eprintln!("{}", self.progress_line(&consumer, &state, tasks.len()));
+                eprintln!(
+                    "{}",
+                    self.progress_line(&consumer, &offsets, &state, tasks.len())
+                );
             }
 
             let now = Instant::now();
             let mut wake = now + Duration::from_secs(1);
+            if let Some(targets) = targets.as_ref().filter(|_| idle) {
+                wake = wake.min(targets.next_refresh());
+            }
             if tasks.len() < self.config.concurrency {
                 wake = wake.min(self.next_deadline(&state));
             }
@@ -379,6 +574,7 @@ impl Runner {
                         .await?;
                     self.commit(&consumer, &mut state)?;
                     last_activity = Instant::now();
+                    settled = true;
                 }
                 received = consumer.recv(), if reading => {
                     match received {
@@ -412,8 +608,36 @@ impl Runner {
                 }
                 () = tokio::time::sleep_until(wake) => {}
             }
+        };
+        // Caught up with batches of other partitions (records produced since the start)
+        // still in flight: they end and are committed, so nothing is delivered twice.
+        while let Some(joined) = tasks.join_next_with_id().await {
+            let (id, invoked) = match joined {
+                Ok((id, invoked)) => (id, invoked),
+                Err(e) => (
+                    e.id(),
+                    Invoked {
+                        outcome: Outcome::Failed(format!("the invocation task failed: {e}")),
+                        extra_invocations: 0,
+                    },
+                ),
+            };
+            let batch = dispatched
+                .remove(&id)
+                .ok_or("an unknown invocation completed")?;
+            self.settle(&batch, invoked, &mut state);
         }
-        state.summary.revocations = consumer.context().assignment().revocations();
+        self.commit(&consumer, &mut state)?;
+        let assignment = consumer.context().assignment();
+        state.summary.revocations = assignment.revocations();
+        state.summary.to_assignment = assignment
+            .first_assigned()
+            .map(|t| t.saturating_duration_since(started));
+        drop(assignment);
+        state.summary.to_first_record = first_record.map(|t| t.saturating_duration_since(started));
+        state.summary.stop_after_last_batch = state
+            .last_done
+            .map(|last| stopped.saturating_duration_since(last));
         state.summary.elapsed = started.elapsed();
         state.summary.active = match (first_record, state.last_done) {
             (Some(first), Some(last)) => last.saturating_duration_since(first),
@@ -711,7 +935,11 @@ impl Runner {
     /// partitions stay paused across rebalances in librdkafka, so a partition is resumed
     /// as soon as its records are dropped, whoever owns it.
     fn apply_backpressure(&self, consumer: &GroupConsumer, state: &mut Progress) {
-        let records = PAUSE_RECORDS.max(10 * self.config.batch_size);
+        let records = PAUSE_RECORDS.max(
+            self.config
+                .read_ahead_batches
+                .saturating_mul(self.config.batch_size),
+        );
         let bytes = PAUSE_BYTES;
         let paused: Vec<TopicPartition> = state
             .leases
@@ -924,7 +1152,7 @@ impl Runner {
     }
 
     /// Whether the group's committed offsets have reached the end of every assigned partition.
-    fn caught_up(&self, consumer: &GroupConsumer) -> Result<bool, String> {
+    fn caught_up(&self, consumer: &GroupConsumer, offsets: &BaseConsumer) -> Result<bool, String> {
         let assignment = consumer
             .assignment()
             .map_err(|e| format!("cannot read the assignment: {e}"))?;
@@ -934,7 +1162,7 @@ impl Runner {
         let committed = with_coordinator(|| consumer.committed(METADATA_TIMEOUT))
             .map_err(|e| format!("cannot read committed offsets: {e}"))?;
         for element in assignment.elements() {
-            let (low, high) = consumer
+            let (low, high) = offsets
                 .fetch_watermarks(element.topic(), element.partition(), METADATA_TIMEOUT)
                 .map_err(|e| {
                     format!(
@@ -962,6 +1190,7 @@ impl Runner {
     fn progress_line(
         &self,
         consumer: &GroupConsumer,
+        offsets: &BaseConsumer,
         state: &Progress,
         in_flight: usize,
     ) -> String {
@@ -976,7 +1205,7 @@ impl Runner {
                 .or_else(|| state.committed.get(&tp).copied());
             let lag = match (
                 position,
-                consumer.fetch_watermarks(&tp.topic, tp.partition, Duration::from_millis(500)),
+                offsets.fetch_watermarks(&tp.topic, tp.partition, Duration::from_millis(500)),
             ) {
                 (Some(position), Ok((_, high))) => (high - position).max(0).to_string(),
                 (None, Ok((low, high))) => format!("<={}", high - low),
@@ -1016,8 +1245,10 @@ async fn invoke(transport: Arc<dyn Transport>, event: Arc<KafkaEvent>, plan: Pla
         };
     }
     let payload = event.to_json();
-    let mut result = transport.invoke(payload.clone()).await;
-    if result.is_ok() && plan.duplicate {
+    // The payload is kept (a copy of up to 6 MB) only for a duplicate delivery.
+    let duplicate = plan.duplicate.then(|| payload.clone());
+    let mut result = transport.invoke(payload).await;
+    if let Some(payload) = duplicate.filter(|_| result.is_ok()) {
         extra_invocations += 1;
         result = transport.invoke(payload).await;
     }
