@@ -977,29 +977,44 @@ pub fn emulator_client(endpoint: &str) -> Client {
             "lambda-streams-emulator",
         ))
         .retry_config(retry_config())
+        .http_client(https_client(crate::lambda::TlsRoots::System))
         .build();
     Client::from_conf(config)
 }
 
-/// The HTTPS client for the AWS SDK clients of a function: the SDK's default (hyper 1,
-/// rustls on aws-lc, proxy settings from the environment) trusting the root store compiled
-/// into the binary (Mozilla's, from `webpki-root-certs`; Amazon's roots included) instead
-/// of the system's, which the SDK reads and parses when a client is created (a bundle and
-/// a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md section 4).
-/// [`crate::lambda::run`] uses it unless `LAMBDA_STREAMS_AWS_TLS_ROOTS=system`.
-pub fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+/// The HTTPS client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
+/// the SDK's default client (hyper 1, rustls, proxy settings from the environment) with
+/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc is ~1 MB more of zip, and
+/// the binary links a second TLS stack, OpenSSL, for librdkafka anyway), trusting `roots`:
+/// [`TlsRoots::Compiled`], the root store compiled into the binary (Mozilla's, from
+/// `webpki-root-certs`; Amazon's roots included), nothing read at start-up; or
+/// [`TlsRoots::System`], the system's (read and parsed when the first connector is built:
+/// a bundle and a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md
+/// section 4). The SDK crates are built without their `default-https-client` feature, so a
+/// client without this one has no HTTP client: every SDK client of the framework is given
+/// it ([`crate::lambda::run`], [`emulator_client`]).
+///
+/// [`TlsRoots::Compiled`]: crate::lambda::TlsRoots::Compiled
+/// [`TlsRoots::System`]: crate::lambda::TlsRoots::System
+pub fn https_client(roots: crate::lambda::TlsRoots) -> aws_sdk_dynamodb::config::SharedHttpClient {
     use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
     use aws_smithy_http_client::{Builder, ConnectorBuilder, proxy::ProxyConfig};
+    let trust_store = match roots {
+        crate::lambda::TlsRoots::Compiled => {
+            TrustStore::empty().with_pem_certificate(compiled_roots_pem())
+        }
+        crate::lambda::TlsRoots::System => TrustStore::empty().with_native_roots(true),
+    };
     let context = TlsContext::builder()
-        .with_trust_store(TrustStore::empty().with_pem_certificate(compiled_roots_pem()))
+        .with_trust_store(trust_store)
         .build()
         .unwrap_or_default();
     Builder::new().build_with_connector_fn(move |settings, components| {
         // As the SDK's default client (aws-smithy-runtime's `default_https_client`), with
-        // the trust store above.
+        // the crypto provider and trust store above.
         let mut builder = ConnectorBuilder::default()
             .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::AwsLc,
+                tls::rustls_provider::CryptoMode::Ring,
             ))
             .tls_context(context.clone());
         builder.set_connector_settings(settings.cloned());
