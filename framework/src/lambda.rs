@@ -18,7 +18,7 @@
 //! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
 //! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
 //! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
-//! | `LAMBDA_STREAMS_AWS_TLS_ROOTS` | the roots the AWS SDK's HTTPS client (DynamoDB, MSK IAM's credentials chain) trusts: `compiled` (Mozilla's, in the binary; nothing read at start-up) or `system` (the system store; `SSL_CERT_FILE`/`SSL_CERT_DIR`) | `compiled` |
+//! | `LAMBDA_STREAMS_AWS_TLS_ROOTS` | the roots the AWS SDK's HTTPS client (DynamoDB, MSK IAM's credentials chain) trusts: `aws` (Amazon Trust Services' 5 roots, in the binary: every AWS endpoint's), `compiled` (all of Mozilla's, in the binary) or `system` (the system store; `SSL_CERT_FILE`/`SSL_CERT_DIR`) | `aws` |
 //! | `RUST_LOG` | the log filter: `level` and `target=level` directives ([`init_tracing`]) | `info` |
 //! | `LAMBDA_STREAMS_KAFKA_*` | how the producer connects: TLS, SASL/SCRAM, MSK IAM, any librdkafka property ([`crate::kafka`]) | PLAINTEXT |
 //!
@@ -61,9 +61,17 @@ pub struct Config {
 /// The root certificates the AWS SDK clients trust (`LAMBDA_STREAMS_AWS_TLS_ROOTS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TlsRoots {
+    /// Amazon Trust Services' roots (Amazon Root CA 1 to 4, Starfield Services Root CA G2),
+    /// compiled into the binary: every AWS endpoint's certificate chains to them. Nothing
+    /// is read at start-up, and 5 roots are parsed instead of ~120 (the SDK's trust store
+    /// takes PEM, which rustls decodes and parses when the client's connector is built:
+    /// ~11 M instructions for all of Mozilla's; BENCHMARKS.md section 4). An endpoint with
+    /// another CA (`AWS_ENDPOINT_URL_DYNAMODB` pointing elsewhere over HTTPS) needs
+    /// [`TlsRoots::Compiled`] or [`TlsRoots::System`].
+    #[default]
+    Aws,
     /// Mozilla's roots compiled into the binary (Amazon's included): nothing is read at
     /// start-up ([`crate::state::dynamodb::https_client`]).
-    #[default]
     Compiled,
     /// The system's store (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the platform's bundle and
     /// directory, as `rustls-native-certs` finds them), read and parsed when the client's
@@ -73,13 +81,14 @@ pub enum TlsRoots {
 
 impl TlsRoots {
     /// Parses a value of `LAMBDA_STREAMS_AWS_TLS_ROOTS` (`None` or blank: the default,
-    /// [`TlsRoots::Compiled`]); an invalid value is an error naming the variable.
+    /// [`TlsRoots::Aws`]); an invalid value is an error naming the variable.
     pub fn parse(value: Option<&str>) -> Result<Self, StreamError> {
         match value.map(str::trim) {
-            None | Some("" | "compiled") => Ok(TlsRoots::Compiled),
+            None | Some("" | "aws") => Ok(TlsRoots::Aws),
+            Some("compiled") => Ok(TlsRoots::Compiled),
             Some("system") => Ok(TlsRoots::System),
             Some(other) => Err(StreamError::Config(format!(
-                "LAMBDA_STREAMS_AWS_TLS_ROOTS: {other:?} is not compiled or system"
+                "LAMBDA_STREAMS_AWS_TLS_ROOTS: {other:?} is not aws, compiled or system"
             ))),
         }
     }
@@ -435,8 +444,9 @@ mod tests {
 
     #[test]
     fn tls_roots_parse_and_errors_name_the_variable() {
-        assert_eq!(TlsRoots::parse(None).ok(), Some(TlsRoots::Compiled));
-        assert_eq!(TlsRoots::parse(Some(" ")).ok(), Some(TlsRoots::Compiled));
+        assert_eq!(TlsRoots::parse(None).ok(), Some(TlsRoots::Aws));
+        assert_eq!(TlsRoots::parse(Some(" ")).ok(), Some(TlsRoots::Aws));
+        assert_eq!(TlsRoots::parse(Some("aws")).ok(), Some(TlsRoots::Aws));
         assert_eq!(
             TlsRoots::parse(Some("compiled")).ok(),
             Some(TlsRoots::Compiled)

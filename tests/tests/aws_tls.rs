@@ -3,8 +3,8 @@
 //! broker's SSL listener, whose certificate (for 127.0.0.1) a local CA signed. It speaks
 //! Kafka, not HTTP, so no request succeeds; what the errors show is how far TLS got:
 //!
-//! - with the compiled roots (Mozilla's), the handshake fails on the certificate: the local
-//!   CA is not among them;
+//! - with the compiled roots (Amazon Trust Services' or all of Mozilla's), the handshake
+//!   fails on the certificate: the local CA is not among them;
 //! - with the system roots and `SSL_CERT_FILE` naming the local CA (in a process of its own,
 //!   this test binary started again for one ignored test, since the tests of a binary share
 //!   one environment), the handshake succeeds (key exchange, AEAD and the certificate's
@@ -48,11 +48,13 @@ async fn list_tables_error(roots: TlsRoots) -> String {
 #[tokio::test]
 async fn compiled_roots_reject_a_certificate_of_another_ca() {
     require_secured_listeners();
-    let error = list_tables_error(TlsRoots::Compiled).await;
-    assert!(
-        error.contains("UnknownIssuer"),
-        "expected a certificate error, got: {error}"
-    );
+    for roots in [TlsRoots::Aws, TlsRoots::Compiled] {
+        let error = list_tables_error(roots).await;
+        assert!(
+            error.contains("UnknownIssuer"),
+            "{roots:?}: expected a certificate error, got: {error}"
+        );
+    }
 }
 
 #[test]
