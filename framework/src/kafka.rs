@@ -477,7 +477,9 @@ fn user_agent() -> String {
 
 /// The SDK's default credentials chain (in Lambda: the function's role).
 pub(crate) async fn default_credentials() -> Result<SharedCredentialsProvider, String> {
+    let roots = crate::lambda::TlsRoots::from_env().map_err(|e| e.to_string())?;
     let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(crate::state::dynamodb::https_client(roots))
         .load()
         .await;
     sdk.credentials_provider()

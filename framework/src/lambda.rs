@@ -18,7 +18,8 @@
 //! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
 //! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
 //! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
-//! | `LAMBDA_STREAMS_AWS_TLS_ROOTS` | the roots the DynamoDB client trusts: `compiled` (Mozilla's, in the binary; nothing read at start-up) or `system` (the system store; `SSL_CERT_FILE`/`SSL_CERT_DIR`) | `compiled` |
+//! | `LAMBDA_STREAMS_AWS_TLS_ROOTS` | the roots the AWS SDK's HTTPS client (DynamoDB, MSK IAM's credentials chain) trusts: `aws` (Amazon Trust Services' 5 roots, in the binary: every AWS endpoint's), `compiled` (all of Mozilla's, in the binary) or `system` (the system store; `SSL_CERT_FILE`/`SSL_CERT_DIR`) | `aws` |
+//! | `RUST_LOG` | the log filter: `level` and `target=level` directives ([`init_tracing`]) | `info` |
 //! | `LAMBDA_STREAMS_KAFKA_*` | how the producer connects: TLS, SASL/SCRAM, MSK IAM, any librdkafka property ([`crate::kafka`]) | PLAINTEXT |
 //!
 //! plus the AWS SDK's own (`AWS_REGION`, `AWS_ENDPOINT_URL_DYNAMODB`, credentials).
@@ -60,13 +61,47 @@ pub struct Config {
 /// The root certificates the AWS SDK clients trust (`LAMBDA_STREAMS_AWS_TLS_ROOTS`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum TlsRoots {
+    /// Amazon Trust Services' roots (Amazon Root CA 1 to 4, Starfield Services Root CA G2),
+    /// compiled into the binary: every AWS endpoint's certificate chains to them. Nothing
+    /// is read at start-up, and 5 roots are parsed instead of ~120 (the SDK's trust store
+    /// takes PEM, which rustls decodes with a constant-time base64 and parses when the
+    /// client's connector is built, before the first event: callgrind, start-up to the
+    /// first poll, 17.1 M instructions with all of Mozilla's, 4.2 M with these). An endpoint with
+    /// another CA (`AWS_ENDPOINT_URL_DYNAMODB` pointing elsewhere over HTTPS) needs
+    /// [`TlsRoots::Compiled`] or [`TlsRoots::System`].
+    #[default]
+    Aws,
     /// Mozilla's roots compiled into the binary (Amazon's included): nothing is read at
     /// start-up ([`crate::state::dynamodb::https_client`]).
-    #[default]
     Compiled,
-    /// The system's store, as the SDK loads it by default (`SSL_CERT_FILE`, `SSL_CERT_DIR`,
-    /// else the platform's bundle and directory), read and parsed when the client is created.
+    /// The system's store (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the platform's bundle and
+    /// directory, as `rustls-native-certs` finds them), read and parsed when the client's
+    /// first connector is built.
     System,
+}
+
+impl TlsRoots {
+    /// Parses a value of `LAMBDA_STREAMS_AWS_TLS_ROOTS` (`None` or blank: the default,
+    /// [`TlsRoots::Aws`]); an invalid value is an error naming the variable.
+    pub fn parse(value: Option<&str>) -> Result<Self, StreamError> {
+        match value.map(str::trim) {
+            None | Some("" | "aws") => Ok(TlsRoots::Aws),
+            Some("compiled") => Ok(TlsRoots::Compiled),
+            Some("system") => Ok(TlsRoots::System),
+            Some(other) => Err(StreamError::Config(format!(
+                "LAMBDA_STREAMS_AWS_TLS_ROOTS: {other:?} is not aws, compiled or system"
+            ))),
+        }
+    }
+
+    /// Reads `LAMBDA_STREAMS_AWS_TLS_ROOTS` from the environment.
+    pub fn from_env() -> Result<Self, StreamError> {
+        Self::parse(
+            std::env::var("LAMBDA_STREAMS_AWS_TLS_ROOTS")
+                .ok()
+                .as_deref(),
+        )
+    }
 }
 
 impl Config {
@@ -125,15 +160,7 @@ impl Config {
             };
             source_partitions.insert(topic, n);
         }
-        let aws_tls_roots = match var("LAMBDA_STREAMS_AWS_TLS_ROOTS").as_deref() {
-            None | Some("compiled") => TlsRoots::Compiled,
-            Some("system") => TlsRoots::System,
-            Some(other) => {
-                return Err(StreamError::Config(format!(
-                    "LAMBDA_STREAMS_AWS_TLS_ROOTS: {other:?} is not compiled or system"
-                )));
-            }
-        };
+        let aws_tls_roots = TlsRoots::parse(var("LAMBDA_STREAMS_AWS_TLS_ROOTS").as_deref())?;
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -328,12 +355,11 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
                     .into(),
             )
         })?;
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .retry_config(crate::state::dynamodb::retry_config());
-        if config.aws_tls_roots == TlsRoots::Compiled {
-            loader = loader.http_client(crate::state::dynamodb::https_client());
-        }
-        let sdk = loader.load().await;
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .retry_config(crate::state::dynamodb::retry_config())
+            .http_client(crate::state::dynamodb::https_client(config.aws_tls_roots))
+            .load()
+            .await;
         let client = aws_sdk_dynamodb::Client::new(&sdk);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };
@@ -360,19 +386,37 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     .await
 }
 
+/// The log filter of a `RUST_LOG` value: comma-separated `level` and `target=level`
+/// directives (`warn`, `info,lambda_streams=debug`); unset, blank or not of that form
+/// (e.g. `EnvFilter`'s span filters `[span{field}]`, which are not supported): `info`.
+fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::filter::Targets {
+    rust_log
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            tracing_subscriber::filter::Targets::new()
+                .with_default(tracing_subscriber::filter::LevelFilter::INFO)
+        })
+}
+
 /// Logs through `tracing`: JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`, level from `RUST_LOG`
-/// (default `info`). Safe to call more than once.
+/// (`level` and `target=level` directives; default `info`). Safe to call more than once.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    use tracing_subscriber::fmt;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let registry =
+        tracing_subscriber::registry().with(log_filter(std::env::var("RUST_LOG").ok().as_deref()));
     let _ = if std::env::var("AWS_LAMBDA_LOG_FORMAT").is_ok_and(|f| f.eq_ignore_ascii_case("json"))
     {
-        builder.json().without_time().try_init()
+        registry
+            .with(fmt::layer().json().with_target(false).without_time())
+            .try_init()
     } else {
-        builder.without_time().try_init()
+        registry
+            .with(fmt::layer().with_target(false).without_time())
+            .try_init()
     };
 }
 
@@ -391,5 +435,44 @@ impl From<StreamError> for lambda_runtime::Diagnostic {
             error_type: kind.to_owned(),
             error_message: error.to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::filter::LevelFilter;
+
+    #[test]
+    fn tls_roots_parse_and_errors_name_the_variable() {
+        assert_eq!(TlsRoots::parse(None).ok(), Some(TlsRoots::Aws));
+        assert_eq!(TlsRoots::parse(Some(" ")).ok(), Some(TlsRoots::Aws));
+        assert_eq!(TlsRoots::parse(Some("aws")).ok(), Some(TlsRoots::Aws));
+        assert_eq!(
+            TlsRoots::parse(Some("compiled")).ok(),
+            Some(TlsRoots::Compiled)
+        );
+        assert_eq!(TlsRoots::parse(Some("system")).ok(), Some(TlsRoots::System));
+        let error = TlsRoots::parse(Some("webpki")).err().map(|e| e.to_string());
+        assert!(error.is_some_and(|e| e.contains("LAMBDA_STREAMS_AWS_TLS_ROOTS")));
+    }
+
+    #[test]
+    fn rust_log_directives_and_the_info_default() {
+        assert_eq!(log_filter(None).default_level(), Some(LevelFilter::INFO));
+        assert_eq!(
+            log_filter(Some("")).default_level(),
+            Some(LevelFilter::INFO)
+        );
+        assert_eq!(
+            log_filter(Some("warn")).default_level(),
+            Some(LevelFilter::WARN)
+        );
+        let filter = log_filter(Some("warn,lambda_streams=debug"));
+        assert!(filter.would_enable("lambda_streams::sink", &tracing::Level::DEBUG));
+        assert!(!filter.would_enable("aws_smithy_runtime", &tracing::Level::INFO));
+        // EnvFilter's span filters are not supported: the default applies.
+        let filter = log_filter(Some("[span{x=1}]=trace"));
+        assert_eq!(filter.default_level(), Some(LevelFilter::INFO));
     }
 }

@@ -977,29 +977,49 @@ pub fn emulator_client(endpoint: &str) -> Client {
             "lambda-streams-emulator",
         ))
         .retry_config(retry_config())
+        .http_client(https_client(crate::lambda::TlsRoots::System))
         .build();
     Client::from_conf(config)
 }
 
-/// The HTTPS client for the AWS SDK clients of a function: the SDK's default (hyper 1,
-/// rustls on aws-lc, proxy settings from the environment) trusting the root store compiled
-/// into the binary (Mozilla's, from `webpki-root-certs`; Amazon's roots included) instead
-/// of the system's, which the SDK reads and parses when a client is created (a bundle and
-/// a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md section 4).
-/// [`crate::lambda::run`] uses it unless `LAMBDA_STREAMS_AWS_TLS_ROOTS=system`.
-pub fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
+/// The HTTPS client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
+/// the SDK's default client (hyper 1, rustls, proxy settings from the environment) with
+/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc is ~1 MB more of zip, and
+/// the binary links a second TLS stack, OpenSSL, for librdkafka anyway), trusting `roots`:
+/// [`TlsRoots::Aws`], Amazon Trust Services' roots compiled into the binary (the default);
+/// [`TlsRoots::Compiled`], all of the root store compiled into the binary (Mozilla's, from
+/// `webpki-root-certs`; Amazon's roots included), nothing read at start-up either; or
+/// [`TlsRoots::System`], the system's (read and parsed when the first connector is built:
+/// a bundle and a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md
+/// section 4). The SDK crates are built without their `default-https-client` feature, so a
+/// client without this one has no HTTP client: every SDK client of the framework is given
+/// it ([`crate::lambda::run`], [`emulator_client`]).
+///
+/// [`TlsRoots::Aws`]: crate::lambda::TlsRoots::Aws
+/// [`TlsRoots::Compiled`]: crate::lambda::TlsRoots::Compiled
+/// [`TlsRoots::System`]: crate::lambda::TlsRoots::System
+pub fn https_client(roots: crate::lambda::TlsRoots) -> aws_sdk_dynamodb::config::SharedHttpClient {
     use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
     use aws_smithy_http_client::{Builder, ConnectorBuilder, proxy::ProxyConfig};
+    let trust_store = match roots {
+        crate::lambda::TlsRoots::Aws => {
+            TrustStore::empty().with_pem_certificate(compiled_roots_pem(true))
+        }
+        crate::lambda::TlsRoots::Compiled => {
+            TrustStore::empty().with_pem_certificate(compiled_roots_pem(false))
+        }
+        crate::lambda::TlsRoots::System => TrustStore::empty().with_native_roots(true),
+    };
     let context = TlsContext::builder()
-        .with_trust_store(TrustStore::empty().with_pem_certificate(compiled_roots_pem()))
+        .with_trust_store(trust_store)
         .build()
         .unwrap_or_default();
     Builder::new().build_with_connector_fn(move |settings, components| {
         // As the SDK's default client (aws-smithy-runtime's `default_https_client`), with
-        // the trust store above.
+        // the crypto provider and trust store above.
         let mut builder = ConnectorBuilder::default()
             .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::AwsLc,
+                tls::rustls_provider::CryptoMode::Ring,
             ))
             .tls_context(context.clone());
         builder.set_connector_settings(settings.cloned());
@@ -1011,11 +1031,38 @@ pub fn https_client() -> aws_sdk_dynamodb::config::SharedHttpClient {
     })
 }
 
-/// The compiled-in root certificates, PEM-encoded (the form the SDK's trust store takes).
-fn compiled_roots_pem() -> Vec<u8> {
+/// The common names of Amazon Trust Services' roots ([`crate::lambda::TlsRoots::Aws`]):
+/// AWS endpoints' certificates chain to Amazon Root CA 1 to 4, which Starfield Services
+/// Root CA G2 cross-signs (<https://www.amazontrust.com/repository/>).
+const AMAZON_TRUST_SERVICES_ROOTS: [&[u8]; 5] = [
+    b"Amazon Root CA 1",
+    b"Amazon Root CA 2",
+    b"Amazon Root CA 3",
+    b"Amazon Root CA 4",
+    b"Starfield Services Root Certificate Authority - G2",
+];
+
+/// Whether a root certificate (DER) is one of Amazon Trust Services': its subject's common
+/// name (a DER UTF8String/PrintableString, so the name preceded by its length) is one of
+/// [`AMAZON_TRUST_SERVICES_ROOTS`]. Roots are self-signed: the issuer holds the same name.
+fn is_amazon_trust_services_root(der: &[u8]) -> bool {
+    AMAZON_TRUST_SERVICES_ROOTS.iter().any(|name| {
+        let mut tagged = Vec::with_capacity(name.len() + 1);
+        tagged.push(name.len() as u8);
+        tagged.extend_from_slice(name);
+        memchr::memmem::find(der, &tagged).is_some()
+    })
+}
+
+/// The compiled-in root certificates, PEM-encoded (the form the SDK's trust store takes):
+/// Amazon Trust Services' only with `amazon_only`, else all of them.
+fn compiled_roots_pem(amazon_only: bool) -> Vec<u8> {
     use base64::engine::general_purpose::STANDARD;
+    let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+        .iter()
+        .filter(|cert| !amazon_only || is_amazon_trust_services_root(cert.as_ref()));
     let mut pem = Vec::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() * 2048);
-    for cert in webpki_root_certs::TLS_SERVER_ROOT_CERTS {
+    for cert in roots {
         pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
         let encoded = STANDARD.encode(cert.as_ref());
         for line in encoded.as_bytes().chunks(64) {
@@ -1043,7 +1090,7 @@ mod tests {
     #[test]
     fn compiled_roots_are_pem_of_every_root_amazons_included() {
         use base64::engine::general_purpose::STANDARD;
-        let pem = String::from_utf8(compiled_roots_pem()).expect("PEM is ASCII");
+        let pem = String::from_utf8(compiled_roots_pem(false)).expect("PEM is ASCII");
         let blocks: Vec<Vec<u8>> = pem
             .split("-----BEGIN CERTIFICATE-----\n")
             .skip(1)
@@ -1073,6 +1120,25 @@ mod tests {
         };
         assert!(names(b"Amazon Root CA 1"));
         assert!(names(b"Starfield Services Root Certificate Authority - G2"));
+    }
+
+    #[test]
+    fn the_aws_roots_are_amazon_trust_services_five() {
+        let pem = String::from_utf8(compiled_roots_pem(true)).expect("PEM is ASCII");
+        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----").count(), 5);
+        let amazon: Vec<_> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+            .iter()
+            .filter(|r| is_amazon_trust_services_root(r.as_ref()))
+            .collect();
+        assert_eq!(amazon.len(), 5);
+        // Each name matches exactly one root (not, e.g., "Starfield Root ... G2").
+        for name in AMAZON_TRUST_SERVICES_ROOTS {
+            let n = amazon
+                .iter()
+                .filter(|r| r.windows(name.len()).any(|w| w == name))
+                .count();
+            assert_eq!(n, 1, "{}", String::from_utf8_lossy(name));
+        }
     }
 
     #[test]
