@@ -40,11 +40,6 @@ use lambda_streams::sink::MemorySink;
 use lambda_streams::state::memory::MemoryStore;
 use serde::Deserialize;
 
-/// With the `mimalloc` feature, the benchmark runs on mimalloc instead of the system allocator.
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: lambda_streams::MiMalloc = lambda_streams::MiMalloc;
-
 /// Records in the event: the Lambda maximum per invocation.
 const RECORDS: usize = 10_000;
 /// Partitions of the input topic present in the event.

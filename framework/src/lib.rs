@@ -76,14 +76,5 @@ pub mod state;
 
 pub use dsl::{StreamsBuilder, Topology};
 pub use error::StreamError;
-/// The [mimalloc](https://github.com/microsoft/mimalloc) allocator (feature `mimalloc`), for
-/// a binary to choose as its global allocator; the library itself never sets one:
-///
-/// ```ignore
-/// #[global_allocator]
-/// static GLOBAL: lambda_streams::MiMalloc = lambda_streams::MiMalloc;
-/// ```
-#[cfg(feature = "mimalloc")]
-pub use mimalloc::MiMalloc;
 pub use runtime::{BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, PoisonPolicy};
 pub use state::Guarantee;
