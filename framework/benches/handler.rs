@@ -164,22 +164,19 @@ fn event() -> KafkaEvent {
                     let offset = 4_200_000 + i as i64;
                     let timestamp = 1_764_460_800_000 + (i as i64) * 37 + i64::from(p);
                     let user = g.below(1_000_000);
-                    let mut headers = vec![Header {
-                        name: "source".to_owned(),
-                        value: g.pick(&["web", "ios", "android"]).as_bytes().to_vec(),
-                    }];
+                    let mut headers = vec![Header::new(
+                        "source",
+                        g.pick(&["web", "ios", "android"]).as_bytes().to_vec(),
+                    )];
                     if i % 4 == 0 {
-                        headers.push(Header {
-                            name: "trace-id".to_owned(),
-                            value: g.next().to_be_bytes().to_vec(),
-                        });
+                        headers.push(Header::new("trace-id", g.next().to_be_bytes().to_vec()));
                     }
                     Record {
                         offset,
                         timestamp,
                         timestamp_type: TimestampType::CreateTime,
-                        key: Some(format!("user-{user:06}").into_bytes()),
-                        value: Some(page_view(&mut g, user, timestamp)),
+                        key: Some(format!("user-{user:06}").into()),
+                        value: Some(page_view(&mut g, user, timestamp).into()),
                         headers,
                         key_schema_metadata: None,
                         value_schema_metadata: None,

@@ -71,7 +71,7 @@ use async_trait::async_trait;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{
-    EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    Bytes, EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
 use crate::runtime::BatchReport;
 use crate::serdes::{Serde, SerdeError};
@@ -168,8 +168,8 @@ impl TestDriver {
                 offset: *offset,
                 timestamp,
                 timestamp_type: TimestampType::CreateTime,
-                key,
-                value,
+                key: key.map(Bytes::from),
+                value: value.map(Bytes::from),
                 headers: Vec::new(),
                 key_schema_metadata: None,
                 value_schema_metadata: None,
@@ -237,15 +237,12 @@ impl TestDriver {
                 offset: *offset,
                 timestamp: record.timestamp.unwrap_or_default(),
                 timestamp_type: TimestampType::CreateTime,
-                key: record.key.clone(),
-                value: record.value.clone(),
+                key: record.key.clone().map(Bytes::from),
+                value: record.value.clone().map(Bytes::from),
                 headers: record
                     .headers
                     .iter()
-                    .map(|(name, value)| crate::event::Header {
-                        name: name.clone(),
-                        value: value.clone(),
-                    })
+                    .map(|(name, value)| crate::event::Header::new(name.as_str(), value.clone()))
                     .collect(),
                 key_schema_metadata: None,
                 value_schema_metadata: None,

@@ -19,10 +19,7 @@ fn decode_fixture(name: &str) -> KafkaEvent {
 }
 
 fn header(name: &str, value: &[u8]) -> Header {
-    Header {
-        name: name.to_owned(),
-        value: value.to_vec(),
-    }
+    Header::new(name, value.to_vec())
 }
 
 #[test]
@@ -113,9 +110,9 @@ fn edge_case_fixture_keeps_keys_tombstones_headers_and_timestamps_exact() {
                 offset: 100,
                 timestamp: 9_007_199_254_740_993, // 2^53 + 1: not representable as f64
                 timestamp_type: TimestampType::CreateTime,
-                key: None,                  // absent
-                value: Some(b"A".to_vec()), // "QQ=="
-                headers: vec![],            // field missing
+                key: None,                         // absent
+                value: Some(b"A".to_vec().into()), // "QQ=="
+                headers: vec![],                   // field missing
                 key_schema_metadata: None,
                 value_schema_metadata: None,
             },
@@ -133,7 +130,7 @@ fn edge_case_fixture_keeps_keys_tombstones_headers_and_timestamps_exact() {
                 offset: 105,
                 timestamp: -1,
                 timestamp_type: TimestampType::CreateTime,
-                key: Some(b"tomb-key".to_vec()),
+                key: Some(b"tomb-key".to_vec().into()),
                 value: None,
                 // A two-entry header object keeps both entries, in order; names may repeat.
                 headers: vec![header("a", &[1]), header("b", &[2, 0xFF]), header("a", &[])],
@@ -144,9 +141,9 @@ fn edge_case_fixture_keeps_keys_tombstones_headers_and_timestamps_exact() {
                 offset: 106,
                 timestamp: i64::MAX,
                 timestamp_type: TimestampType::CreateTime,
-                key: Some(b"A".to_vec()), // "\u0051Q==" is "QQ==" with an escape
-                value: Some(vec![0x00, 0xFF, 0x10]), // "AP8Q"
-                headers: vec![],          // null
+                key: Some(b"A".to_vec().into()), // "\u0051Q==" is "QQ==" with an escape
+                value: Some(vec![0x00, 0xFF, 0x10].into()), // "AP8Q"
+                headers: vec![],                 // null
                 key_schema_metadata: None,
                 value_schema_metadata: None,
             },
@@ -400,7 +397,7 @@ fn full_size_event_decodes() {
     assert_eq!(last.offset, 9_999);
     assert_eq!(last.timestamp, 1_764_460_809_999);
     assert_eq!(last.key.as_deref(), Some(&b"key"[..]));
-    assert_eq!(last.value.as_ref().map(Vec::len), Some(321));
+    assert_eq!(last.value.as_ref().map(|v| v.len()), Some(321));
     assert_eq!(last.headers, vec![header("seq", &[15, 0xFF])]); // 9999 % 128 = 15
     assert_eq!(KafkaEvent::decode(&event.to_json()).ok(), Some(event));
 }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use lambda_streams::event::{
-    EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    Bytes, EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
 use rdkafka::message::{Headers, Message};
 
@@ -229,9 +229,11 @@ pub fn to_record<M: Message>(message: &M) -> Record {
         .headers()
         .map(|hs| {
             hs.iter()
-                .map(|h| Header {
-                    name: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                .map(|h| {
+                    Header::new(
+                        h.key,
+                        h.value.map(Bytes::copy_from_slice).unwrap_or_default(),
+                    )
                 })
                 .collect()
         })
@@ -240,8 +242,8 @@ pub fn to_record<M: Message>(message: &M) -> Record {
         offset: message.offset(),
         timestamp,
         timestamp_type,
-        key: message.key().map(<[u8]>::to_vec),
-        value: message.payload().map(<[u8]>::to_vec),
+        key: message.key().map(Bytes::copy_from_slice),
+        value: message.payload().map(Bytes::copy_from_slice),
         headers,
         key_schema_metadata: None,
         value_schema_metadata: None,
@@ -258,11 +260,8 @@ mod tests {
             timestamp,
             timestamp_type: TimestampType::CreateTime,
             key: None,
-            value: Some(vec![b'x'; value_len]),
-            headers: vec![Header {
-                name: "h".into(),
-                value: vec![0x80, 0x7f],
-            }],
+            value: Some(vec![b'x'; value_len].into()),
+            headers: vec![Header::new("h", vec![0x80, 0x7f])],
             key_schema_metadata: None,
             value_schema_metadata: None,
         }

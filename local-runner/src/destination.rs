@@ -102,8 +102,8 @@ impl FailureDestination {
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 4);
             for h in &record.headers {
                 headers = headers.insert(Header {
-                    key: &h.name,
-                    value: Some(&h.value),
+                    key: h.name(),
+                    value: Some(h.value()),
                 });
             }
             for (key, value) in [

@@ -768,7 +768,7 @@ pub fn log_event(
                     timestamp: base_time + o as i64,
                     timestamp_type: TimestampType::CreateTime,
                     key: None,
-                    value: Some(value(p, o)),
+                    value: Some(value(p, o).into()),
                     headers: Vec::new(),
                     key_schema_metadata: None,
                     value_schema_metadata: None,

@@ -184,8 +184,8 @@ fn event_record(
         offset,
         timestamp,
         timestamp_type: TimestampType::CreateTime,
-        key,
-        value: Some(value),
+        key: key.map(Into::into),
+        value: Some(value.into()),
         headers,
         key_schema_metadata: None,
         value_schema_metadata: None,
@@ -268,10 +268,7 @@ async fn handler_run(
             let headers = r
                 .headers
                 .iter()
-                .map(|(name, value)| Header {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
+                .map(|(name, value)| Header::new(name.as_str(), value.clone()))
                 .collect();
             let record = event_record(
                 *offset,

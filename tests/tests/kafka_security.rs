@@ -76,7 +76,7 @@ fn event(lines: &[String]) -> KafkaEvent {
                     timestamp: 1_000 + o as i64,
                     timestamp_type: TimestampType::CreateTime,
                     key: None,
-                    value: Some(line.as_bytes().to_vec()),
+                    value: Some(line.as_bytes().to_vec().into()),
                     headers: Vec::new(),
                     key_schema_metadata: None,
                     value_schema_metadata: None,

@@ -59,7 +59,7 @@ fn event(partitions: &[&[Option<&str>]]) -> KafkaEvent {
                         timestamp: 1_000 + o as i64,
                         timestamp_type: TimestampType::CreateTime,
                         key: None,
-                        value: Some(v.map_or(vec![0xc3, 0x28], |s| s.as_bytes().to_vec())),
+                        value: Some(v.map_or(vec![0xc3, 0x28], |s| s.as_bytes().to_vec()).into()),
                         headers: Vec::new(),
                         key_schema_metadata: None,
                         value_schema_metadata: None,

@@ -204,7 +204,7 @@ async fn a_batch_fills_to_its_size_across_partitions_in_offset_order() {
             part.tp
         );
         let first =
-            String::from_utf8(part.records[0].value.clone().expect("value")).expect("utf-8");
+            String::from_utf8(part.records[0].value().expect("value").to_vec()).expect("utf-8");
         assert_eq!(first, format!("p{}-0", part.tp.partition));
     }
     assert_eq!(summary.records, 90);

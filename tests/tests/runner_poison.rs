@@ -538,7 +538,7 @@ async fn the_in_process_transport_forwards_partial_batch_responses() {
                 timestamp: 1,
                 timestamp_type: lambda_streams::event::TimestampType::CreateTime,
                 key: None,
-                value: Some("fail".as_bytes().to_vec()),
+                value: Some("fail".into()),
                 headers: Vec::new(),
                 key_schema_metadata: None,
                 value_schema_metadata: None,

@@ -776,7 +776,7 @@ async fn a_poison_record_mid_batch_names_itself_and_writes_nothing() {
     let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
     let log = Log(vec![(0..10).map(|i| format!("k{}", i % 3)).collect()]);
     let mut event = log.event(&[(0, 0, 10)]);
-    event.partitions[0].records[4].value = Some(vec![0xff, 0xfe]);
+    event.partitions[0].records[4].value = Some(vec![0xff, 0xfe].into());
     let error = topology()
         .process(&event, &store, &MemorySink::new())
         .await

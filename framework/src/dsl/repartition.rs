@@ -93,7 +93,7 @@ where
             let header = record
                 .headers
                 .iter()
-                .find(|h| h.name == SOURCE_HEADER)
+                .find(|h| h.name() == SOURCE_HEADER)
                 .ok_or_else(|| {
                     bad(format!(
                         "a repartition topic's record needs its {SOURCE_HEADER} header"
@@ -107,7 +107,7 @@ where
             let rank = record
                 .headers
                 .iter()
-                .find(|h| h.name == SEQUENCE_HEADER)
+                .find(|h| h.name() == SEQUENCE_HEADER)
                 .and_then(|h| std::str::from_utf8(&h.value).ok()?.parse::<i64>().ok())
                 .filter(|r| (0..RANKS).contains(r))
                 .ok_or_else(|| bad(format!("no valid {SEQUENCE_HEADER} header")))?;

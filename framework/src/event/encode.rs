@@ -50,13 +50,13 @@ fn estimate_len(event: &KafkaEvent) -> usize {
 }
 
 fn record_payload(r: &Record) -> usize {
-    let bytes = |b: &Option<Vec<u8>>| b.as_ref().map_or(0, Vec::len);
+    let bytes = |b: Option<&[u8]>| b.map_or(0, <[u8]>::len);
     let headers: usize = r
         .headers
         .iter()
         .map(|h| h.name.len() + 8 + h.value.len() * 4)
         .sum();
-    bytes(&r.key) + bytes(&r.value) + headers
+    bytes(r.key()) + bytes(r.value()) + headers
 }
 
 fn push_record(out: &mut Vec<u8>, quoted_topic: &[u8], partition: i32, r: &Record) {

@@ -51,8 +51,11 @@
 //!
 //! Decoding has two paths with one result. A fast path scans events of the usual shape
 //! directly (no `serde_json`), decoding each base64 string with `base64-simd` as soon as
-//! `memchr` has found its end, straight into a `Vec<u8>` of the exact size; it gives up on
-//! anything unusual (an escape in a string, an unknown field, a float, invalid base64, ...).
+//! `memchr` has found its end, into one buffer for the whole event: keys, values and header
+//! values are [`Bytes`] views of it, and each distinct header name is one shared `Arc<str>`,
+//! so decoding allocates per partition, not per record and field (see [`Record`]); it gives
+//! up on anything unusual (an escape in a string, an unknown field, a float, invalid
+//! base64, ...).
 //! The full path, one pass of `serde_json` with
 //! hand-written visitors, then decides, and every [`DecodeError`] comes from it. Tests check
 //! that whenever the fast path decodes, the full path decodes the same event, on thousands
@@ -80,7 +83,9 @@ mod error;
 mod tests;
 
 use std::fmt;
+use std::sync::Arc;
 
+pub use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 pub use error::{DecodeError, DecodeErrorKind};
@@ -163,6 +168,34 @@ pub struct PartitionRecords {
 }
 
 /// One Kafka record with its bytes decoded.
+///
+/// The key, the value and the header values are [`Bytes`]: cheap, reference-counted views
+/// of one buffer that [`KafkaEvent::decode`] fills for the whole event (a record costs no
+/// allocation of its own, apart from its header list). They dereference to `&[u8]`, which
+/// is what serdes read: `record.value.as_deref()` is an `Option<&[u8]>`, as are the
+/// accessors [`key`](Record::key) and [`value`](Record::value). Keeping one of them (or a
+/// clone of it) keeps that whole buffer alive; copy the bytes out (`to_vec()`) to keep a
+/// small part of a large event for long.
+///
+/// To build a record by hand, anything that converts into [`Bytes`] will do:
+///
+/// ```
+/// use lambda_streams::event::{Header, Record, TimestampType};
+///
+/// let record = Record {
+///     offset: 7,
+///     timestamp: 1764460800000,
+///     timestamp_type: TimestampType::CreateTime,
+///     key: Some(b"user-1".to_vec().into()),
+///     value: Some("hello".into()),
+///     headers: vec![Header::new("trace-id", &b"abc"[..])],
+///     key_schema_metadata: None,
+///     value_schema_metadata: None,
+/// };
+/// assert_eq!(record.key(), Some(&b"user-1"[..]));
+/// assert_eq!(record.value(), Some(&b"hello"[..]));
+/// assert_eq!(record.header("trace-id"), Some(&b"abc"[..]));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// The record's offset in its partition.
@@ -172,15 +205,35 @@ pub struct Record {
     /// Whether the producer or the broker set the timestamp.
     pub timestamp_type: TimestampType,
     /// The key bytes; `None` when the key is `null` or absent.
-    pub key: Option<Vec<u8>>,
+    pub key: Option<Bytes>,
     /// The value bytes; `None` for a tombstone (`null`, or absent).
-    pub value: Option<Vec<u8>>,
+    pub value: Option<Bytes>,
     /// The headers in order (names may repeat); empty when the field is missing.
     pub headers: Vec<Header>,
     /// `keySchemaMetadata`, present with the ESM's schema registry option.
     pub key_schema_metadata: Option<SchemaMetadata>,
     /// `valueSchemaMetadata`, present with the ESM's schema registry option.
     pub value_schema_metadata: Option<SchemaMetadata>,
+}
+
+impl Record {
+    /// The key bytes; `None` when the key is `null` or absent.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.as_deref()
+    }
+
+    /// The value bytes; `None` for a tombstone.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.value.as_deref()
+    }
+
+    /// The value of the first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name() == name)
+            .map(|h| h.value.as_ref())
+    }
 }
 
 /// The Kafka timestamp type of a record (`timestampType`).
@@ -204,12 +257,37 @@ impl TimestampType {
 }
 
 /// One record header: a name and its bytes.
+///
+/// The name is an [`Arc<str>`]: the decoder makes one per distinct name in an event and
+/// shares it between the records; the value is a view of the event's buffer (see
+/// [`Record`]). [`Header::new`] builds one from a `&str` or `String` and anything that
+/// converts into [`Bytes`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     /// The header name.
-    pub name: String,
+    pub name: Arc<str>,
     /// The header value bytes.
-    pub value: Vec<u8>,
+    pub value: Bytes,
+}
+
+impl Header {
+    /// A header from its name and value.
+    pub fn new(name: impl Into<Arc<str>>, value: impl Into<Bytes>) -> Self {
+        Header {
+            name: name.into(),
+            value: value.into(),
+        }
+    }
+
+    /// The header name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The header value bytes.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
 }
 
 /// Schema registry metadata of a key or value (`keySchemaMetadata` / `valueSchemaMetadata`).

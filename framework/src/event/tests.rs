@@ -208,13 +208,7 @@ fn signed_and_unsigned_header_bytes_agree() {
     let event = decode_ok(&event_with("t-0", &[&signed, &unsigned]));
     let expected = vec![0xEF, 0xBB, 0xBF, 0x68, 0x80, 0xFF];
     for r in &event.partitions[0].records {
-        assert_eq!(
-            r.headers,
-            vec![Header {
-                name: "h".to_owned(),
-                value: expected.clone()
-            }]
-        );
+        assert_eq!(r.headers, vec![Header::new("h", expected.clone())]);
     }
 }
 
@@ -457,6 +451,36 @@ mod fast_path {
         let event = fast::decode(json.as_bytes()).expect("the fast path takes the usual shape");
         assert_eq!(decode_full(json.as_bytes()), Ok(event.clone()));
         event
+    }
+
+    /// The fast path's records are views of one buffer, in the order of the event, and
+    /// a header name met twice is one shared string.
+    #[test]
+    fn fast_path_records_share_one_buffer_and_header_names() {
+        let json = r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"b:9092","records":{"t-0":[
+{"topic":"t","partition":0,"offset":1,"timestamp":1,"timestampType":"CREATE_TIME","key":"azE=","value":"djE=","headers":[{"h":[1,2]}]},
+{"topic":"t","partition":0,"offset":2,"timestamp":2,"timestampType":"CREATE_TIME","key":"azI=","value":"djI=","headers":[{"h":[3]}]}]}}"#;
+        let event = fast::decode(json.as_bytes()).expect("the usual shape");
+        let [a, b] = &event.partitions[0].records[..] else {
+            panic!("two records")
+        };
+        let bytes = [
+            a.key().unwrap(),
+            a.value().unwrap(),
+            a.header("h").unwrap(),
+            b.key().unwrap(),
+            b.value().unwrap(),
+            b.header("h").unwrap(),
+        ];
+        assert_eq!(bytes, [&b"k1"[..], b"v1", &[1, 2], b"k2", b"v2", &[3]]);
+        for pair in bytes.windows(2) {
+            assert_eq!(pair[0].as_ptr_range().end, pair[1].as_ptr(), "contiguous");
+        }
+        assert!(std::sync::Arc::ptr_eq(
+            &a.headers[0].name,
+            &b.headers[0].name
+        ));
+        assert_eq!(decode_full(json.as_bytes()), Ok(event));
     }
 
     #[test]

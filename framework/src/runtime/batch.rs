@@ -592,7 +592,7 @@ fn dead_letter(
     let mut headers: Vec<(String, Vec<u8>)> = record
         .headers
         .iter()
-        .map(|h| (h.name.clone(), h.value.clone()))
+        .map(|h| (h.name().to_owned(), h.value().to_vec()))
         .collect();
     headers.push((ERROR_HEADER.to_owned(), error.to_string().into_bytes()));
     headers.push((
@@ -601,8 +601,8 @@ fn dead_letter(
     ));
     OutputRecord {
         topic: topic.to_owned(),
-        key: record.key.clone(),
-        value: record.value.clone(),
+        key: record.key().map(<[u8]>::to_vec),
+        value: record.value().map(<[u8]>::to_vec),
         headers,
         timestamp: Some(record.timestamp),
     }

@@ -1,8 +1,8 @@
 //! The fast path: a scanner specialised for well-formed events of the usual shape.
 //!
 //! It parses the JSON bytes directly (no `serde_json`), finds the end of each `key` and
-//! `value` string with `memchr` and decodes its base64 with `base64-simd`, straight into a
-//! `Vec` of the exact size, and gives up — returns `None` — on anything it does not handle or that
+//! `value` string with `memchr` and decodes its base64 with `base64-simd`, appending it to
+//! one buffer for the whole event (the *arena*; header values go there too), and gives up — returns `None` — on anything it does not handle or that
 //! would be an error: a backslash escape or control character in a string, an unknown
 //! field, a duplicate, a float or an out-of-range number, invalid or non-canonical
 //! base64, a record listed under another key, offsets out of order, and so on.
@@ -11,24 +11,122 @@
 //! everything and produces the located errors. So the fast path never decides an error:
 //! it only has to accept a subset of what the full path accepts, and build the same
 //! value for it. `tests::fast_path_agrees_with_serde_path` checks that on mutated events.
+//!
+//! Decoding runs in two steps. The scan appends every decoded byte string to the arena and
+//! notes where it is ([`Span`]) in a [`Pending`] record; header names are shared: one
+//! `Arc<str>` per distinct name ([`Parser::header_name`]). Then the arena becomes one
+//! [`Bytes`] and each record takes its views of it ([`build`]). So an event costs a few
+//! allocations per partition and one per record with headers (its header list), instead
+//! of one per key, value, header name and header value.
 
 use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
 
 use crate::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record, SchemaMetadata};
 use crate::event::{TimestampType, TopicPartition};
 
 /// Decodes `json` if it is a well-formed event of the usual shape; `None` otherwise.
 pub(crate) fn decode(json: &[u8]) -> Option<KafkaEvent> {
-    let mut p = Parser { s: json, i: 0 };
+    let mut p = Parser {
+        s: json,
+        i: 0,
+        // Every decoded byte comes from at least 4/3 bytes of base64 or, for header
+        // values, from at least two bytes of JSON (`0,`): the arena never grows.
+        arena: Vec::with_capacity(json.len() / 4 * 3 + 3),
+        headers: Vec::new(),
+        names: Vec::new(),
+    };
     let event = p.event()?;
     p.ws();
-    (p.i == json.len()).then_some(event)
+    (p.i == json.len()).then(|| build(event, p.arena, &p.headers))
 }
 
-/// A cursor over the input. Every method returns `None` to give up.
+/// A decoded byte string: its place in the arena.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+}
+
+/// A header as scanned: its shared name and the place of its value in the arena.
+struct PendingHeader {
+    name: Arc<str>,
+    value: Span,
+}
+
+/// A record as scanned: a [`Record`] whose byte strings are still places in the arena.
+struct Pending {
+    offset: i64,
+    timestamp: i64,
+    timestamp_type: TimestampType,
+    key: Option<Span>,
+    value: Option<Span>,
+    /// The record's headers: `headers.0..headers.1` in [`Parser::headers`].
+    headers: (usize, usize),
+    key_schema_metadata: Option<SchemaMetadata>,
+    value_schema_metadata: Option<SchemaMetadata>,
+}
+
+/// An event as scanned, before its records take their views of the arena.
+struct PendingEvent {
+    source: EventSource,
+    bootstrap_servers: String,
+    partitions: Vec<(TopicPartition, Vec<Pending>)>,
+}
+
+/// The second step: the arena becomes one [`Bytes`], and each record gets its views of it.
+fn build(event: PendingEvent, arena: Vec<u8>, headers: &[PendingHeader]) -> KafkaEvent {
+    let arena = Bytes::from(arena);
+    let view = |s: Span| arena.slice(s.start..s.end);
+    let partitions = event
+        .partitions
+        .into_iter()
+        .map(|(tp, pending)| PartitionRecords {
+            tp,
+            records: pending
+                .into_iter()
+                .map(|r| Record {
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    timestamp_type: r.timestamp_type,
+                    key: r.key.map(view),
+                    value: r.value.map(view),
+                    headers: headers[r.headers.0..r.headers.1]
+                        .iter()
+                        .map(|h| Header {
+                            name: Arc::clone(&h.name),
+                            value: view(h.value),
+                        })
+                        .collect(),
+                    key_schema_metadata: r.key_schema_metadata,
+                    value_schema_metadata: r.value_schema_metadata,
+                })
+                .collect(),
+        })
+        .collect();
+    KafkaEvent {
+        source: event.source,
+        bootstrap_servers: event.bootstrap_servers,
+        partitions,
+    }
+}
+
+/// How many distinct header names an event's decoding shares (more are allocated each time).
+const MAX_SHARED_NAMES: usize = 32;
+
+/// A cursor over the input, and what the scan has decoded so far. Every method returns
+/// `None` to give up.
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
+    /// Every decoded key, value and header value of the event, one after the other.
+    arena: Vec<u8>,
+    /// Every header of the event, in order; each [`Pending`] record names its range.
+    headers: Vec<PendingHeader>,
+    /// The distinct header names met so far (at most [`MAX_SHARED_NAMES`]).
+    names: Vec<Arc<str>>,
 }
 
 /// Which fields of an object were seen (to give up on duplicates and missing fields).
@@ -233,18 +331,33 @@ impl<'a> Parser<'a> {
         Some(n)
     }
 
-    /// `null` or a base64 string, decoded.
+    /// `null` or a base64 string, decoded into the arena.
     #[inline]
-    fn bytes(&mut self) -> Option<Option<Vec<u8>>> {
+    fn bytes(&mut self) -> Option<Option<Span>> {
         if self.null()? {
             return Some(None);
         }
         self.eat(b'"')?;
         let start = self.i;
         let len = memchr::memchr(b'"', self.s.get(start..)?)?;
-        let decoded = base64_decode(&self.s[start..start + len])?;
+        let span = base64_decode_into(&self.s[start..start + len], &mut self.arena)?;
         self.i = start + len + 1;
-        Some(Some(decoded))
+        Some(Some(span))
+    }
+
+    /// A header name (an object key, checked for UTF-8), shared with the earlier headers
+    /// of the same name.
+    #[inline]
+    fn header_name(&mut self) -> Option<Arc<str>> {
+        let raw = self.key()?;
+        if let Some(name) = self.names.iter().find(|n| n.as_bytes() == raw) {
+            return Some(Arc::clone(name));
+        }
+        let name: Arc<str> = Arc::from(std::str::from_utf8(raw).ok()?);
+        if self.names.len() < MAX_SHARED_NAMES {
+            self.names.push(Arc::clone(&name));
+        }
+        Some(name)
     }
 
     /// `null` or a string.
@@ -255,7 +368,7 @@ impl<'a> Parser<'a> {
         Some(Some(self.str()?.to_owned()))
     }
 
-    fn event(&mut self) -> Option<KafkaEvent> {
+    fn event(&mut self) -> Option<PendingEvent> {
         let mut seen = Seen::default();
         let mut msk = None;
         let mut arn = None;
@@ -296,21 +409,21 @@ impl<'a> Parser<'a> {
         } else {
             EventSource::SelfManaged
         };
-        Some(KafkaEvent {
+        Some(PendingEvent {
             source,
             bootstrap_servers: bootstrap_servers?,
             partitions: partitions?,
         })
     }
 
-    fn records(&mut self) -> Option<Vec<PartitionRecords>> {
+    fn records(&mut self) -> Option<Vec<(TopicPartition, Vec<Pending>)>> {
         let mut partitions = Vec::new();
         if self.open(b'{', b'}')? {
             loop {
                 let key = std::str::from_utf8(self.key()?).ok()?;
                 let tp = TopicPartition::from_key(key)?;
                 let records = self.record_list(&tp)?;
-                partitions.push(PartitionRecords { tp, records });
+                partitions.push((tp, records));
                 if !self.more(b'}')? {
                     break;
                 }
@@ -318,15 +431,15 @@ impl<'a> Parser<'a> {
         }
         if partitions.len() > 1 {
             let mut seen = HashSet::with_capacity(partitions.len());
-            if !partitions.iter().all(|p| seen.insert(&p.tp)) {
+            if !partitions.iter().all(|(tp, _)| seen.insert(tp)) {
                 return None;
             }
         }
         Some(partitions)
     }
 
-    fn record_list(&mut self, tp: &TopicPartition) -> Option<Vec<Record>> {
-        let mut records: Vec<Record> = Vec::new();
+    fn record_list(&mut self, tp: &TopicPartition) -> Option<Vec<Pending>> {
+        let mut records: Vec<Pending> = Vec::new();
         if !self.open(b'[', b']')? {
             return Some(records);
         }
@@ -350,14 +463,14 @@ impl<'a> Parser<'a> {
         Some(records)
     }
 
-    fn record(&mut self, tp: &TopicPartition) -> Option<Record> {
+    fn record(&mut self, tp: &TopicPartition) -> Option<Pending> {
         let mut seen = Seen::default();
         let mut offset = 0;
         let mut timestamp = 0;
         let mut timestamp_type = TimestampType::CreateTime;
         let mut key = None;
         let mut value = None;
-        let mut headers = Vec::new();
+        let mut headers = (0, 0);
         let mut key_schema_metadata = None;
         let mut value_schema_metadata = None;
         let mut next = 0;
@@ -435,7 +548,7 @@ impl<'a> Parser<'a> {
         if seen.0 & 0b1_1111 != 0b1_1111 {
             return None;
         }
-        Some(Record {
+        Some(Pending {
             offset,
             timestamp,
             timestamp_type,
@@ -447,17 +560,18 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// `headers`: `null` or `[{"name": [bytes...]}, ...]`.
-    fn headers(&mut self) -> Option<Vec<Header>> {
-        let mut headers = Vec::new();
+    /// `headers`: `null` or `[{"name": [bytes...]}, ...]`, appended to
+    /// [`headers`](Self::headers) (the values to the arena); returns their range there.
+    fn headers(&mut self) -> Option<(usize, usize)> {
+        let first = self.headers.len();
         if self.null()? || !self.open(b'[', b']')? {
-            return Some(headers);
+            return Some((first, first));
         }
         loop {
             if self.open(b'{', b'}')? {
                 loop {
-                    let name = std::str::from_utf8(self.key()?).ok()?.to_owned();
-                    let mut value = Vec::new();
+                    let name = self.header_name()?;
+                    let start = self.arena.len();
                     if self.open(b'[', b']')? {
                         loop {
                             // Two's complement: -17 and 239 are both 0xEF.
@@ -465,13 +579,15 @@ impl<'a> Parser<'a> {
                             if !(-128..=255).contains(&byte) {
                                 return None;
                             }
-                            value.push(byte as u8);
+                            self.arena.push(byte as u8);
                             if !self.more(b']')? {
                                 break;
                             }
                         }
                     }
-                    headers.push(Header { name, value });
+                    let end = self.arena.len();
+                    let value = Span { start, end };
+                    self.headers.push(PendingHeader { name, value });
                     if !self.more(b'}')? {
                         break;
                     }
@@ -481,7 +597,7 @@ impl<'a> Parser<'a> {
                 break;
             }
         }
-        Some(headers)
+        Some((first, self.headers.len()))
     }
 
     /// `keySchemaMetadata` / `valueSchemaMetadata`: `null` or an object of optional strings.
@@ -578,10 +694,31 @@ static STOP: [bool; 256] = {
 /// Decodes standard base64 with canonical padding, exactly as
 /// `base64::engine::general_purpose::STANDARD` does (padding required, no stray bits in
 /// the last symbol, no whitespace); `None` wherever it would fail. The work is done by
-/// `base64-simd` (SIMD with runtime CPU detection, a table decoder elsewhere), into a
-/// `Vec` of the exact size; the tests check the agreement with the `base64` crate.
+/// `base64-simd` (SIMD with runtime CPU detection, a table decoder elsewhere); the tests
+/// check the agreement with the `base64` crate.
+#[cfg(test)]
 pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    base64_simd::STANDARD.decode_to_vec(text).ok()
+    let mut out = Vec::new();
+    let span = base64_decode_into(text, &mut out)?;
+    Some(out[span.start..span.end].to_vec())
+}
+
+/// [`base64_decode`], appending the bytes to `arena`; returns where they are.
+#[inline]
+fn base64_decode_into(text: &[u8], arena: &mut Vec<u8>) -> Option<Span> {
+    let start = arena.len();
+    // At most 3 bytes per 4 symbols. `decode_append` reserves exactly what it needs,
+    // which would reallocate on every call once the arena is full: grow it geometrically
+    // first (the arena is sized for the whole event, so this does not happen in practice).
+    arena.reserve(text.len() / 4 * 3 + 3);
+    if base64_simd::STANDARD.decode_append(text, arena).is_err() {
+        arena.truncate(start);
+        return None;
+    }
+    Some(Span {
+        start,
+        end: arena.len(),
+    })
 }
 
 #[cfg(test)]

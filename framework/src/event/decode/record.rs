@@ -4,6 +4,7 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -152,8 +153,8 @@ fn finish<E: de::Error>(ctx: &mut Ctx, tp: &TopicPartition, f: Fields) -> Result
         offset,
         timestamp,
         timestamp_type,
-        key: f.key.flatten(),
-        value: f.value.flatten(),
+        key: f.key.flatten().map(Bytes::from),
+        value: f.value.flatten().map(Bytes::from),
         headers: f.headers.unwrap_or_default(),
         key_schema_metadata: f.key_schema_metadata.flatten(),
         value_schema_metadata: f.value_schema_metadata.flatten(),
@@ -360,7 +361,7 @@ impl<'de> Visitor<'de> for HeaderObjectSeed<'_> {
                 ctx: &mut *self.ctx,
                 name: &name,
             })?;
-            self.out.push(Header { name, value });
+            self.out.push(Header::new(name, value));
         }
         Ok(())
     }
