@@ -492,6 +492,15 @@ impl Drop for LambdaWatch {
     }
 }
 
+/// A topic of its own (a unique name from `name`) with `partitions` partitions on the broker.
+pub async fn new_topic(name: &str, partitions: i32) -> String {
+    let topic = unique(name);
+    local_runner::admin::create_topic(&bootstrap(), &topic, partitions)
+        .await
+        .expect("topic");
+    topic
+}
+
 /// Produces `lines` to `topic`, line i to partition i mod `partitions` (so each partition
 /// holds every `partitions`-th line, in order).
 pub async fn produce_across_partitions(topic: &str, lines: &[String], partitions: i32) {

@@ -16,9 +16,7 @@ use lambda_streams::event::{KafkaEvent, TopicPartition};
 use lambda_streams_e2e::*;
 use local_runner::destination::{ATTEMPTS_HEADER, ERROR_HEADER, REASON_HEADER, SOURCE_HEADER};
 use local_runner::runner::MAX_PAYLOAD_BYTES;
-use local_runner::{
-    InvokeError, RunSummary, Runner, RunnerConfig, StartingPosition, Transport, admin,
-};
+use local_runner::{InvokeError, RunSummary, Runner, RunnerConfig, StartingPosition, Transport};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -124,11 +122,7 @@ async fn produce(topic: &str, records: Vec<Out>) {
 }
 
 async fn topic(name: &str, partitions: i32) -> String {
-    let topic = unique(name);
-    admin::create_topic(&bootstrap(), &topic, partitions)
-        .await
-        .expect("topic");
-    topic
+    new_topic(name, partitions).await
 }
 
 fn esm_config(topic: &str) -> RunnerConfig {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lambda_streams::event::KafkaEvent;
 use lambda_streams_e2e::*;
-use local_runner::{InvokeError, RunSummary, Runner, RunnerConfig, Transport, admin};
+use local_runner::{InvokeError, RunSummary, Runner, RunnerConfig, Transport};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
@@ -71,11 +71,7 @@ async fn produce(topic: &str, partitions: &[i32], count: usize) {
 }
 
 async fn topic(name: &str, partitions: i32) -> String {
-    let topic = unique(name);
-    admin::create_topic(&bootstrap(), &topic, partitions)
-        .await
-        .expect("topic");
-    topic
+    new_topic(name, partitions).await
 }
 
 fn config(topic: &str, group: &str) -> RunnerConfig {
