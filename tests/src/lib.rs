@@ -58,17 +58,21 @@ pub fn ssl_ca_location() -> String {
     })
 }
 
+/// Whether something accepts TCP connections at `address` (host:port) within 2 s.
+fn listening(address: &str) -> bool {
+    address
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok())
+}
+
 /// Panics with the fix when the broker's secured listeners are not there.
 pub fn require_secured_listeners() {
     require_services();
     for address in [sasl_bootstrap(), ssl_bootstrap(), sasl_ssl_bootstrap()] {
-        let reachable = address
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut a| a.next())
-            .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
         assert!(
-            reachable,
+            listening(&address),
             "no Kafka listener at {address}: the broker was started without the SASL/SSL listeners; restart it with `scripts/services down kafka; scripts/services up kafka`"
         );
     }
@@ -835,13 +839,8 @@ pub fn iam_credentials() -> IamTestCredentials {
 pub fn require_iam_listener() {
     require_secured_listeners();
     let address = iam_bootstrap();
-    let reachable = address
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_ok());
     assert!(
-        reachable,
+        listening(&address),
         "no Kafka listener at {address}: the broker was started without the MSK IAM listener; restart it with `scripts/services down kafka; scripts/services up kafka`"
     );
 }

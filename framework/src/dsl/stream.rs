@@ -8,6 +8,7 @@ use super::rekey::{Grouped, PendingRekey, Wire};
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
+use crate::event::encode::decimal;
 use crate::runtime::context::{Ctx, Origin};
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SOURCE_HEADER, VERSION_HEADER};
@@ -753,25 +754,6 @@ fn source_header(tp: &TopicPartition, offset: i64) -> Vec<u8> {
     out.push(b':');
     out.extend_from_slice(offset);
     out
-}
-
-/// The decimal digits of `n` (with a `-` if negative), written at the end of `buf`.
-fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut pos = buf.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        pos -= 1;
-        buf[pos] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        pos -= 1;
-        buf[pos] = b'-';
-    }
-    &buf[pos..]
 }
 
 /// Either a user function's error or an error of the operators downstream of it.

@@ -177,6 +177,12 @@ fn push_str(out: &mut Vec<u8>, s: &str) {
 /// A decimal integer, without going through `fmt`.
 fn push_int(out: &mut Vec<u8>, n: i64) {
     let mut buf = [0u8; 20];
+    out.extend_from_slice(decimal(n, &mut buf));
+}
+
+/// The decimal digits of `n` (with a `-` if negative), written at the end of `buf`
+/// (20 bytes hold `i64::MIN`).
+pub(crate) fn decimal(n: i64, buf: &mut [u8; 20]) -> &[u8] {
     let mut pos = buf.len();
     let mut rest = n.unsigned_abs();
     loop {
@@ -188,9 +194,10 @@ fn push_int(out: &mut Vec<u8>, n: i64) {
         }
     }
     if n < 0 {
-        out.push(b'-');
+        pos -= 1;
+        buf[pos] = b'-';
     }
-    out.extend_from_slice(&buf[pos..]);
+    &buf[pos..]
 }
 
 #[cfg(test)]

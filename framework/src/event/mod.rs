@@ -77,7 +77,7 @@
 //! ```
 
 mod decode;
-mod encode;
+pub(crate) mod encode;
 mod error;
 #[cfg(test)]
 mod tests;
