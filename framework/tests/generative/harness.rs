@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition};
+use lambda_streams::event::{
+    EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+};
 use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
 use lambda_streams::sink::{MemorySink, OutputRecord, VERSION_HEADER};
 use lambda_streams::state::Store;
@@ -100,14 +102,28 @@ impl Source {
             .filter(|(tp, log)| self.committed.get(*tp).copied().unwrap_or(0) < log.len())
             .map(|(tp, _)| tp.clone())
             .collect();
-        let tables: Vec<TopicPartition> = lag.iter().filter(|tp| tp.topic == "t0" || tp.topic == "t1").cloned().collect();
+        let tables: Vec<TopicPartition> = lag
+            .iter()
+            .filter(|tp| tp.topic == "t0" || tp.topic == "t1")
+            .cloned()
+            .collect();
         if tables.is_empty() { lag } else { tables }
     }
 }
 
-fn process(topology: &Topology, event: &KafkaEvent, store: &dyn Store, source: &mut Source) -> Result<(), String> {
+fn process(
+    topology: &Topology,
+    event: &KafkaEvent,
+    store: &dyn Store,
+    source: &mut Source,
+) -> Result<(), String> {
     let sink = MemorySink::new();
-    let result = futures::executor::block_on(topology.process_with(event, store, &sink, &BatchOptions::default()));
+    let result = futures::executor::block_on(topology.process_with(
+        event,
+        store,
+        &sink,
+        &BatchOptions::default(),
+    ));
     source.absorb(sink.records());
     result.map(|_| ()).map_err(|e| e.to_string())
 }
@@ -177,12 +193,17 @@ pub fn run_schedule(
             ranges.push((tp, from, to));
         }
         let event = source.event(&ranges);
-        let fault = if faults == Fault::Any && rng.chance(40) { rng.below(5) } else { 9 };
+        let fault = if faults == Fault::Any && rng.chance(40) {
+            rng.below(5)
+        } else {
+            9
+        };
         let mut committed_ranges = ranges.clone();
         match fault {
             0 => {
                 log.push(format!("duplicate {ranges:?}"));
-                process(topology, &event, store, &mut source).map_err(|e| format!("batch {ranges:?}: {e}"))?;
+                process(topology, &event, store, &mut source)
+                    .map_err(|e| format!("batch {ranges:?}: {e}"))?;
             }
             1 | 2 => {
                 // A crash after k state writes, then a retry: same boundaries, or the
@@ -195,7 +216,9 @@ pub fn run_schedule(
                         *to = (*to + rng.below(3) as usize).min(source.logs[tp].len());
                     }
                 }
-                log.push(format!("crash after {k} writes ({crashed:?}) then retry {committed_ranges:?}"));
+                log.push(format!(
+                    "crash after {k} writes ({crashed:?}) then retry {committed_ranges:?}"
+                ));
             }
             3 => {
                 // A zombie: this attempt finishes after its retry (and later batches).
@@ -219,13 +242,15 @@ pub fn run_schedule(
                     let to = (from + rng.range(1, 4) as usize).min(c);
                     let old = source.event(&[(tp.clone(), from, to)]);
                     log.push(format!("redeliver {tp}[{from}..{to})"));
-                    process(topology, &old, store, &mut source).map_err(|e| format!("redelivery {tp}[{from}..{to}): {e}"))?;
+                    process(topology, &old, store, &mut source)
+                        .map_err(|e| format!("redelivery {tp}[{from}..{to}): {e}"))?;
                 }
             }
             _ => {}
         }
         let event = source.event(&committed_ranges);
-        process(topology, &event, store, &mut source).map_err(|e| format!("batch {committed_ranges:?}: {e}"))?;
+        process(topology, &event, store, &mut source)
+            .map_err(|e| format!("batch {committed_ranges:?}: {e}"))?;
         for (tp, _, to) in &committed_ranges {
             source.committed.insert(tp.clone(), *to);
         }
@@ -244,8 +269,12 @@ pub fn run_schedule(
 }
 
 fn decode(r: &OutputRecord) -> Result<(K, V, i64), String> {
-    let key = Nullable(Utf8).deserialize(r.key.as_deref()).map_err(|e| e.0)?;
-    let value = Nullable(DecimalI64).deserialize(r.value.as_deref()).map_err(|e| e.0)?;
+    let key = Nullable(Utf8)
+        .deserialize(r.key.as_deref())
+        .map_err(|e| e.0)?;
+    let value = Nullable(DecimalI64)
+        .deserialize(r.value.as_deref())
+        .map_err(|e| e.0)?;
     Ok((key, value, r.timestamp.unwrap_or_default()))
 }
 
@@ -266,7 +295,10 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
         let records: Vec<&OutputRecord> = run.outputs.iter().filter(|r| r.topic == topic).collect();
         match want {
             Expected::Records(want) => {
-                let mut got = records.iter().map(|r| decode(r)).collect::<Result<Vec<_>, _>>()?;
+                let mut got = records
+                    .iter()
+                    .map(|r| decode(r))
+                    .collect::<Result<Vec<_>, _>>()?;
                 got.sort();
                 let ok = if faults == Fault::None {
                     got == *want
@@ -296,12 +328,16 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
                 for (n, r) in records.iter().enumerate() {
                     let (key, value, _) = decode(r)?;
-                    let key = key.ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
+                    let key = key
+                        .ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
                     let version = if by_version {
-                        let header = r
-                            .header(VERSION_HEADER)
-                            .ok_or_else(|| format!("topic {topic}: a table update without {VERSION_HEADER}"))?;
-                        std::str::from_utf8(header).ok().and_then(|s| s.parse().ok()).ok_or("bad version header")?
+                        let header = r.header(VERSION_HEADER).ok_or_else(|| {
+                            format!("topic {topic}: a table update without {VERSION_HEADER}")
+                        })?;
+                        std::str::from_utf8(header)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .ok_or("bad version header")?
                     } else {
                         n as u64
                     };
@@ -317,8 +353,10 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                         }
                     }
                 }
-                let got: BTreeMap<String, i64> =
-                    latest.into_iter().filter_map(|(k, (_, v))| v.map(|v| (k, v))).collect();
+                let got: BTreeMap<String, i64> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v))| v.map(|v| (k, v)))
+                    .collect();
                 if got != *want {
                     return Err(format!(
                         "topic {topic}: final table {got:?}\nreference   {want:?}\nfaults: {:?}",

@@ -357,11 +357,12 @@ impl Plan {
     pub fn generate(family: &str, rng: &mut Rng) -> Plan {
         let d = 2;
         let mut time_base = 0;
-        let group = |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
-            0 => Group::Key,
-            1 => Group::Direct(KeyFn::random(rng)),
-            _ => Group::With(KeyFn::random(rng)),
-        };
+        let group =
+            |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
+                0 => Group::Key,
+                1 => Group::Direct(KeyFn::random(rng)),
+                _ => Group::With(KeyFn::random(rng)),
+            };
         let source_table = |rng: &mut Rng| {
             let t = T::Source(rng.below(2) as usize);
             match rng.below(4) {
@@ -374,7 +375,12 @@ impl Plan {
             "stateless" => vec![Out::Stream(stream(rng, 2, 3))],
             "repartition_once" => {
                 let s = stream(rng, 2, d);
-                vec![Out::Stream(stateless(rng, S::Repartition(Box::new(s)), d, false))]
+                vec![Out::Stream(stateless(
+                    rng,
+                    S::Repartition(Box::new(s)),
+                    d,
+                    false,
+                ))]
             }
             "aggregate_by_key" => vec![Out::Table(T::Agg(
                 Box::new(stream(rng, 2, d)),
@@ -412,7 +418,10 @@ impl Plan {
                 let win = windows(rng, hopping);
                 time_base = win.size();
                 let (s, g) = if rng.chance(50) {
-                    (S::Repartition(Box::new(stream(rng, 2, d))), group(rng, true))
+                    (
+                        S::Repartition(Box::new(stream(rng, 2, d))),
+                        group(rng, true),
+                    )
                 } else {
                     (stream(rng, 2, d), Group::With(KeyFn::random(rng)))
                 };
@@ -431,21 +440,37 @@ impl Plan {
                 vec![Out::Table(T::ToTable(Box::new(s)))]
             }
             "stream_table_join" => {
-                let s = S::Join(Box::new(stream(rng, 2, d)), Box::new(source_table(rng)), rng.chance(50));
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
                 vec![Out::Stream(stateless(rng, s, d, false))]
             }
             "table_table_join" => {
                 let a = source_table(rng);
                 let b = T::Source(1 - rng.below(2) as usize);
-                vec![Out::Table(T::Join(Box::new(a), Box::new(b), rng.chance(50)))]
+                vec![Out::Table(T::Join(
+                    Box::new(a),
+                    Box::new(b),
+                    rng.chance(50),
+                ))]
             }
             "join_then_aggregate" => {
-                let s = S::Join(Box::new(stream(rng, 2, d)), Box::new(source_table(rng)), rng.chance(50));
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
                 let s = stateless(rng, s, 1, false);
                 vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
             }
             "join_then_window" => {
-                let s = S::Join(Box::new(stream(rng, 2, d)), Box::new(source_table(rng)), rng.chance(50));
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
                 let win = windows(rng, false);
                 vec![Out::Windowed(W {
                     stream: s,
@@ -456,8 +481,16 @@ impl Plan {
                 })]
             }
             "two_joins_then_aggregate" => {
-                let s = S::Join(Box::new(stream(rng, 2, 1)), Box::new(T::Source(0)), rng.chance(50));
-                let s = S::Join(Box::new(stateless(rng, s, 1, true)), Box::new(T::Source(1)), rng.chance(50));
+                let s = S::Join(
+                    Box::new(stream(rng, 2, 1)),
+                    Box::new(T::Source(0)),
+                    rng.chance(50),
+                );
+                let s = S::Join(
+                    Box::new(stateless(rng, s, 1, true)),
+                    Box::new(T::Source(1)),
+                    rng.chance(50),
+                );
                 vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
             }
             "two_repartition_hops" => {
@@ -478,7 +511,9 @@ impl Plan {
             }
             "table_update_stream_to_table" => {
                 let inner = T::Agg(Box::new(stream(rng, 2, 1)), group(rng, true), agg(rng));
-                vec![Out::Table(T::ToTable(Box::new(S::ToStream(Box::new(inner)))))]
+                vec![Out::Table(T::ToTable(Box::new(S::ToStream(Box::new(
+                    inner,
+                )))))]
             }
             other => panic!("unknown family {other}"),
         };
@@ -498,14 +533,20 @@ impl Plan {
             let topic = format!("o{i}");
             match out {
                 Out::Stream(s) => b.stream(s).to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
-                Out::Table(t) => b
-                    .table(t)
-                    .to_change_stream()
-                    .to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
+                Out::Table(t) => {
+                    b.table(t)
+                        .to_change_stream()
+                        .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                }
                 Out::Windowed(w) => b
                     .windowed(w)
                     .to_change_stream()
-                    .map(|w, v| (Some(format!("{}@{}", w.key.unwrap_or_default(), w.start)), v))
+                    .map(|w, v| {
+                        (
+                            Some(format!("{}@{}", w.key.unwrap_or_default(), w.start)),
+                            v,
+                        )
+                    })
                     .to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
             }
         }
@@ -552,7 +593,8 @@ impl Builder<'_> {
             }
             S::Map(s, kf, vf) => {
                 let (kf, vf) = (*kf, *vf);
-                self.stream(s).map(move |k, v| (kf.apply(&k, &v), vf.apply(v)))
+                self.stream(s)
+                    .map(move |k, v| (kf.apply(&k, &v), vf.apply(v)))
             }
             S::FlatMapValues(s, n) => {
                 let n = *n;
@@ -572,7 +614,8 @@ impl Builder<'_> {
             }
             S::Repartition(s) => {
                 let topic = self.name("rp");
-                self.stream(s).repartition(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                self.stream(s)
+                    .repartition(&topic, Nullable(Utf8), Nullable(DecimalI64))
             }
             S::Join(s, t, left) => {
                 let stream = self.stream(s);
@@ -619,7 +662,9 @@ impl Builder<'_> {
                 let g = self.grouped(s, *group, *agg);
                 match agg {
                     Agg::Count => g.count(&store),
-                    Agg::Sum => g.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64),
+                    Agg::Sum => {
+                        g.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64)
+                    }
                     Agg::Max => g
                         .reduce(&store, |a, b| a.max(b), Nullable(DecimalI64))
                         .map_values(|v| v.unwrap_or(i64::MIN)),
@@ -662,7 +707,12 @@ impl Builder<'_> {
         match w.agg {
             Agg::Count => wg.count(&store),
             Agg::Sum => wg.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64),
-            Agg::Max => wg.aggregate(&store, || i64::MIN, |_, v, a| a.max(v.unwrap_or(i64::MIN)), DecimalI64),
+            Agg::Max => wg.aggregate(
+                &store,
+                || i64::MIN,
+                |_, v, a| a.max(v.unwrap_or(i64::MIN)),
+                DecimalI64,
+            ),
         }
     }
 }
@@ -754,7 +804,9 @@ impl Inputs {
             };
             let p = partition_of(key.as_deref().map(str::as_bytes))
                 .unwrap_or_else(|| rng.below(PARTITIONS as u64) as i32);
-            logs.get_mut(&(topic, p)).unwrap().push(In { key, value, ts });
+            logs.get_mut(&(topic, p))
+                .unwrap()
+                .push(In { key, value, ts });
         }
         Inputs { logs }
     }

@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use super::plan::{Agg, Group, In, Inputs, K, Out, PARTITIONS, Plan, S, T, V, W, flat, stream_joiner, table_joiner};
+use super::plan::{
+    Agg, Group, In, Inputs, K, Out, PARTITIONS, Plan, S, T, V, W, flat, stream_joiner, table_joiner,
+};
 
 /// A record on its way through the reference.
 #[derive(Debug, Clone)]
@@ -204,8 +206,14 @@ fn table(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
                 })
                 .collect()
         }
-        T::MapValues(t, c) => table(t, inputs).into_iter().map(|(k, v)| (k, v + c)).collect(),
-        T::Filter(t, c) => table(t, inputs).into_iter().filter(|(_, v)| v > c).collect(),
+        T::MapValues(t, c) => table(t, inputs)
+            .into_iter()
+            .map(|(k, v)| (k, v + c))
+            .collect(),
+        T::Filter(t, c) => table(t, inputs)
+            .into_iter()
+            .filter(|(_, v)| v > c)
+            .collect(),
     }
 }
 
