@@ -26,13 +26,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::describe::NodeKind;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
-use crate::runtime::context::Ctx;
 use crate::serdes::{Serde, SerdeError};
+use crate::topology::context::Ctx;
+use crate::topology::describe::NodeKind;
 
 /// How close in time two records must be to join, as Kafka Streams' `JoinWindows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
