@@ -1,4 +1,7 @@
 //! `KStream`: an unbounded stream of key-value records, and its stateless operators.
+//!
+//! Longer than 800 lines because it is one type's operator set (each operator a short
+//! method with its rustdoc example), as Kafka Streams' `KStream` is one interface.
 
 use std::fmt::Display;
 use std::sync::{Arc, PoisonError, RwLock};
