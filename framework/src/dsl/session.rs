@@ -18,7 +18,10 @@
 //! the item is written). A key's sessions are kept while they end less than `2 * gap + grace`
 //! before the newest record of the key (any record that is not late can still merge with
 //! them when a key's records come from one partition: `group_by_key`, or a repartition
-//! topic), then dropped from the item, which keeps to its 400 KB.
+//! topic), then dropped from the item, which keeps to its 400 KB. A session starts at its
+//! earliest record, so none starts before 0; a record with a negative timestamp (none, for
+//! Kafka) is a poison record. Session items carry no TTL: a key's sessions live in its one
+//! item, pruned as above.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -208,11 +211,21 @@ where
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
-                let Some((_, _, ts)) = ctx.record_time() else {
+                let (Some((tp, offset)), Some((_, _, ts))) =
+                    (ctx.record_coordinates(), ctx.record_time())
+                else {
                     return Err(StreamError::Config(
                         "session windows take source records, not a table's updates".into(),
                     ));
                 };
+                if ts < 0 {
+                    // Kafka Streams creates no window before 0 and drops such records.
+                    return Err(StreamError::User {
+                        tp,
+                        offset,
+                        reason: format!("session windows need a timestamp of 0 or more, not {ts}"),
+                    });
+                }
                 let close = ctx
                     .stream_time()
                     .saturating_sub(windows.gap)
