@@ -395,6 +395,22 @@ mod tests {
     }
 
     #[test]
+    fn a_window_item_lives_the_retention_past_its_close_and_past_its_write() {
+        let (day, now) = (86_400_000, 1_790_000_000_123);
+        // Live data: the window closes after the write, so close + retention is later.
+        assert_eq!(
+            expires_at(now + 60_000, day, now),
+            (now + 60_000 + day) / 1000 + 1
+        );
+        // A replay a month behind: close + retention is long past; the write time counts.
+        let month_ago = now - 30 * day;
+        assert_eq!(expires_at(month_ago, day, now), (now + day) / 1000 + 1);
+        assert!(expires_at(month_ago, day, now) * 1000 > now + day);
+        // No overflow at the edges.
+        assert_eq!(expires_at(i64::MAX, i64::MAX, now), i64::MAX / 1000 + 1);
+    }
+
+    #[test]
     fn a_window_closes_at_end_plus_grace() {
         let windows = TimeWindows::of_size(Duration::from_secs(60)).grace(Duration::from_secs(10));
         assert!(!windows.is_closed(0, 69_999));
