@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lambda_streams::driver::TestDriver;
-use lambda_streams::dsl::{Grouped, SessionWindows, TimeWindows};
+use lambda_streams::dsl::{Grouped, TimeWindows};
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -139,23 +139,6 @@ fn a_negative_timestamp_in_time_windows_is_a_poison_record_named_by_its_coordina
     let driver = TestDriver::new(hopping_counts());
     let error = driver
         .pipe("clicks", 0, None, Some(b"/home".to_vec()), -1)
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("clicks-0 offset 0"), "{error}");
-    assert!(error.contains("timestamp of 0 or more"), "{error}");
-}
-
-#[test]
-fn a_negative_timestamp_in_session_windows_is_a_poison_record() {
-    let builder = StreamsBuilder::new();
-    builder
-        .stream("clicks", Utf8, Utf8)
-        .group_by_key(Utf8)
-        .windowed_by_session(SessionWindows::with_inactivity_gap(millis(5 * SECOND)))
-        .count("sessions");
-    let driver = TestDriver::new(builder.build());
-    let error = driver
-        .pipe("clicks", 0, Some(b"u".to_vec()), Some(b"/".to_vec()), -5)
         .unwrap_err()
         .to_string();
     assert!(error.contains("clicks-0 offset 0"), "{error}");

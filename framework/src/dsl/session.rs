@@ -19,9 +19,9 @@
 //! before the newest record of the key (any record that is not late can still merge with
 //! them when a key's records come from one partition: `group_by_key`, or a repartition
 //! topic), then dropped from the item, which keeps to its 400 KB. A session starts at its
-//! earliest record, so none starts before 0; a record with a negative timestamp (none, for
-//! Kafka) is a poison record. Session items carry no TTL: a key's sessions live in its one
-//! item, pruned as above.
+//! earliest record, so no session starts before its records do (the hopping-window rule of
+//! Kafka Streams, no window before 0, has nothing to cut here). Session items carry no TTL:
+//! a key's sessions live in its one item, pruned as above.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -211,21 +211,11 @@ where
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
-                let (Some((tp, offset)), Some((_, _, ts))) =
-                    (ctx.record_coordinates(), ctx.record_time())
-                else {
+                let Some((_, _, ts)) = ctx.record_time() else {
                     return Err(StreamError::Config(
                         "session windows take source records, not a table's updates".into(),
                     ));
                 };
-                if ts < 0 {
-                    // Kafka Streams creates no window before 0 and drops such records.
-                    return Err(StreamError::User {
-                        tp,
-                        offset,
-                        reason: format!("session windows need a timestamp of 0 or more, not {ts}"),
-                    });
-                }
                 let close = ctx
                     .stream_time()
                     .saturating_sub(windows.gap)
