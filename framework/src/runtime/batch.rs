@@ -142,12 +142,14 @@ pub struct BatchOutcome {
 }
 
 impl BatchOutcome {
-    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"partition":"<topic>-<p>","offset":N}}]}`.
+    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"topic-partition":"<topic>-<p>","offset":N}}]}`.
+    /// The key is `topic-partition`, as Lambda's Kafka event source reads it: with any other
+    /// key name it fails the whole batch.
     pub fn response(&self) -> serde_json::Value {
         let failures: Vec<_> = self
             .failures
             .iter()
-            .map(|(tp, offset)| serde_json::json!({ "itemIdentifier": { "partition": tp.to_string(), "offset": offset } }))
+            .map(|(tp, offset)| serde_json::json!({ "itemIdentifier": { "topic-partition": tp.to_string(), "offset": offset } }))
             .collect();
         serde_json::json!({ "batchItemFailures": failures })
     }
