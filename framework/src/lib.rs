@@ -62,6 +62,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod config_env;
 pub mod driver;
 pub mod dsl;
 pub mod error;
