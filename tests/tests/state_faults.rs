@@ -17,7 +17,9 @@ use lambda_streams::dsl::{EmitStrategy, Grouped, TimeWindows};
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::{
+    DynamoStore, RetrySettings, create_table, emulator_client, emulator_client_with,
+};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
@@ -1272,6 +1274,100 @@ async fn a_store_that_keeps_throttling_fails_the_batch_and_loses_nothing() {
         .await
         .expect("the redelivery succeeds");
     assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
+
+/// Sustained throttling: a client's retries are bounded by its retry budget, not only by
+/// its attempts. With a budget of 10 tokens (the SDK's standard mode charges 5 per
+/// throttled retry), a request that is always refused is tried 1 + 2 times although 10
+/// attempts are allowed; once the budget is spent, the next batch fails at the first
+/// refusal. Each batch fails as a whole with an error naming the table and the
+/// throttling, and emits nothing. Another client of the same process has a budget of its
+/// own. When throughput is back, the event source's redelivery (with other boundaries)
+/// completes exactly: 10 records, counted once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_retry_budget_fails_the_batch_at_once_and_the_redelivery_is_exact() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_, table) = dynamo_table().await;
+    let throttling = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&throttling);
+    let proxy =
+        ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), move |_| {
+            flag.load(Ordering::SeqCst)
+        })
+        .await;
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port);
+    let retry = RetrySettings {
+        max_attempts: 10,
+        retry_budget: 10,
+        ..RetrySettings::default()
+    };
+    let store = DynamoStore::new(
+        emulator_client_with(&endpoint, retry),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    // One key: each batch is one state request.
+    let log = Log(vec![vec!["k0".to_owned(); 10]]);
+    let (topology, sink) = (topology(), MemorySink::new());
+    topology
+        .process(&log.event(&[(0, 0, 3)]), &store, &sink)
+        .await
+        .expect("the first batch is written before the throttling starts");
+    throttling.store(true, Ordering::SeqCst);
+    let failing = log.event(&[(0, 3, 6)]);
+    let throttled_error = |error: StreamError| {
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("table \"{table}\" throttled"))
+                && message.contains("ProvisionedThroughputExceeded")
+                && message.contains("state store \"counts\", key \"k0\""),
+            "names the table, the throttling, the store and the key: {message}"
+        );
+    };
+    let emitted = sink.records().len();
+    throttled_error(
+        topology
+            .process(&failing, &store, &sink)
+            .await
+            .expect_err("the budget pays for two retries, then the batch fails"),
+    );
+    assert_eq!(proxy.throttled(), 3, "1 attempt + 10 / 5 retries");
+    throttled_error(
+        topology
+            .process(&failing, &store, &sink)
+            .await
+            .expect_err("a spent budget retries nothing"),
+    );
+    assert_eq!(proxy.throttled(), 4, "no retry once the budget is spent");
+    let other = DynamoStore::new(
+        emulator_client_with(&endpoint, retry),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    throttled_error(
+        topology
+            .process(&failing, &other, &sink)
+            .await
+            .expect_err("still throttled"),
+    );
+    assert_eq!(
+        proxy.throttled(),
+        7,
+        "another client retries on a budget of its own"
+    );
+    assert_eq!(
+        sink.records().len(),
+        emitted,
+        "a failed batch emits nothing"
+    );
+    throttling.store(false, Ordering::SeqCst);
+    topology
+        .process(&log.event(&[(0, 3, 10)]), &store, &sink)
+        .await
+        .expect("the redelivery succeeds once throughput is back");
+    let truth = BTreeMap::from([("k0".to_owned(), 10)]);
+    assert_eq!(table_counts(&table, STORE).await, truth);
+    assert_eq!(latest_emitted(&sink), truth);
 }
 
 /// An aggregate that outgrows DynamoDB's 400 KB item limit fails the batch with an error

@@ -108,6 +108,15 @@ impl DynamoStore {
         &self.table
     }
 
+    /// [`describe_sdk_error`], naming the table when the request was throttled.
+    fn describe<E, R>(&self, error: &SdkError<E, R>) -> String
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        describe_request(&self.table, error.code(), describe_sdk_error(error))
+    }
+
     /// The attributes every write sets besides the value and the watermarks.
     fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
         let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
@@ -182,12 +191,16 @@ impl DynamoStore {
                     stats.conditional_failures += 1;
                     Ok(Err(failed.item))
                 }
-                other => Err(StateError::new(write.store, write.key, classify(&other))),
+                other => Err(StateError::new(
+                    write.store,
+                    write.key,
+                    classify(&self.table, &other),
+                )),
             },
             Err(other) => Err(StateError::new(
                 write.store,
                 write.key,
-                StateErrorKind::Request(describe_sdk_error(&other)),
+                StateErrorKind::Request(self.describe(&other)),
             )),
         }
     }
@@ -425,9 +438,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| {
-                StateError::new(store, key, StateErrorKind::Request(describe_sdk_error(&e)))
-            })?;
+            .map_err(|e| StateError::new(store, key, StateErrorKind::Request(self.describe(&e))))?;
         out.item()
             .map(parse_state)
             .transpose()
@@ -457,7 +468,7 @@ impl Store for DynamoStore {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            let page = page.map_err(|e| err(self.describe(&e)))?;
             for item in page.items() {
                 if expired(item, now) {
                     continue;
@@ -491,7 +502,7 @@ impl Store for DynamoStore {
                 StateError::new(
                     STREAM_TIME_KEY,
                     b"",
-                    StateErrorKind::Request(describe_sdk_error(&e)),
+                    StateErrorKind::Request(self.describe(&e)),
                 )
             })?;
         let item = out.item().cloned().unwrap_or_default();
@@ -570,7 +581,7 @@ impl Store for DynamoStore {
                     "cannot query index {CLOSING_INDEX:?} of table {:?} (emit-on-close \
                      stores need it; see create_table and template.yaml): {}",
                     self.table,
-                    describe_sdk_error(&e)
+                    self.describe(&e)
                 ))
             })?;
             for item in page.items() {
@@ -652,7 +663,7 @@ impl DynamoStore {
                     .request_items(&self.table, pending.clone())
                     .send()
                     .await
-                    .map_err(|e| describe_sdk_error(&e))?;
+                    .map_err(|e| self.describe(&e))?;
                 if let Some(found) = out.responses.as_mut().and_then(|r| r.remove(&self.table)) {
                     items.extend(found);
                 }
@@ -699,7 +710,7 @@ impl DynamoStore {
                 return Err(StateError::new(
                     store,
                     &window.key,
-                    StateErrorKind::Request(describe_sdk_error(&e)),
+                    StateErrorKind::Request(self.describe(&e)),
                 ));
             }
         }
@@ -736,7 +747,7 @@ impl DynamoStore {
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 Ok(())
             }
-            Err(e) => Err(StateErrorKind::Request(describe_sdk_error(&e))),
+            Err(e) => Err(StateErrorKind::Request(self.describe(&e))),
         }
     }
 
@@ -757,7 +768,7 @@ impl DynamoStore {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            let page = page.map_err(|e| err(self.describe(&e)))?;
             for item in page.items() {
                 if expired(item, now) {
                     continue;
@@ -846,14 +857,15 @@ fn parse_watermarks(
         .collect()
 }
 
-fn classify(error: &UpdateItemError) -> StateErrorKind {
+fn classify(table: &str, error: &UpdateItemError) -> StateErrorKind {
     let message = error.message().unwrap_or_default();
     if error.code() == Some("ValidationException") && message.contains("size") {
         StateErrorKind::ItemTooLarge
     } else {
-        StateErrorKind::Request(format!(
-            "{}: {message}",
-            error.code().unwrap_or("unknown error")
+        StateErrorKind::Request(describe_request(
+            table,
+            error.code(),
+            format!("{}: {message}", error.code().unwrap_or("unknown error")),
         ))
     }
 }
@@ -963,8 +975,15 @@ fn key(name: &str, kind: KeyType) -> KeySchemaElement {
 
 /// A client for a local emulator at `endpoint` (e.g. dynoxide), with static dummy
 /// credentials and a fixed region: it never consults the default credential chain
-/// (which would query the instance metadata service).
+/// (which would query the instance metadata service). The client has the default
+/// [`RetrySettings`] and a retry budget of its own.
 pub fn emulator_client(endpoint: &str) -> Client {
+    emulator_client_with(endpoint, RetrySettings::default())
+}
+
+/// [`emulator_client`] with other retry settings; every call gets a retry budget of its
+/// own, so clients (tests, stores) never spend one another's.
+pub fn emulator_client_with(endpoint: &str, retry: RetrySettings) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
@@ -976,7 +995,8 @@ pub fn emulator_client(endpoint: &str) -> Client {
             None,
             "lambda-streams-emulator",
         ))
-        .retry_config(retry_config())
+        .retry_config(retry.retry_config())
+        .retry_partition(retry.retry_partition(endpoint))
         .http_client(https_client(crate::lambda::TlsRoots::System))
         .build();
     Client::from_conf(config)
@@ -1074,13 +1094,149 @@ fn compiled_roots_pem(amazon_only: bool) -> Vec<u8> {
     pem
 }
 
-/// How DynamoDB requests are retried on throttling and transient errors: up to 6
-/// attempts, exponential backoff with jitter from 25 ms (the SDK's standard mode). A batch
-/// whose writes still fail fails as a whole and is delivered again; nothing is lost.
+/// How the DynamoDB client retries throttled and transient requests, and when it stops.
+///
+/// Every request is tried up to [`max_attempts`](Self::max_attempts) times, with
+/// exponential backoff and jitter from [`initial_backoff`](Self::initial_backoff) (the
+/// SDK's standard mode). The retries of one client also draw on a **retry budget**, the
+/// SDK's token bucket: a retry after throttling or a service error costs 5 tokens, after a
+/// timeout 10; a request that succeeds at once gives 1 back, a retry that succeeds gives its
+/// tokens back, and the budget also refills over a minute of wall-clock time. When the
+/// budget is spent (sustained throttling), requests are no longer retried: they fail at
+/// the first refusal instead of piling retries onto a table that is already over its
+/// throughput.
+///
+/// What a function does then is deliberate: the request's error names the table and says
+/// `throttled`, the batch fails as a whole, nothing of it is emitted, and the Kafka event
+/// source delivers it again (with the same or other boundaries); the watermarks of the
+/// items already written make that redelivery exact (docs/state.md, "Throttling").
+///
+/// Each client gets a budget of its own ([`retry_partition`](Self::retry_partition)): the
+/// SDK would otherwise share one bucket between every DynamoDB client of the process (its
+/// default retry partition is per service), so one table's throttling would spend the
+/// retries of another.
+///
+/// In Lambda ([`crate::lambda::run`]) the settings come from
+/// `LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS` and `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`
+/// ([`RetrySettings::from_env`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// Attempts per request, the first included (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`,
+    /// default 6, at least 1: 1 never retries).
+    pub max_attempts: u32,
+    /// The retry budget in tokens (`LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`, default 500, the
+    /// SDK's: 100 throttled retries; 0 never retries).
+    pub retry_budget: usize,
+    /// The backoff before the first retry; it doubles per attempt, with jitter (25 ms).
+    pub initial_backoff: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        RetrySettings {
+            max_attempts: 6,
+            retry_budget: 500,
+            initial_backoff: Duration::from_millis(25),
+        }
+    }
+}
+
+impl RetrySettings {
+    /// Parses the values of `LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS` and
+    /// `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET` (`None` or blank: the default); an invalid
+    /// value is an error naming the variable.
+    pub fn parse(
+        max_attempts: Option<&str>,
+        retry_budget: Option<&str>,
+    ) -> Result<Self, crate::StreamError> {
+        let mut settings = RetrySettings::default();
+        if let Some(value) = max_attempts.map(str::trim).filter(|v| !v.is_empty()) {
+            settings.max_attempts = value.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                crate::StreamError::Config(format!(
+                    "LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS: {value:?} is not a number of attempts (1 or more)"
+                ))
+            })?;
+        }
+        if let Some(value) = retry_budget.map(str::trim).filter(|v| !v.is_empty()) {
+            settings.retry_budget = value.parse().map_err(|_| {
+                crate::StreamError::Config(format!(
+                    "LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET: {value:?} is not a number of tokens (0 or more)"
+                ))
+            })?;
+        }
+        Ok(settings)
+    }
+
+    /// Reads `LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS` and `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`
+    /// from the environment ([`RetrySettings::parse`]).
+    pub fn from_env() -> Result<Self, crate::StreamError> {
+        let var = |name: &str| std::env::var(name).ok();
+        Self::parse(
+            var("LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS").as_deref(),
+            var("LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET").as_deref(),
+        )
+    }
+
+    /// The SDK retry configuration: standard mode, these attempts and backoff.
+    pub fn retry_config(&self) -> aws_sdk_dynamodb::config::retry::RetryConfig {
+        aws_sdk_dynamodb::config::retry::RetryConfig::standard()
+            .with_max_attempts(self.max_attempts)
+            .with_initial_backoff(self.initial_backoff)
+    }
+
+    /// A retry partition named `name` with a token bucket of its own, holding
+    /// [`retry_budget`](Self::retry_budget) tokens and refilling it in a minute. Every
+    /// call makes a new bucket: clients built from one partition share it, clients built
+    /// from two calls do not.
+    pub fn retry_partition(&self, name: &str) -> aws_sdk_dynamodb::config::retry::RetryPartition {
+        use aws_sdk_dynamodb::config::retry::{RetryPartition, TokenBucket};
+        let bucket = TokenBucket::builder()
+            .capacity(self.retry_budget)
+            .refill_rate(self.retry_budget as f32 / 60.0)
+            .build();
+        RetryPartition::custom(format!("lambda-streams-dynamodb-{name}"))
+            .token_bucket(bucket)
+            .build()
+    }
+
+    /// A DynamoDB client for `table` from a loaded SDK configuration, with these retry
+    /// settings and a retry budget of its own.
+    pub fn client(&self, sdk: &aws_config::SdkConfig, table: &str) -> Client {
+        let config = aws_sdk_dynamodb::config::Builder::from(sdk)
+            .retry_config(self.retry_config())
+            .retry_partition(self.retry_partition(table))
+            .build();
+        Client::from_conf(config)
+    }
+}
+
+/// The default retry configuration ([`RetrySettings::default`]): up to 6 attempts,
+/// exponential backoff with jitter from 25 ms.
 pub fn retry_config() -> aws_sdk_dynamodb::config::retry::RetryConfig {
-    aws_sdk_dynamodb::config::retry::RetryConfig::standard()
-        .with_max_attempts(6)
-        .with_initial_backoff(Duration::from_millis(25))
+    RetrySettings::default().retry_config()
+}
+
+/// The error codes with which DynamoDB refuses a request for throughput (the SDK
+/// classifies them as throttling and retries them).
+const THROTTLING_CODES: [&str; 3] = [
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+];
+
+/// The description of a failed request to `table`, from the service's error `code`:
+/// throttling, once the client stopped retrying it, is said so, with the table and what
+/// happens next.
+fn describe_request(table: &str, code: Option<&str>, described: String) -> String {
+    if code.is_some_and(|code| THROTTLING_CODES.contains(&code)) {
+        format!(
+            "table \"{table}\" throttled: {described} (the client's retries are spent: \
+             LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS attempts, or its retry budget \
+             LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET; the batch fails and is delivered again)"
+        )
+    } else {
+        described
+    }
 }
 
 #[cfg(test)]
