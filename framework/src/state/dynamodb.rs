@@ -1244,6 +1244,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn retry_settings_parse_defaults_values_and_name_the_bad_variable() {
+        assert_eq!(
+            RetrySettings::parse(None, Some(" ")).expect("defaults"),
+            RetrySettings::default()
+        );
+        let set = RetrySettings::parse(Some("3"), Some("0")).expect("valid");
+        assert_eq!((set.max_attempts, set.retry_budget), (3, 0));
+        for (attempts, budget, variable) in [
+            (Some("0"), None, "LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS"),
+            (Some("six"), None, "LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS"),
+            (None, Some("-1"), "LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET"),
+        ] {
+            let error = RetrySettings::parse(attempts, budget).expect_err("invalid");
+            assert!(error.to_string().contains(variable), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_throttled_request_names_the_table_and_says_throttled() {
+        let text = describe_request(
+            "state",
+            Some("ProvisionedThroughputExceededException"),
+            "ProvisionedThroughputExceededException: rate".into(),
+        );
+        assert!(text.starts_with("table \"state\" throttled: "), "{text}");
+        let other = describe_request("state", Some("ValidationException"), "bad".into());
+        assert_eq!(other, "bad");
+    }
+
+    #[test]
     fn compiled_roots_are_pem_of_every_root_amazons_included() {
         use base64::engine::general_purpose::STANDARD;
         let pem = String::from_utf8(compiled_roots_pem(false)).expect("PEM is ASCII");
