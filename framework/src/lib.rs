@@ -64,6 +64,7 @@
 
 pub mod aws;
 mod config;
+pub mod config_env;
 pub mod driver;
 pub mod dsl;
 pub mod error;
