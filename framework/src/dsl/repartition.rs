@@ -1,4 +1,4 @@
-//! Repartitioning through an internal topic (design notes, section 4a).
+//! Repartitioning through an internal topic (docs/state.md, "Repartition mode").
 //!
 //! `repartition(topic, …)` produces the stream's records to `topic` (partitioned by their
 //! key, with the idempotent producer; each record carries its original source
@@ -11,7 +11,8 @@
 //! *original* source partition and offset, and items keep their watermarks on those. A
 //! retried producer can write a record again, but only after the first copy, so a copy at
 //! or below the highest original offset already seen (in the batch, or in the item's
-//! watermark) is a duplicate and counts nothing.
+//! watermark) is a duplicate and counts nothing. Why a retried copy always comes after the
+//! first: docs/state.md, "Why the hop is exact".
 
 use std::sync::Arc;
 

@@ -581,9 +581,9 @@ where
     ///
     /// With [`Grouped::with`]`(key_serde, value_serde)` the records go through a
     /// repartition topic when the aggregation's updates go to a topic and are emitted on
-    /// every update (design notes, section 4a): the function consumes that topic too, each
-    /// key is written by the one partition that owns it, and its updates reach the output
-    /// in order. Otherwise, and always with [`Grouped::direct`]`(key_serde)`, the
+    /// every update (docs/state.md, "Direct or repartition"): the function consumes that
+    /// topic too, each key is written by the one partition that owns it, and its updates
+    /// reach the output in order. Otherwise, and always with [`Grouped::direct`]`(key_serde)`, the
     /// aggregation writes the new key's item straight from every source partition: the
     /// per-partition watermarks keep the state exact, and each emitted update carries the
     /// item's version in the `lambda-streams-version` header, so a consumer keeps the

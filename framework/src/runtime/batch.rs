@@ -19,8 +19,10 @@ use crate::topology::Topology;
 use crate::topology::context::{Ctx, Origin, PendingItem, PendingKey};
 
 /// How many output records a batch holds before it sends them, while its records are
-/// processed: a record can emit many (a `flat_map` ahead of a repartition: one 6 MB event of
-/// text makes ~550,000), and holding them all took ~480 MB (BENCHMARKS.md section 4). Once
+/// processed: a record can emit many (a `flat_map` ahead of a repartition turns one event
+/// of text into hundreds of thousands), and holding them all would not fit a small
+/// function's memory; the bound keeps the peak memory bounded (BENCHMARKS.md section 4
+/// measures it). Once
 /// this many are held, they are sent (and acknowledged) before the next record; a chunk is
 /// at most this many plus one record's outputs. A batch that fails later has produced some of
 /// its outputs, as a failure in the middle of a send would; its retry produces them again

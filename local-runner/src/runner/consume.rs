@@ -20,8 +20,8 @@ use crate::rebalance::RebalanceContext;
 /// [`RunnerConfig::read_ahead_batches`](crate::RunnerConfig::read_ahead_batches) batches,
 /// when more), or [`PAUSE_BYTES`] of them, and resumed below half of it. Far above one
 /// batch on purpose: pausing makes librdkafka drop what it prefetched for the partition
-/// and fetch it again on resume, and pausing at one batch's worth halved the demo's
-/// throughput; this only bounds memory when the function falls far behind a backlog.
+/// and fetch it again on resume, which costs throughput (BENCHMARKS.md section 2); this
+/// only bounds memory when the function falls far behind a backlog.
 const PAUSE_RECORDS: usize = 10_000;
 /// The buffered size at which a partition is paused: four full payloads.
 const PAUSE_BYTES: usize = 4 * MAX_PAYLOAD_BYTES;

@@ -1,5 +1,5 @@
 //! The DynamoDB store: exactly-once effect with one conditional write per touched item
-//! per batch in the common case (design notes, section 4).
+//! per batch in the common case (docs/state.md, "Per batch").
 //!
 //! # Write path
 //! *Fast path*: `ADD v :delta, ver :1 SET w:<tp> = :last, …` on the condition
