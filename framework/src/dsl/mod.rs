@@ -31,6 +31,7 @@ mod rekey;
 mod repartition;
 mod session;
 mod sliding;
+mod state_codec;
 mod stream_join;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
