@@ -71,6 +71,11 @@ impl MemorySink {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+
+    /// Calls `f` on everything sent so far, in order, without copying it.
+    pub(crate) fn inspect<R>(&self, f: impl FnOnce(&[OutputRecord]) -> R) -> R {
+        f(&self.records.lock().unwrap_or_else(PoisonError::into_inner))
+    }
 }
 
 #[async_trait]

@@ -31,15 +31,14 @@ mod rekey;
 mod repartition;
 mod session;
 mod sliding;
+mod state_codec;
 mod stream_join;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
-use crate::error::StreamError;
 use crate::serdes::Serde;
-use crate::topology::context::Ctx;
 pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, UpdateFn, lock};
 
 /// A timestamp extractor: `(key, value, record timestamp) -> event time`.
@@ -141,10 +140,10 @@ impl StreamsBuilder {
         let source: SourceFn = Arc::new(move |ctx, record| {
             let key = key_serde
                 .deserialize(record.key.as_deref())
-                .map_err(|e| deserialize_error(ctx, "key", e))?;
+                .map_err(|e| ctx.deserialize_error("key", e))?;
             let value = value_serde
                 .deserialize(record.value.as_deref())
-                .map_err(|e| deserialize_error(ctx, "value", e))?;
+                .map_err(|e| ctx.deserialize_error("value", e))?;
             if let Some(extract) = &extractor {
                 ctx.set_event_time(extract(&key, &value, record.timestamp));
             }
@@ -174,21 +173,5 @@ impl StreamsBuilder {
         Topology {
             inner: Arc::new(inner),
         }
-    }
-}
-
-fn deserialize_error(ctx: &Ctx, side: &'static str, e: crate::serdes::SerdeError) -> StreamError {
-    let (tp, offset) = ctx.record_coordinates().unwrap_or_else(|| {
-        let tp = crate::event::TopicPartition {
-            topic: "<table update>".to_owned(),
-            partition: -1,
-        };
-        (tp, -1)
-    });
-    StreamError::Deserialize {
-        tp,
-        offset,
-        side,
-        reason: e.0,
     }
 }

@@ -486,7 +486,7 @@ where
             match result {
                 Ok(()) => Ok(()),
                 Err(TryError::Downstream(e)) => Err(e),
-                Err(TryError::User(e)) => Err(user_error(ctx, format!("{name}: {e}"))),
+                Err(TryError::User(e)) => Err(ctx.user_error(format!("{name}: {e}"))),
             }
         }));
         KStream::from_node(self.shared.clone(), next, node)
@@ -715,7 +715,7 @@ where
             };
             let serialize_error = |ctx: &Ctx, side: &str, e: crate::serdes::SerdeError| {
                 let reason = format!("cannot serialize the {side} for topic {topic_name:?}: {e}");
-                user_error(ctx, reason)
+                ctx.user_error(reason)
             };
             let key = key_serde
                 .try_serialize_owned(k)
@@ -770,15 +770,6 @@ impl<E> From<E> for TryError<E> {
     fn from(e: E) -> Self {
         TryError::User(e)
     }
-}
-
-/// A user function's failure on the current record, naming the record.
-fn user_error(ctx: &Ctx, reason: String) -> StreamError {
-    let (tp, offset) = ctx.record_coordinates().unwrap_or_else(|| {
-        // A table update has no single source record.
-        (TopicPartition::new("<table update>", -1), -1)
-    });
-    StreamError::User { tp, offset, reason }
 }
 
 /// The branches of a [`KStream::split`], in declaration order.

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use crate::error::StreamError;
 use crate::event::TopicPartition;
+use crate::serdes::SerdeError;
 use crate::sink::OutputRecord;
 use crate::state::{Contribution, Fold};
 
@@ -286,6 +287,31 @@ impl Ctx {
                 Some((self.partitions[tp as usize].clone(), offset))
             }
             Origin::Update { .. } => None,
+        }
+    }
+
+    /// The record to blame for an error raised now: the current record's topic-partition
+    /// and offset, or, during a table's update (which no single source record caused),
+    /// `<table update>` with partition and offset -1.
+    pub(crate) fn blame(&self) -> (TopicPartition, i64) {
+        self.record_coordinates()
+            .unwrap_or_else(|| (TopicPartition::new("<table update>", -1), -1))
+    }
+
+    /// A user function's failure on the current record, naming the record.
+    pub(crate) fn user_error(&self, reason: String) -> StreamError {
+        let (tp, offset) = self.blame();
+        StreamError::User { tp, offset, reason }
+    }
+
+    /// A key or value of the current record that does not deserialize, naming the record.
+    pub(crate) fn deserialize_error(&self, side: &'static str, e: SerdeError) -> StreamError {
+        let (tp, offset) = self.blame();
+        StreamError::Deserialize {
+            tp,
+            offset,
+            side,
+            reason: e.0,
         }
     }
 }

@@ -153,25 +153,22 @@ pub(super) struct Buffer {
 }
 
 /// Stores a [`Buffer`] as the JSON array of its entries.
+/// The codec of [`Buffer`].
+const BUFFER: StateCodec = StateCodec::new("join buffer");
+
 pub(super) struct BufferSerde;
 
 impl Serde<Buffer> for BufferSerde {
     fn serialize(&self, value: &Buffer) -> Option<Vec<u8>> {
-        serde_json::to_vec(&value.entries).ok()
+        self.try_serialize(value).ok().flatten()
     }
 
     fn try_serialize(&self, value: &Buffer) -> Result<Option<Vec<u8>>, SerdeError> {
-        serde_json::to_vec(&value.entries)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("a join buffer does not encode: {e}")))
+        BUFFER.encode(&value.entries)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
-        let entries: Vec<Buffered> = match data {
-            None => Vec::new(),
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map_err(|e| SerdeError(format!("a join buffer does not decode: {e}")))?,
-        };
+        let entries: Vec<Buffered> = BUFFER.decode(data)?;
         let floor = entries.iter().map(|e| e.ts).max();
         Ok(Buffer { entries, floor })
     }

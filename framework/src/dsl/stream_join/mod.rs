@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::state_codec::StateCodec;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, lock};
 use crate::error::StreamError;
