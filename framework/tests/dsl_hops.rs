@@ -411,7 +411,12 @@ fn hops(third: bool) -> Topology {
         by_letter
             .map(|_, word: String| {
                 (
-                    if word.len() % 2 == 0 { "even" } else { "odd" }.to_owned(),
+                    if word.len().is_multiple_of(2) {
+                        "even"
+                    } else {
+                        "odd"
+                    }
+                    .to_owned(),
                     word,
                 )
             })
@@ -436,7 +441,11 @@ fn hops_reference(
         for word in line.split_whitespace() {
             *count.entry(word[..1].to_owned()).or_default() += 1;
             *chars.entry(word[..1].to_owned()).or_default() += word.len() as i64;
-            let p = if word.len() % 2 == 0 { "even" } else { "odd" };
+            let p = if word.len().is_multiple_of(2) {
+                "even"
+            } else {
+                "odd"
+            };
             *parity.entry(p.to_owned()).or_default() += 1;
         }
     }
