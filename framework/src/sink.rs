@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 /// The rdkafka producer, in [`crate::kafka`].
 pub use crate::kafka::KafkaSink;
-pub use crate::wire::{SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
+pub use crate::wire::{PATH_HEADER, SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
 
 /// A record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,12 +10,12 @@ use super::rekey::Grouped;
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
-use crate::event::encode::decimal;
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SOURCE_HEADER, VERSION_HEADER};
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::describe::{NodeId, NodeKind};
 use crate::topology::{PendingRekey, Wire};
+use crate::wire::SourceHeader;
 
 /// A stream of key-value records, as Kafka Streams' `KStream`. Operators return new
 /// streams; a stream may feed several operators (each record reaches all of them once).
@@ -704,7 +704,7 @@ where
                 } => {
                     let tp = &ctx.partitions[tp as usize];
                     (
-                        vec![(SOURCE_HEADER.to_owned(), source_header(tp, offset))],
+                        vec![(SOURCE_HEADER.to_owned(), SourceHeader::write(tp, offset))],
                         timestamp,
                     )
                 }
@@ -741,23 +741,6 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node]);
     }
-}
-
-/// The value of the [`SOURCE_HEADER`]: `<topic>:<partition>:<offset>`, as
-/// `format!("{}:{}:{}", ..)` writes it, in one allocation of the exact size and without
-/// the formatting machinery (it is built for every output record).
-fn source_header(tp: &TopicPartition, offset: i64) -> Vec<u8> {
-    let mut partition = [0u8; 20];
-    let partition = decimal(i64::from(tp.partition), &mut partition);
-    let mut digits = [0u8; 20];
-    let offset = decimal(offset, &mut digits);
-    let mut out = Vec::with_capacity(tp.topic.len() + partition.len() + offset.len() + 2);
-    out.extend_from_slice(tp.topic.as_bytes());
-    out.push(b':');
-    out.extend_from_slice(partition);
-    out.push(b':');
-    out.extend_from_slice(offset);
-    out
 }
 
 /// Either a user function's error or an error of the operators downstream of it.
@@ -833,27 +816,7 @@ where
 #[cfg(test)]
 mod tests {
     use crate::StreamsBuilder;
-    use crate::event::TopicPartition;
     use crate::serdes::{Unit, Utf8};
-
-    #[test]
-    fn source_header_is_what_format_writes() {
-        let tps = [
-            TopicPartition::new("page-views", 0),
-            TopicPartition::new("a-b:c", i32::MAX),
-            TopicPartition::new("t", i32::MIN),
-            TopicPartition::new("", -1),
-        ];
-        let offsets = [0, 1, 9, 10, 4_200_000, -1, i64::MAX, i64::MIN, -4_200_017];
-        for tp in &tps {
-            for offset in offsets {
-                assert_eq!(
-                    super::source_header(tp, offset),
-                    format!("{}:{}:{}", tp.topic, tp.partition, offset).into_bytes()
-                );
-            }
-        }
-    }
 
     #[test]
     fn every_operator_is_a_named_node() {
