@@ -314,3 +314,62 @@ fn a_tables_update_stream_joined_with_a_table_and_produced_is_accepted() {
         ["Ada in Paris"]
     );
 }
+
+#[test]
+fn an_emit_on_close_windows_updates_joined_is_refused_at_build() {
+    use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+    let builder = StreamsBuilder::new();
+    let limits = builder.table("limits", Utf8, DecimalI64, "limits");
+    builder
+        .stream("clicks", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count("clicks-per-minute")
+        .to_stream()
+        .map(|w, n| (w.key, n))
+        .join(&limits, |_, n: i64, limit: i64| n > limit)
+        .map_values(|over| over.to_string())
+        .to("over-limit", Utf8, Utf8);
+    let message = build_refusal(builder).expect("build() must refuse it");
+    assert!(message.contains("KSTREAM-JOIN"), "{message}");
+    assert!(message.contains("clicks-per-minute"), "{message}");
+}
+
+#[test]
+fn a_table_join_s_updates_joined_with_a_third_table() {
+    let builder = StreamsBuilder::new();
+    let names = builder.table("names", Utf8, Utf8, "names");
+    let cities = builder.table("cities", Utf8, Utf8, "cities");
+    let countries = builder.table("countries", Utf8, Utf8, "countries");
+    names
+        .join(&cities, |_, name: &String, city: &String| {
+            format!("{name} in {city}")
+        })
+        .to_stream()
+        .join(&countries, |_, profile: String, country: String| {
+            format!("{profile}, {country}")
+        })
+        .to("profiles", Utf8, Utf8);
+    let driver = TestDriver::new(builder.build());
+    driver
+        .input_topic("countries", Utf8, Utf8)
+        .pipe_input("u1", "France".to_owned())
+        .unwrap();
+    driver
+        .input_topic("cities", Utf8, Utf8)
+        .pipe_input("u1", "Paris".to_owned())
+        .unwrap();
+    driver
+        .input_topic("names", Utf8, Utf8)
+        .pipe_input("u1", "Ada".to_owned())
+        .unwrap();
+    // Record at a time: the names update meets Paris, then France.
+    assert_eq!(
+        driver
+            .output_topic("profiles", Utf8, Utf8)
+            .read_values()
+            .unwrap(),
+        ["Ada in Paris, France"]
+    );
+}
