@@ -5,9 +5,9 @@ use std::sync::Arc;
 use super::table::Lookup;
 use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
-use crate::runtime::context::{Ctx, PendingFold};
 use crate::serdes::Serde;
 use crate::state::{Fold, ItemState};
+use crate::topology::context::{Ctx, PendingFold};
 
 /// A stream grouped by key; its aggregations keep one state item per key.
 pub struct KGroupedStream<K, V> {

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
 use super::{KTable, lock};
-use crate::runtime::context::{Ctx, ItemWindow};
 use crate::serdes::Serde;
+use crate::topology::context::{Ctx, ItemWindow};
 
 /// Tumbling or hopping event-time windows, as Kafka Streams' `TimeWindows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
