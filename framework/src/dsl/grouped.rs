@@ -187,7 +187,7 @@ where
             match &windows {
                 None => ctx.contribute(index, encoded, None, 1),
                 Some(windows) => {
-                    for window in windows.open_windows(ctx, index) {
+                    for window in windows.open_windows(ctx, index)? {
                         ctx.contribute(index, encoded.clone(), Some(window), 1);
                     }
                 }
@@ -216,7 +216,7 @@ where
                 let targets = match &windows {
                     None => vec![None],
                     Some(windows) => windows
-                        .open_windows(ctx, index)
+                        .open_windows(ctx, index)?
                         .into_iter()
                         .map(Some)
                         .collect(),

@@ -111,6 +111,9 @@ impl Topology {
                     timestamp: record.timestamp,
                 };
                 ctx.source = None;
+                // A poison record's timestamp must not count (a far-future one would close
+                // every window): restored below when the record fails.
+                let (stream_time, late) = (ctx.stream_times[index], ctx.late_records);
                 if record_time {
                     ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 }
@@ -123,7 +126,11 @@ impl Topology {
                     outcome.report.records_in += 1;
                     continue;
                 };
-                // Undo what the record did before it failed; the batch goes on without it.
+                // Undo what the record did before it failed (its outputs, contributions,
+                // stream time, also one a timestamp extractor set, and late windows); the
+                // batch goes on without it.
+                ctx.stream_times[index] = stream_time;
+                ctx.late_records = late;
                 ctx.outputs.truncate(mark);
                 let (source, offset) = ctx.source.unwrap_or((tp_index, record.offset));
                 ctx.forget(source, offset);
