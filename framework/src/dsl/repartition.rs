@@ -253,9 +253,10 @@ where
         let mut inner = lock(&shared);
         inner.sink_topics.insert(name.clone());
         let kind = NodeKind::Sink { topic: name };
-        inner
+        let node = inner
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
+        inner.roles.records_only(node, "a repartition topic's sink");
     }
 }
 

@@ -56,15 +56,14 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// The stream of a table's updates, hanging in the description from the last
-    /// aggregation declared (a `KTABLE-TOSTREAM` node). Prefer [`KStream::from_node`].
-    pub(crate) fn new(shared: Shared, downstream: Downstream<K, V>) -> Self {
+    /// The stream of a table's updates, emitted by the table's nodes `parents` (a
+    /// `KTABLE-TOSTREAM` node). Prefer [`KStream::from_node`].
+    pub(crate) fn new(shared: Shared, downstream: Downstream<K, V>, parents: &[NodeId]) -> Self {
         let mut inner = lock(&shared);
-        let parents: Vec<NodeId> = inner.description.table_parent().into_iter().collect();
         let node = inner.description.add_node(
             "KTABLE-TOSTREAM",
             NodeKind::Processor { stores: vec![] },
-            &parents,
+            parents,
         );
         drop(inner);
         KStream::from_node(shared, downstream, node)

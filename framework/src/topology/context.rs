@@ -140,6 +140,9 @@ pub(crate) struct Ctx {
     /// Per source record (partition index, offset): how many records it has produced to
     /// repartition topics so far.
     pub(crate) sequences: HashMap<(u32, i64), u32>,
+    /// A store given a table's update (which has no source coordinates to attribute it
+    /// to): the batch fails. `build()` refuses the topologies that would do it.
+    pub(crate) unattributed: Option<usize>,
 }
 
 impl Ctx {
@@ -170,6 +173,7 @@ impl Ctx {
             source: None,
             seen: HashMap::new(),
             sequences: HashMap::new(),
+            unattributed: None,
         }
     }
 
@@ -197,7 +201,8 @@ impl Ctx {
         let (Some((tp, offset)), Some((_, _, timestamp))) =
             (self.contribution_coordinates(), self.record_time())
         else {
-            // A table's updates do not feed aggregations (the builder cannot express it).
+            // A table's updates do not feed aggregations (`build()` refuses it); never silent.
+            self.unattributed.get_or_insert(store);
             return;
         };
         let item = self.pending[store]
@@ -225,6 +230,7 @@ impl Ctx {
         let (Some((tp, offset)), Some((_, _, timestamp))) =
             (self.contribution_coordinates(), self.record_time())
         else {
+            self.unattributed.get_or_insert(store);
             return;
         };
         let item = self.pending[store]

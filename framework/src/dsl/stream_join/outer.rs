@@ -411,12 +411,12 @@ where
         let Some(lookup) = table.lookup else {
             unreachable!("a key's aggregate can be looked up")
         };
+        let join_store = lookup.store;
         let shared = self.shared();
         {
             let mut inner = lock(&shared);
             // The join's stream time starts from the partitions' persisted stream times.
             inner.windowed = true;
-            inner.join_targets.insert(lookup.store);
         }
         let next = Downstream::<K, VR>::new();
         let out = next.clone();
@@ -504,9 +504,11 @@ where
             let kind = NodeKind::Processor {
                 stores: vec![store.to_owned()],
             };
-            inner
+            let node = inner
                 .description
-                .add_node(name, kind, &[self.node(), other.node()])
+                .add_node(name, kind, &[self.node(), other.node()]);
+            inner.roles.read(node, join_store);
+            node
         };
         KStream::from_node(shared, next, node)
     }
