@@ -38,7 +38,7 @@ pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
-use crate::error::{StreamError, TopologyError};
+use crate::error::TopologyError;
 use crate::serdes::Serde;
 pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, UpdateFn, lock};
 

@@ -9,7 +9,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 use super::rekey::Grouped;
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
-use crate::event::TopicPartition;
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SOURCE_HEADER, VERSION_HEADER};
 use crate::topology::context::{Ctx, Origin};
