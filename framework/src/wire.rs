@@ -14,6 +14,14 @@ pub const VERSION_HEADER: &str = "lambda-streams-version";
 /// records the record it came from produced there. See [`HopHeaders`].
 pub const SEQUENCE_HEADER: &str = "lambda-streams-sequence";
 
+/// Header of a record produced to a repartition topic whose key is null (empty value).
+/// Such a record travels with a stand-in key, the [`SOURCE_HEADER`] value of its original
+/// source record, so that every copy of it (a retry's, a zombie's) goes to the same
+/// partition: with a null key the producer would pick a partition at random per copy, and
+/// copies on different partitions are on different watermark channels, each counted once.
+/// The reader takes the key as null again.
+pub const NULL_KEY_HEADER: &str = "lambda-streams-null-key";
+
 /// Header of a dead-lettered record carrying the error that sent it there.
 pub const ERROR_HEADER: &str = "lambda-streams-error";
 

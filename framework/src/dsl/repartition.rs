@@ -66,7 +66,7 @@ use crate::serdes::Serde;
 use crate::sink::OutputRecord;
 use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
-use crate::wire::{HopHeaders, SourceHeader};
+use crate::wire::{HopHeaders, NULL_KEY_HEADER, SourceHeader};
 
 impl<K, V> KStream<K, V>
 where
@@ -145,8 +145,14 @@ where
             }
             *seen = position;
             ctx.source = Some((channel, position));
+            let null_key = record.headers.iter().any(|h| h.name() == NULL_KEY_HEADER);
+            let key_bytes = if null_key {
+                None
+            } else {
+                record.key.as_deref()
+            };
             let key = key_serde
-                .deserialize(record.key.as_deref())
+                .deserialize(key_bytes)
                 .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
             let value = value_serde
                 .deserialize(record.value.as_deref())
@@ -240,11 +246,21 @@ where
             let value = value_serde
                 .try_serialize(&value)
                 .map_err(|e| encode_error("value", e))?;
+            let mut headers = hops.write();
+            // A null key: a stand-in that puts every copy on one partition (see
+            // NULL_KEY_HEADER).
+            let key = match key {
+                Some(key) => Some(key),
+                None => {
+                    headers.push((NULL_KEY_HEADER.to_owned(), Vec::new()));
+                    Some(SourceHeader::write(&hops.source.tp, hops.source.offset))
+                }
+            };
             ctx.outputs.push(OutputRecord {
                 topic: topic.clone(),
                 key,
                 value,
-                headers: hops.write(),
+                headers,
                 timestamp: Some(timestamp),
             });
             Ok(())

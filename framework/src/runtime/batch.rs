@@ -295,8 +295,11 @@ impl Topology {
             if ready.is_empty() {
                 return Ok(());
             }
-            self.resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
-                .await?;
+            let resumed = self
+                .resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
+                .await;
+            ctx.resumed_stream_time = None;
+            resumed?;
         }
     }
 
@@ -315,7 +318,8 @@ impl Topology {
     ) -> Result<(), StreamError> {
         let mut keys: BTreeMap<usize, BTreeSet<&[u8]>> = BTreeMap::new();
         for d in &deferred {
-            keys.entry(d.store).or_default().insert(&d.key);
+            let Some(key) = &d.key else { continue };
+            keys.entry(d.store).or_default().insert(key);
         }
         let mut values = HashMap::new();
         for (index, keys) in keys {
@@ -329,7 +333,11 @@ impl Topology {
         for d in deferred {
             ctx.origin = d.origin;
             ctx.source = d.source;
-            let state = values.get(&d.store).and_then(|found| found.get(&d.key));
+            ctx.resumed_stream_time = Some(d.stream_time);
+            let state = d
+                .key
+                .as_ref()
+                .and_then(|key| values.get(&d.store).and_then(|found| found.get(key)));
             let Origin::Record { tp, offset, .. } = d.origin else {
                 // A table update at a join: no record to blame, an error fails the batch.
                 guarded(|| (d.resume)(ctx, state))?;
