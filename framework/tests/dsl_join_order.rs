@@ -1,6 +1,6 @@
 //! What a record is after a stream–table join, and how a null-key record crosses a
-//! repartition topic: three defects the generative test found (issue 12), each with a
-//! hand-counted case.
+//! repartition topic: three defects the generative test found (issue 12), and two found
+//! while fixing them, each with a hand-counted case.
 //!
 //! - A record waiting at a join goes on after the batch's record pass; its lateness at a
 //!   windowed aggregation downstream is judged against the stream time of its partition
@@ -12,6 +12,10 @@
 //!   partition of its choice per send, so a retry's copy could land on another partition
 //!   (another watermark channel) and be counted again. Every copy now carries the same
 //!   stand-in key (and a header saying the key is null), so all copies share a partition.
+//! - Records that waited at a join merged with records that did not reach what follows
+//!   after them: a general aggregate now folds each channel's values in offset order, and
+//!   a repartition topic fed that way (which would drop the late ones as copies) is
+//!   refused by `build()`.
 //!
 //! Each test plays the event source by hand: events over ranges of hand-made logs,
 //! `Topology::process` with a `MemoryStore` and a `MemorySink`, and the records produced to
@@ -114,9 +118,7 @@ fn joined_windows(join: bool) -> Topology {
     };
     stream
         .group_by_key(Nullable(Utf8))
-        .windowed_by(
-            TimeWindows::of_size(Duration::from_secs(5)).grace(Duration::from_millis(0)),
-        )
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(5)).grace(Duration::from_millis(0)))
         .count("windows")
         .to_stream()
         .map(|w, n| (format!("{}@{}", w.key.unwrap_or_default(), w.start), n))
@@ -264,4 +266,75 @@ fn copies_of_a_null_key_record_cross_a_hop_on_one_partition() {
     assert_eq!(sums, BTreeMap::from([("all".to_owned(), 5)]));
     assert!(!seen.is_empty());
     assert!(seen.iter().all(Option::is_none), "keys read back: {seen:?}");
+}
+
+/// Stream `s` split in two: the records of key `"a"` joined with table `t`, the others
+/// not; merged again and grouped under key `"all"` through `all-repartition`, counted.
+fn joined_and_not_merged() -> StreamsBuilder {
+    let builder = StreamsBuilder::new();
+    let table = builder.table("t", Nullable(Utf8), DecimalI64, "t-store");
+    let stream = builder.stream("s", Nullable(Utf8), DecimalI64);
+    let joined = stream
+        .filter(|k, _| k.as_deref() == Some("a"))
+        .left_join(&table, |_, v, t: Option<i64>| v + t.unwrap_or(0));
+    let plain = stream.filter(|k, _| k.as_deref() != Some("a"));
+    joined
+        .merge(&plain)
+        .group_by(
+            |_, _| "all".to_owned(),
+            Grouped::with(Utf8, DecimalI64).with_topic("all-repartition"),
+        )
+        .count("counts")
+        .to_stream()
+        .to("out", Utf8, DecimalI64);
+    builder
+}
+
+#[test]
+fn records_that_wait_at_a_join_merged_with_records_that_do_not_are_refused_before_a_hop() {
+    // In one batch of s-0, "a" (offset 0) waits at the join until the table is read, "b"
+    // (offset 1) does not: "b" would reach the repartition topic first, and "a", at a lower
+    // position of the same channel, would be taken for a copy (a count of 1 for 2 records).
+    let Err(error) = joined_and_not_merged().try_build() else {
+        panic!(
+            "build() must refuse a hop fed by records that waited at a join and records that did not"
+        );
+    };
+    let message = error.to_string();
+    assert!(message.contains("KSTREAM-SINK"), "{message}");
+    assert!(message.contains("join"), "{message}");
+}
+
+#[test]
+fn a_reduce_of_records_merged_from_a_join_folds_them_in_offset_order() {
+    // One batch of s-0, key "k": 2 at offset 0 (even: it waits at the join), 3 at offset 1
+    // (odd: it does not). Reduced to the latest value, record at a time as Kafka Streams
+    // does: 2, then 3, so 3. Folded in the order the records reach the store, it was 2.
+    let builder = StreamsBuilder::new();
+    let table = builder.table("t", Nullable(Utf8), DecimalI64, "t-store");
+    let stream = builder.stream("s", Nullable(Utf8), DecimalI64);
+    let joined = stream
+        .filter(|_, v| v % 2 == 0)
+        .left_join(&table, |_, v, _: Option<i64>| v);
+    joined
+        .merge(&stream.filter(|_, v| v % 2 != 0))
+        .group_by_key(Nullable(Utf8))
+        .reduce("latest", |_, newer| newer, DecimalI64)
+        .to_stream()
+        .map(|k, v| (k.unwrap_or_default(), v))
+        .to("out", Utf8, DecimalI64);
+    let topology = builder.build();
+    let store = MemoryStore::new();
+    let (out, _) = process(
+        &topology,
+        &store,
+        &event(vec![(
+            TopicPartition::new("s", 0),
+            vec![
+                record(0, Some("k"), 2, 1_000),
+                record(1, Some("k"), 3, 1_001),
+            ],
+        )]),
+    );
+    assert_eq!(latest(&out, "out"), BTreeMap::from([("k".to_owned(), 3)]));
 }

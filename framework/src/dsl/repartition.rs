@@ -273,6 +273,7 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
+        inner.roles.in_order(node, "a repartition topic's sink");
     }
 }
 

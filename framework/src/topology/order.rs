@@ -22,6 +22,12 @@
 //!   need each record's source coordinates, which an update does not have.
 //! - **A join of an emit-on-close window's updates**: those updates are emitted after the
 //!   batch's joins, when the window closes.
+//! - **A repartition topic fed by records that waited at different joins** (records that
+//!   waited at a stream–table join merged with records that did not, or with records that
+//!   waited at another join): the records of each group go on when their join's store has
+//!   been written, so one group reaches the topic after the other, not in offset order.
+//!   A hop's exactly-once rule needs offset order per source partition (`dsl::repartition`):
+//!   a record produced after a later one of its partition is taken for a copy and dropped.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,6 +44,9 @@ pub(crate) struct Roles {
     pub(crate) reads: BTreeMap<NodeId, BTreeSet<usize>>,
     /// Nodes that need source records (their coordinates), and what they are, for errors.
     pub(crate) records_only: BTreeMap<NodeId, &'static str>,
+    /// Nodes that need the records of each source partition in offset order, and what they
+    /// are, for errors.
+    pub(crate) in_order: BTreeMap<NodeId, &'static str>,
 }
 
 impl Roles {
@@ -55,6 +64,12 @@ impl Roles {
     pub(crate) fn records_only(&mut self, node: NodeId, what: &'static str) {
         self.records_only.insert(node, what);
     }
+
+    /// Declares that `node` needs each source partition's records in offset order (`what`
+    /// names it in errors).
+    pub(crate) fn in_order(&mut self, node: NodeId, what: &'static str) {
+        self.in_order.insert(node, what);
+    }
 }
 
 /// What flows out of a node, as far as ordering is concerned.
@@ -66,6 +81,10 @@ struct Flow {
     updates_of: Option<usize>,
     /// When its records are updates of an emit-on-close store: that store.
     on_close_of: Option<usize>,
+    /// The ways its records may have come since their source: per way, the stores of the
+    /// joins they waited at, in order. Records of different ways go on at different steps
+    /// of the batch, so they leave the node out of offset order.
+    ways: BTreeSet<Vec<usize>>,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -157,6 +176,11 @@ impl Walk<'_> {
             input.after.extend(flow.after);
             input.updates_of = input.updates_of.or(flow.updates_of);
             input.on_close_of = input.on_close_of.or(flow.on_close_of);
+            input.ways.extend(flow.ways);
+        }
+        if self.graph.parents(node).is_empty() {
+            // A source: its records come in offset order, from no join.
+            input.ways.insert(Vec::new());
         }
         let store_name = |s: usize| self.stores[s].name.as_str();
         let flow = if let Some(&store) = self.roles.writes.get(&node) {
@@ -194,6 +218,8 @@ impl Walk<'_> {
             let on_close = self.stores[store].emit_on_close.is_some();
             Flow {
                 after,
+                // Updates, one per item after its write (what takes updates is refused above).
+                ways: BTreeSet::from([Vec::new()]),
                 updates_of: Some(store),
                 on_close_of: if on_close {
                     Some(store)
@@ -229,10 +255,38 @@ impl Walk<'_> {
                      produce them with `to` and join that topic in another sub-topology",
                 ));
             }
+            if let Some(what) = self.roles.in_order.get(&node)
+                && input.ways.len() > 1
+            {
+                let ways: Vec<Vec<&str>> = input
+                    .ways
+                    .iter()
+                    .map(|way| way.iter().map(|&s| store_name(s)).collect())
+                    .collect();
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "{what} needs each source partition's records in offset order, and it                          is fed by records that waited at different joins (the stores of the                          joins on each way: {ways:?}); a batch takes each group on after its                          join's store is written, so one group would reach it after the other                          and a record behind a later one of its partition would be dropped as                          a copy"
+                    ),
+                    "join every record the repartition topic takes at the same joins (a                      `left_join` keeps the records without a match), or repartition each                      way through a topic of its own before merging them",
+                ));
+            }
             let mut after = input.after;
             after.extend(reads.into_iter().flatten().copied());
+            let ways = match reads {
+                Some(reads) => input
+                    .ways
+                    .into_iter()
+                    .map(|mut way| {
+                        way.extend(reads.iter().copied());
+                        way
+                    })
+                    .collect(),
+                None => input.ways,
+            };
             Flow {
                 after,
+                ways,
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
             }
