@@ -47,6 +47,11 @@
 //!   topics (`w:in-0>a-0`, `w:in-0>b-1`): their positions are not comparable, and one
 //!   watermark for both would refuse the contributions of one of them.
 //!
+//! The order also needs every copy of a record on the same partition `q`: a null key is
+//! produced with a stand-in key ([`NULL_KEY_HEADER`]), and a hop fed by records that waited
+//! at different joins (which go on at different steps of a batch) is refused at build
+//! (`topology::order`).
+//!
 //! Within a batch the same rule drops duplicates before they reach the stores: per channel,
 //! a record at or below the highest position already seen in the batch (`Ctx::seen`) is a
 //! copy. The argument needs deterministic processing (a record produces the same records in
