@@ -5,9 +5,10 @@
 //! - A record waiting at a join goes on after the batch's record pass; its lateness at a
 //!   windowed aggregation downstream is judged against the stream time of its partition
 //!   *at the record* (Kafka Streams' rule), not at the end of the pass.
-//! - A null-key record at a join has no table value, but it waits with the others all the
-//!   same: going on at once, it overtook the earlier records of its partition, and the
-//!   repartition topic downstream then took those for copies and dropped them.
+//! - A null-key record at a join has no table value (nor partner at a stream–stream outer
+//!   join), but it waits with the others all the same: going on at once, it overtook the
+//!   earlier records of its partition, and the repartition topic downstream then took those
+//!   for copies and dropped them.
 //! - A null-key record produced to a repartition topic: the producer puts a null key on a
 //!   partition of its choice per send, so a retry's copy could land on another partition
 //!   (another watermark channel) and be counted again. Every copy now carries the same
@@ -337,4 +338,62 @@ fn a_reduce_of_records_merged_from_a_join_folds_them_in_offset_order() {
         )]),
     );
     assert_eq!(latest(&out, "out"), BTreeMap::from([("k".to_owned(), 3)]));
+}
+
+#[test]
+fn a_null_key_record_at_an_outer_stream_join_does_not_overtake_the_pairs_before_it() {
+    // "r" holds "a" = 7 (an earlier batch). One batch of l-0: "a" = 1 at offset 0 (it pairs
+    // with r's "a" once the join's buffers are read), a null key = 2 at offset 1 (a left
+    // join emits it alone). Both grouped under "all" through a repartition topic: count 2.
+    // Emitted at once, the null-key record reached the topic ahead of the pair, which was
+    // then dropped as a copy: count 1.
+    let builder = StreamsBuilder::new();
+    let right = builder.stream("r", Nullable(Utf8), DecimalI64);
+    builder
+        .stream("l", Nullable(Utf8), DecimalI64)
+        .left_join_stream(
+            &right,
+            lambda_streams::dsl::JoinWindows::of(Duration::from_secs(10)),
+            "pairs",
+            (Nullable(Utf8), DecimalI64, DecimalI64),
+            |_, v, o: Option<&i64>| v * 100 + o.copied().unwrap_or(0),
+        )
+        .group_by(
+            |_, _| "all".to_owned(),
+            Grouped::with(Utf8, DecimalI64).with_topic("all-repartition"),
+        )
+        .count("counts")
+        .to_stream()
+        .to("out", Utf8, DecimalI64);
+    let topology = builder.build();
+    let store = MemoryStore::new();
+    process(
+        &topology,
+        &store,
+        &event(vec![(
+            TopicPartition::new("r", 0),
+            vec![record(0, Some("a"), 7, 1_000)],
+        )]),
+    );
+    let (hop, _) = process(
+        &topology,
+        &store,
+        &event(vec![(
+            TopicPartition::new("l", 0),
+            vec![record(0, Some("a"), 1, 1_500), record(1, None, 2, 1_600)],
+        )]),
+    );
+    let hop: Vec<Record> = hop
+        .iter()
+        .filter(|r| r.topic == "all-repartition")
+        .enumerate()
+        .map(|(i, r)| read_back(i as i64, r))
+        .collect();
+    assert_eq!(hop.len(), 2);
+    let (out, _) = process(
+        &topology,
+        &store,
+        &event(vec![(TopicPartition::new("all-repartition", 0), hop)]),
+    );
+    assert_eq!(latest(&out, "out"), BTreeMap::from([("all".to_owned(), 2)]));
 }
