@@ -150,7 +150,21 @@ impl HopHeaders {
     /// Parses the headers [`write`](Self::write) writes, from a record's headers (the
     /// first of each name counts); the error says which header is missing or malformed.
     pub fn parse(headers: &[Header]) -> Result<HopHeaders, String> {
-        let find = |name: &str| headers.iter().find(|h| h.name() == name).map(Header::value);
+        Self::parse_by(|name| headers.iter().find(|h| h.name() == name).map(Header::value))
+    }
+
+    /// [`parse`](Self::parse) of the headers of a record being produced (name, value).
+    pub fn parse_produced(headers: &[(String, Vec<u8>)]) -> Result<HopHeaders, String> {
+        Self::parse_by(|name| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice())
+        })
+    }
+
+    /// Parses the headers `find` gives by name.
+    fn parse_by<'a>(find: impl Fn(&str) -> Option<&'a [u8]>) -> Result<HopHeaders, String> {
         let source = find(SOURCE_HEADER).ok_or_else(|| {
             format!("a repartition topic's record needs its {SOURCE_HEADER} header")
         })?;

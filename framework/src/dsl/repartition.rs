@@ -48,9 +48,10 @@
 //!   watermark for both would refuse the contributions of one of them.
 //!
 //! The order also needs every copy of a record on the same partition `q`: a null key is
-//! produced with a stand-in key ([`NULL_KEY_HEADER`]), and a hop fed by records that waited
-//! at different joins (which go on at different steps of a batch) is refused at build
-//! (`topology::order`).
+//! produced with a stand-in key ([`NULL_KEY_HEADER`]). And it needs a batch to produce its
+//! records in source order: a hop fed by records that waited at different joins (which go
+//! on at different steps of a batch) gets its records sorted back into source order before
+//! they are sent (`topology::order`).
 //!
 //! Within a batch the same rule drops duplicates before they reach the stores: per channel,
 //! a record at or below the highest position already seen in the batch (`Ctx::seen`) is a
@@ -278,7 +279,7 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
-        inner.roles.in_order(node, "a repartition topic's sink");
+        inner.roles.in_order(node);
     }
 }
 

@@ -22,12 +22,15 @@
 //!   need each record's source coordinates, which an update does not have.
 //! - **A join of an emit-on-close window's updates**: those updates are emitted after the
 //!   batch's joins, when the window closes.
-//! - **A repartition topic fed by records that waited at different joins** (records that
-//!   waited at a stream–table join merged with records that did not, or with records that
-//!   waited at another join): the records of each group go on when their join's store has
-//!   been written, so one group reaches the topic after the other, not in offset order.
-//!   A hop's exactly-once rule needs offset order per source partition (`dsl::repartition`):
-//!   a record produced after a later one of its partition is taken for a copy and dropped.
+//!
+//! One more thing the walk finds: a **repartition topic fed by records that waited at
+//! different joins** (records that waited at a stream–table join merged with records that
+//! did not, or with records that waited at other joins). The records of each group go on
+//! when their join's store has been written, so one group reaches the topic after the
+//! other, not in offset order, while a hop's exactly-once rule needs offset order per source
+//! partition (`dsl::repartition`: a record produced after a later one of its partition is
+//! taken for a copy and dropped). For such a topology the batch puts its repartition records
+//! back in source order before it sends them ([`WriteOrder::sort_hops`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -44,9 +47,9 @@ pub(crate) struct Roles {
     pub(crate) reads: BTreeMap<NodeId, BTreeSet<usize>>,
     /// Nodes that need source records (their coordinates), and what they are, for errors.
     pub(crate) records_only: BTreeMap<NodeId, &'static str>,
-    /// Nodes that need the records of each source partition in offset order, and what they
-    /// are, for errors.
-    pub(crate) in_order: BTreeMap<NodeId, &'static str>,
+    /// Nodes that need the records of each source partition in offset order (repartition
+    /// topics' sinks).
+    pub(crate) in_order: BTreeSet<NodeId>,
 }
 
 impl Roles {
@@ -65,10 +68,9 @@ impl Roles {
         self.records_only.insert(node, what);
     }
 
-    /// Declares that `node` needs each source partition's records in offset order (`what`
-    /// names it in errors).
-    pub(crate) fn in_order(&mut self, node: NodeId, what: &'static str) {
-        self.in_order.insert(node, what);
+    /// Declares that `node` needs each source partition's records in offset order.
+    pub(crate) fn in_order(&mut self, node: NodeId) {
+        self.in_order.insert(node);
     }
 }
 
@@ -87,13 +89,24 @@ struct Flow {
     ways: BTreeSet<Vec<usize>>,
 }
 
+/// What the build derives for the batches of a topology.
+#[derive(Debug, Default)]
+pub(crate) struct WriteOrder {
+    /// The order in which a batch writes the stores (indices into `stores`).
+    pub(crate) stores: Vec<usize>,
+    /// Whether a repartition topic is fed by records that waited at different joins, so
+    /// that a batch must put its repartition records back in source order before sending
+    /// them (see the module documentation).
+    pub(crate) sort_hops: bool,
+}
+
 /// The order in which a batch writes the stores (indices into `stores`): every store after
 /// all of its feeders. Refuses a cycle, and the shapes the module documentation lists.
 pub(crate) fn write_order(
     graph: &Graph,
     roles: &Roles,
     stores: &[StoreSpec],
-) -> Result<Vec<usize>, TopologyError> {
+) -> Result<WriteOrder, TopologyError> {
     let mut walk = Walk {
         graph,
         roles,
@@ -102,12 +115,16 @@ pub(crate) fn write_order(
         visiting: vec![false; graph.len()],
         feeders: vec![BTreeSet::new(); stores.len()],
         writer: vec![None; stores.len()],
+        sort_hops: false,
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
     }
     let Walk {
-        feeders, writer, ..
+        feeders,
+        writer,
+        sort_hops,
+        ..
     } = walk;
     let name = |store: usize| {
         writer[store].map_or_else(|| stores[store].name.clone(), |n| graph.name(n).to_owned())
@@ -141,7 +158,10 @@ pub(crate) fn write_order(
             r.remove(&next);
         }
     }
-    Ok(order)
+    Ok(WriteOrder {
+        stores: order,
+        sort_hops,
+    })
 }
 
 /// The walk over the graph that computes each node's [`Flow`] from its parents'.
@@ -155,6 +175,8 @@ struct Walk<'a> {
     feeders: Vec<BTreeSet<usize>>,
     /// Per store: the node that writes it.
     writer: Vec<Option<NodeId>>,
+    /// Whether a node that needs offset order is fed by records of different ways.
+    sort_hops: bool,
 }
 
 impl Walk<'_> {
@@ -195,7 +217,7 @@ impl Walk<'_> {
                         store_name(store),
                         store_name(table)
                     ),
-                    "aggregate the stream that feeds that table instead (group it and \
+                    "aggregate the stream that feeds that table (group it and \
                      aggregate), or use the table itself (`KTable::map_values`, `filter`, \
                      joins) for its latest value per key",
                 ));
@@ -238,7 +260,7 @@ impl Walk<'_> {
                          the table in store {:?} (an update has no source coordinates)",
                         store_name(table)
                     ),
-                    "apply it to the stream that feeds that table instead, or produce the \
+                    "apply it to the stream that feeds that table, or produce the \
                      updates with `to` and read that topic with `builder.stream`",
                 ));
             }
@@ -255,21 +277,8 @@ impl Walk<'_> {
                      produce them with `to` and join that topic in another sub-topology",
                 ));
             }
-            if let Some(what) = self.roles.in_order.get(&node)
-                && input.ways.len() > 1
-            {
-                let ways: Vec<Vec<&str>> = input
-                    .ways
-                    .iter()
-                    .map(|way| way.iter().map(|&s| store_name(s)).collect())
-                    .collect();
-                return Err(TopologyError::new(
-                    name,
-                    format!(
-                        "{what} needs each source partition's records in offset order, and it                          is fed by records that waited at different joins (the stores of the                          joins on each way: {ways:?}); a batch takes each group on after its                          join's store is written, so one group would reach it after the other                          and a record behind a later one of its partition would be dropped as                          a copy"
-                    ),
-                    "join every record the repartition topic takes at the same joins (a                      `left_join` keeps the records without a match), or repartition each                      way through a topic of its own before merging them",
-                ));
+            if self.roles.in_order.contains(&node) && input.ways.len() > 1 {
+                self.sort_hops = true;
             }
             let mut after = input.after;
             after.extend(reads.into_iter().flatten().copied());
