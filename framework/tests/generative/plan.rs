@@ -581,7 +581,7 @@ impl Plan {
                     inner,
                 )))))]
             }
-            "session" | "session_late" | "sliding" | "sliding_late" => {
+            "session" | "session_late" | "sliding" | "sliding_late" | "sliding_null_values" => {
                 let late = family.ends_with("_late");
                 let windows = if family.starts_with("session") {
                     Dyn::Session(rng.pick(&[500, 1_500, 4_000]))
@@ -595,6 +595,13 @@ impl Plan {
                     (stateless(rng, source, d, true), Group::Key)
                 } else {
                     (stream(rng, 2, d), group(rng, true))
+                };
+                // Sliding windows keep their records' values: null values only in
+                // `sliding_null_values`.
+                let stream = if family.starts_with("sliding") && family != "sliding_null_values" {
+                    S::Filter(Box::new(stream), Pred::HasValue)
+                } else {
+                    stream
                 };
                 vec![Out::Dyn(DynW {
                     stream,

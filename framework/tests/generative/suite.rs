@@ -39,6 +39,7 @@ pub const FAMILIES: &[&str] = &[
     "session_late",
     "sliding",
     "sliding_late",
+    "sliding_null_values",
     "emit_on_close",
     "stream_stream_join",
     "stream_stream_join_close",
