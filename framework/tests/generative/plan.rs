@@ -322,6 +322,8 @@ pub struct Plan {
     pub time_base: i64,
     /// Some input values do not deserialize; the batches run with `PoisonPolicy::Skip`.
     pub poison: bool,
+    /// The output records' timestamps are not compared.
+    pub ignore_timestamps: bool,
 }
 
 impl S {
@@ -369,6 +371,17 @@ fn stateless(rng: &mut Rng, mut s: S, depth: u64, keep_key: bool) -> S {
         };
     }
     s
+}
+
+/// `s` without its `flat_map_values` (one record in, one or none out).
+fn without_fan_out(s: S) -> S {
+    match s {
+        S::FlatMapValues(s, _) => without_fan_out(*s),
+        S::Filter(s, p) => S::Filter(Box::new(without_fan_out(*s)), p),
+        S::MapValues(s, f) => S::MapValues(Box::new(without_fan_out(*s)), f),
+        S::Split(s, p, t) => S::Split(Box::new(without_fan_out(*s)), p, t),
+        other => other,
+    }
 }
 
 /// A random stateless stream: chains, merges of two chains.
@@ -420,6 +433,7 @@ impl Plan {
         let d = 2;
         let mut time_base = 0;
         let mut poison = false;
+        let mut ignore_timestamps = false;
         let group =
             |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
                 0 => Group::Key,
@@ -630,12 +644,26 @@ impl Plan {
                     emit_on_close: true,
                 })]
             }
-            "stream_stream_join" | "stream_stream_join_close" => {
+            "stream_stream_join"
+            | "stream_stream_join_close"
+            | "stream_stream_self_join"
+            | "stream_stream_join_timestamps"
+            | "stream_stream_join_fan_out" => {
+                // Timestamps of the results compared only in `stream_stream_join_timestamps`.
+                ignore_timestamps = family != "stream_stream_join_timestamps";
                 // Both sides keep their keys (so a key stays in its partition, as Kafka
                 // Streams' co-partitioning requires).
-                let l = stateless(rng, S::Source(0), d, true);
-                let right = S::Source(rng.below(2) as usize);
-                let r = stateless(rng, right, d, true);
+                let mut l = stateless(rng, S::Source(0), d, true);
+                // A self-join (both sides of one topic) only in its own family.
+                let right = S::Source(usize::from(family != "stream_stream_self_join"));
+                let mut r = stateless(rng, right, d, true);
+                if family == "stream_stream_join_fan_out" {
+                    // One source record, two records into the join.
+                    l = S::FlatMapValues(Box::new(l), 2);
+                } else {
+                    l = without_fan_out(l);
+                    r = without_fan_out(r);
+                }
                 let s = S::StreamJoin {
                     left: Box::new(l),
                     right: Box::new(r),
@@ -643,7 +671,7 @@ impl Plan {
                     difference: rng.pick(&[0, 500, 2_000]),
                     // A grace of at least the inputs' disorder (8 s): no record is late.
                     // `stream_stream_join`: so long that no window closes before the end.
-                    grace: if family == "stream_stream_join" {
+                    grace: if family != "stream_stream_join_close" {
                         NO_LATENESS
                     } else {
                         8_000
@@ -679,6 +707,7 @@ impl Plan {
             outputs,
             time_base,
             poison,
+            ignore_timestamps,
         }
     }
 
