@@ -62,10 +62,14 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod aws;
+mod config;
+pub mod config_env;
 pub mod driver;
 pub mod dsl;
 pub mod error;
 pub mod event;
+mod handler;
 pub mod kafka;
 pub mod lambda;
 pub mod metrics;
@@ -73,9 +77,11 @@ pub(crate) mod runtime;
 pub mod serdes;
 pub mod sink;
 pub mod state;
+pub(crate) mod topology;
+pub mod wire;
 
 pub use dsl::{StreamsBuilder, Topology};
-pub use error::StreamError;
+pub use error::{StreamError, TopologyError};
 pub use runtime::{
     BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
 };

@@ -1,6 +1,6 @@
 //! How [`KStream::group_by`](super::KStream::group_by) re-keys a stream: [`Grouped`], and
-//! the choice between the two modes of the design notes (section 4a), made when the
-//! topology is built.
+//! the choice between its two modes (docs/state.md, "Direct or repartition"), made when
+//! the topology is built.
 //!
 //! - **Repartition**: the re-keyed records go through an internal topic partitioned by
 //!   the new key (see [`KStream::repartition`](super::KStream::repartition)), which the
@@ -16,22 +16,9 @@
 
 use std::sync::Arc;
 
-use super::describe::NodeId;
-use super::{Shared, lock};
 use crate::serdes::Serde;
-
-/// How the re-keyed records reach their aggregation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Rekeying {
-    /// Through a repartition topic when the aggregation's updates go to a topic and are
-    /// emitted on every update; directly otherwise (the default).
-    #[default]
-    Auto,
-    /// Always through the repartition topic.
-    Repartition,
-    /// Always directly: no repartition topic.
-    Direct,
-}
+pub use crate::topology::Rekeying;
+use crate::topology::{Shared, lock};
 
 /// The serdes and the re-keying mode of [`KStream::group_by`](super::KStream::group_by), as
 /// Kafka Streams' `Grouped`.
@@ -100,19 +87,6 @@ impl<K: 'static, V: 'static> Grouped<K, V> {
     pub fn rekeying(&self) -> Rekeying {
         self.rekeying
     }
-}
-
-/// Connects the re-keyed records to their aggregation: directly (`None`) or through a
-/// repartition topic (`Some(topic)`); returns the node the aggregation then reads from.
-pub(crate) type Wire = Box<dyn FnOnce(Option<&str>) -> Option<NodeId> + Send + Sync>;
-
-/// A `group_by` whose mode is chosen when the topology is built.
-pub(crate) struct PendingRekey {
-    /// The re-keying node (the aggregation nodes hang from it).
-    pub(crate) node: NodeId,
-    pub(crate) rekeying: Rekeying,
-    pub(crate) topic: Option<String>,
-    pub(crate) wire: Wire,
 }
 
 /// Chooses the mode of every pending `group_by` of the topology and connects it.

@@ -18,14 +18,15 @@
 //! the item is written). A key's sessions are kept while they end less than `2 * gap + grace`
 //! before the newest record of the key (any record that is not late can still merge with
 //! them when a key's records come from one partition: `group_by_key`, or a repartition
-//! topic), then dropped from the item, which keeps to its 400 KB.
+//! topic), then dropped from the item, which keeps to its 400 KB. A session starts at its
+//! earliest record, so no session starts before its records do (the hopping-window rule of
+//! Kafka Streams, no window before 0, has nothing to cut here). Session items carry no TTL:
+//! a key's sessions live in its one item, pruned as above.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-
+use super::state_codec::StateCodec;
 use super::windowed::Windowed;
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
@@ -70,6 +71,9 @@ struct Sessions<A> {
     floor: Option<i64>,
 }
 
+/// The codec of [`Sessions`].
+const SESSIONS: StateCodec = StateCodec::new("sessions");
+
 /// Stores [`Sessions`] as JSON: `[[start, end, "<aggregate, base64>"], …]`.
 struct SessionsSerde<A>(Arc<dyn Serde<A>>);
 
@@ -82,22 +86,16 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
         let mut rows = Vec::with_capacity(value.sessions.len());
         for s in &value.sessions {
             let bytes = self.0.try_serialize(&s.aggregate)?.unwrap_or_default();
-            rows.push(serde_json::json!([s.start, s.end, STANDARD.encode(bytes)]));
+            rows.push((s.start, s.end, SESSIONS.encode_bytes(&bytes)));
         }
-        serde_json::to_vec(&rows)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("sessions do not encode: {e}")))
+        SESSIONS.encode(&rows)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let bad = |e: String| SerdeError(format!("stored sessions do not decode: {e}"));
-        let rows: Vec<(i64, i64, String)> = match data {
-            None => Vec::new(),
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?,
-        };
+        let rows: Vec<(i64, i64, String)> = SESSIONS.decode(data)?;
         let mut sessions = Vec::with_capacity(rows.len());
         for (start, end, aggregate) in rows {
-            let bytes = STANDARD.decode(aggregate).map_err(|e| bad(e.to_string()))?;
+            let bytes = SESSIONS.decode_bytes(&aggregate)?;
             sessions.push(Session {
                 start,
                 end,

@@ -3,155 +3,31 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::context::{Ctx, Origin, PendingItem, PendingKey};
-use crate::dsl::Topology;
+use super::options::{BatchOptions, PoisonPolicy};
+use super::poison::{dead_letter, failure, guarded};
+use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
-use crate::event::{KafkaEvent, Record, TopicPartition};
-use crate::sink::{OutputRecord, SOURCE_HEADER, Sink};
+use crate::event::{KafkaEvent, TopicPartition};
+use crate::sink::{OutputRecord, Sink};
+use crate::state::WRITE_CONCURRENCY;
 use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
+use crate::topology::Topology;
+use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 
 /// How many output records a batch holds before it sends them, while its records are
-/// processed: a record can emit many (a `flat_map` ahead of a repartition: one 6 MB event of
-/// text makes ~550,000), and holding them all took ~480 MB (BENCHMARKS.md section 4). Once
+/// processed: a record can emit many (a `flat_map` ahead of a repartition turns one event
+/// of text into hundreds of thousands), and holding them all would not fit a small
+/// function's memory; the bound keeps the peak memory bounded (BENCHMARKS.md section 4
+/// measures it). Once
 /// this many are held, they are sent (and acknowledged) before the next record; a chunk is
 /// at most this many plus one record's outputs. A batch that fails later has produced some of
 /// its outputs, as a failure in the middle of a send would; its retry produces them again
 /// under the same source headers and versions (outputs are at least once, state exactly once).
 pub const OUTPUT_CHUNK: usize = 20_000;
-
-/// How many state writes a batch keeps in flight at once: DynamoDB answers in
-/// milliseconds, so a batch must not pay that latency once per item in series.
-pub(crate) const WRITE_CONCURRENCY: usize = 32;
-
-/// Header of a dead-lettered record carrying the error that sent it there.
-pub const ERROR_HEADER: &str = "lambda-streams-error";
-
-/// What to do with a *poison* record: one whose key or value does not deserialize, or
-/// whose user function returns an error or panics.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum PoisonPolicy {
-    /// Fail: the partition stops at the record (the event source's default behaviour).
-    /// With partial batch responses, only that partition stops, from that record;
-    /// without, the whole batch fails and is retried.
-    #[default]
-    Fail,
-    /// Skip the record and count it (`BatchReport::poison_records`).
-    Skip,
-    /// Produce the record, unchanged, to this topic, with the error in the
-    /// `lambda-streams-error` header and its source in `lambda-streams-source`; go on.
-    DeadLetter {
-        /// The dead-letter topic.
-        topic: String,
-    },
-}
-
-impl std::str::FromStr for PoisonPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fail" => Ok(PoisonPolicy::Fail),
-            "skip" => Ok(PoisonPolicy::Skip),
-            _ => match s.strip_prefix("dead-letter:") {
-                Some(topic) if !topic.is_empty() => Ok(PoisonPolicy::DeadLetter {
-                    topic: topic.to_owned(),
-                }),
-                _ => Err(format!(
-                    "unknown poison policy {s:?}: use fail, skip or dead-letter:<topic>"
-                )),
-            },
-        }
-    }
-}
-
-/// How a batch is executed.
-#[derive(Debug, Clone)]
-pub struct BatchOptions {
-    /// What to do with poison records.
-    pub poison: PoisonPolicy,
-    /// Report failed records as a partial batch response (`batchItemFailures`) instead of
-    /// failing the whole batch. Enable it only together with the event source mapping's
-    /// `FunctionResponseTypes: [ReportBatchItemFailures]`: without it, Lambda ignores the
-    /// response and would commit the failed records.
-    pub partial_batch_response: bool,
-    /// For emit-on-close windows: a source partition whose stream time has not advanced
-    /// for this long no longer holds the low watermark back (30 s by default).
-    pub idle_partition_timeout: Duration,
-    /// For emit-on-close windows: the number of partitions of each source topic. A
-    /// declared partition that has not delivered a record yet holds the low watermark
-    /// back (until the idle timeout, counted from the table's first stream time), so that
-    /// a window cannot close before every partition has been heard from. Without it, the
-    /// low watermark is over the partitions seen so far: at the very start, the first
-    /// partitions' records can close windows that a slower partition still feeds (its
-    /// records for them are then late).
-    pub source_partitions: BTreeMap<String, i32>,
-}
-
-/// The default [`BatchOptions::idle_partition_timeout`].
-pub const DEFAULT_IDLE_PARTITION_TIMEOUT: Duration = Duration::from_secs(30);
-
-impl Default for BatchOptions {
-    fn default() -> Self {
-        BatchOptions {
-            poison: PoisonPolicy::default(),
-            partial_batch_response: false,
-            idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
-            source_partitions: BTreeMap::new(),
-        }
-    }
-}
-
-/// What one batch did: counts for logs, metrics and benchmarks.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BatchReport {
-    /// Source records processed.
-    pub records_in: u64,
-    /// Records produced to sinks (dead letters included).
-    pub records_out: u64,
-    /// Distinct state items the batch touched (one write each in the common case).
-    pub items_touched: u64,
-    /// Records not aggregated because their key serialized to null.
-    pub dropped_null_keys: u64,
-    /// (record, window) pairs dropped because the window had closed (later than its end
-    /// plus grace, by the partition's stream time).
-    pub late_records: u64,
-    /// Poison records met (skipped, dead-lettered or failed).
-    pub poison_records: u64,
-    /// Poison records produced to the dead-letter topic.
-    pub dead_lettered: u64,
-    /// Windows of emit-on-close stores this batch closed and emitted.
-    pub windows_closed: u64,
-    /// Distinct keys read from joined tables.
-    pub join_lookups: u64,
-    /// The cost of the state writes.
-    pub state: WriteStats,
-    /// Wall time of the batch.
-    pub duration: Duration,
-}
-
-/// The result of a batch that did not fail as a whole.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BatchOutcome {
-    /// What the batch did.
-    pub report: BatchReport,
-    /// With partial batch responses: per failed partition, the offset to resume from.
-    pub failures: Vec<(TopicPartition, i64)>,
-}
-
-impl BatchOutcome {
-    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"partition":"<topic>-<p>","offset":N}}]}`.
-    pub fn response(&self) -> serde_json::Value {
-        let failures: Vec<_> = self
-            .failures
-            .iter()
-            .map(|(tp, offset)| serde_json::json!({ "itemIdentifier": { "partition": tp.to_string(), "offset": offset } }))
-            .collect();
-        serde_json::json!({ "batchItemFailures": failures })
-    }
-}
 
 impl Topology {
     /// Processes one event with the default options (poison records fail the batch).
@@ -237,6 +113,9 @@ impl Topology {
                     timestamp: record.timestamp,
                 };
                 ctx.source = None;
+                // A poison record's timestamp must not count (a far-future one would close
+                // every window): restored below when the record fails.
+                let (stream_time, late) = (ctx.stream_times[index], ctx.late_records);
                 if record_time {
                     ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 }
@@ -249,7 +128,11 @@ impl Topology {
                     outcome.report.records_in += 1;
                     continue;
                 };
-                // Undo what the record did before it failed; the batch goes on without it.
+                // Undo what the record did before it failed (its outputs, contributions,
+                // stream time, also one a timestamp extractor set, and late windows); the
+                // batch goes on without it.
+                ctx.stream_times[index] = stream_time;
+                ctx.late_records = late;
                 ctx.outputs.truncate(mark);
                 let (source, offset) = ctx.source.unwrap_or((tp_index, record.offset));
                 ctx.forget(source, offset);
@@ -268,43 +151,30 @@ impl Topology {
                 }
             }
         }
-        // The stores that joins read are written first, so that the records waiting at
-        // joins see this batch's changes; then those records go on; then the other stores.
-        let targets = &self.inner.join_targets;
-        // `None` marks the point where the joins run.
-        let steps: Vec<Option<usize>> = targets
-            .iter()
-            .copied()
-            .map(Some)
-            .chain([None])
-            .chain(
-                (0..self.inner.stores.len())
-                    .filter(|i| !targets.contains(i))
-                    .map(Some),
+        // Each store once, in the order the build derived (every store after the stores
+        // whose updates or joins feed it); before each write, the records waiting at joins
+        // of the stores written so far go on (again and again: a record that passes one
+        // join may wait at the next), so they reach the store before its write.
+        let mut written = vec![false; self.inner.stores.len()];
+        for &index in &self.inner.write_order {
+            self.resume_joins(
+                &mut ctx,
+                &written,
+                event,
+                store,
+                options,
+                &mut outcome,
+                &mut dead_letters,
             )
-            .collect();
-        for step in steps {
-            match step {
-                Some(index) => {
-                    self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
-                        .await?
-                }
-                None => {
-                    self.resume_joins(
-                        &mut ctx,
-                        event,
-                        store,
-                        options,
-                        &mut outcome,
-                        &mut dead_letters,
-                    )
-                    .await?
-                }
-            }
+            .await?;
+            self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
+                .await?;
+            written[index] = true;
         }
-        // Updates of the other stores that reached a join.
+        // The records waiting at joins after the last write (its updates included).
         self.resume_joins(
             &mut ctx,
+            &written,
             event,
             store,
             options,
@@ -312,10 +182,20 @@ impl Topology {
             &mut dead_letters,
         )
         .await?;
-        if let Some(index) = targets.iter().find(|i| !ctx.pending[**i].is_empty()) {
+        // Never silent: what the order did not foresee fails the batch (a bug: `build()`
+        // refuses every shape that would get here).
+        if let Some(index) = (0..ctx.pending.len()).find(|i| !ctx.pending[*i].is_empty()) {
             return Err(StreamError::Config(format!(
-                "store {:?} is joined and also fed by joined records: not supported",
-                self.inner.stores[*index].name
+                "store {:?} was given contributions after its write in this batch: the \
+                 topology's write order missed a feeder",
+                self.inner.stores[index].name
+            )));
+        }
+        if let Some(index) = ctx.unattributed {
+            return Err(StreamError::Config(format!(
+                "store {:?} was given a table's update, which has no source record to \
+                 apply it exactly once",
+                self.inner.stores[index].name
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
@@ -388,12 +268,44 @@ impl Topology {
         Ok(())
     }
 
-    /// Takes the records waiting at joins on: reads the joined tables' values of their
+    /// Takes on the records waiting at joins of the stores `written` so far in this batch
+    /// (the others wait for their store's write): reads the joined tables' values of their
     /// keys (one batched, strongly consistent read per 100 distinct keys), then runs each
     /// record's continuation. A continuation that fails is a poison record, handled by
     /// the policy (with `Fail`, the whole batch fails, partial batch responses or not).
+    #[allow(clippy::too_many_arguments)]
     async fn resume_joins(
         &self,
+        ctx: &mut Ctx,
+        written: &[bool],
+        event: &KafkaEvent,
+        store: &dyn Store,
+        options: &BatchOptions,
+        outcome: &mut BatchOutcome,
+        dead_letters: &mut Vec<OutputRecord>,
+    ) -> Result<(), StreamError> {
+        // The records waiting at stores written already go on; a record that goes on may
+        // wait again at another join: repeat until none waits at a written store.
+        loop {
+            let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) =
+                std::mem::take(&mut ctx.deferred)
+                    .into_iter()
+                    .partition(|d| written.get(d.store).copied().unwrap_or(false));
+            ctx.deferred = waiting;
+            if ready.is_empty() {
+                return Ok(());
+            }
+            self.resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
+                .await?;
+        }
+    }
+
+    /// Reads the joined tables' values of the keys `deferred` wait for, and takes each of
+    /// those records on (see [`resume_joins`](Self::resume_joins)).
+    #[allow(clippy::too_many_arguments)]
+    async fn resume_ready(
+        &self,
+        deferred: Vec<Deferred>,
         ctx: &mut Ctx,
         event: &KafkaEvent,
         store: &dyn Store,
@@ -401,10 +313,6 @@ impl Topology {
         outcome: &mut BatchOutcome,
         dead_letters: &mut Vec<OutputRecord>,
     ) -> Result<(), StreamError> {
-        let deferred = std::mem::take(&mut ctx.deferred);
-        if deferred.is_empty() {
-            return Ok(());
-        }
         let mut keys: BTreeMap<usize, BTreeSet<&[u8]>> = BTreeMap::new();
         for d in &deferred {
             keys.entry(d.store).or_default().insert(&d.key);
@@ -582,73 +490,8 @@ impl Topology {
     }
 }
 
-/// The record as it came, to the dead-letter topic, with the error and its source.
-fn dead_letter(
-    topic: &str,
-    tp: &TopicPartition,
-    record: &Record,
-    error: &StreamError,
-) -> OutputRecord {
-    let mut headers: Vec<(String, Vec<u8>)> = record
-        .headers
-        .iter()
-        .map(|h| (h.name().to_owned(), h.value().to_vec()))
-        .collect();
-    headers.push((ERROR_HEADER.to_owned(), error.to_string().into_bytes()));
-    headers.push((
-        SOURCE_HEADER.to_owned(),
-        format!("{}:{}:{}", tp.topic, tp.partition, record.offset).into_bytes(),
-    ));
-    OutputRecord {
-        topic: topic.to_owned(),
-        key: record.key().map(<[u8]>::to_vec),
-        value: record.value().map(<[u8]>::to_vec),
-        headers,
-        timestamp: Some(record.timestamp),
-    }
-}
-
-/// What a record's processing came to: `None` when it went through, the poison error
-/// when user code failed or panicked on it, `Err` for any other error (which fails the
-/// batch).
-fn failure(
-    result: std::thread::Result<Result<(), StreamError>>,
-    tp: &TopicPartition,
-    offset: i64,
-) -> Result<Option<StreamError>, StreamError> {
-    match result {
-        Ok(Ok(())) => Ok(None),
-        Ok(Err(e @ (StreamError::Deserialize { .. } | StreamError::User { .. }))) => Ok(Some(e)),
-        Ok(Err(other)) => Err(other),
-        Err(panic) => Ok(Some(StreamError::User {
-            tp: tp.clone(),
-            offset,
-            reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
-        })),
-    }
-}
-
-/// Runs user code on a table's update: a panic there (not attributable to one record)
-/// fails the batch with an error instead of unwinding through the runtime.
-fn guarded(f: impl FnOnce() -> Result<(), StreamError>) -> Result<(), StreamError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        Err(StreamError::Config(format!(
-            "user code panicked on a table update: {}",
-            panic_message(panic.as_ref())
-        )))
-    })
-}
-
 fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
