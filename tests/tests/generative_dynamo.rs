@@ -2,7 +2,7 @@
 //! inputs, fault schedules (duplicates, crashes after k writes through `FaultyStore`
 //! wrapping the store, shifted retries, zombies, redeliveries) and reference interpreter
 //! as `framework/tests/generative.rs`, with every case on a fresh table of the dynoxide
-//! emulator through `DynamoStore`, fewer cases (`GENERATIVE_CASES`, default 2 per family
+//! emulator through `DynamoStore`, fewer cases (`GENERATIVE_CASES`, default 6 per family
 //! and base seed). `GENERATIVE_FAMILIES` and `GENERATIVE_SEED` work as there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,5 +37,5 @@ fn random_topologies_equal_the_reference_under_faults_on_dynamodb() {
             Guarantee::ExactlyOnce,
         ))
     };
-    generative::suite::run_all(2, &generative::suite::FIXED_SEEDS[..1], &new_store);
+    generative::suite::run_all(6, &generative::suite::FIXED_SEEDS[..1], &new_store);
 }

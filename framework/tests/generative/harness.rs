@@ -143,7 +143,9 @@ pub fn run_schedule(
     // each of their partitions).
     for topic in ["s0", "s1", "t0", "t1"] {
         if reads.contains(topic) {
-            options.source_partitions.insert(topic.to_owned(), PARTITIONS);
+            options
+                .source_partitions
+                .insert(topic.to_owned(), PARTITIONS);
         }
     }
     let mut source = Source {
@@ -374,19 +376,21 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                         return Err(format!("topic {topic}: a session without key or value"));
                     };
                     let version = version_of(r)?;
-                    let group = key.rsplit_once('@').map(|(g, _)| g.to_owned()).unwrap_or_default();
+                    let group = key
+                        .rsplit_once('@')
+                        .map(|(g, _)| g.to_owned())
+                        .unwrap_or_default();
                     let entry = current.entry(group).or_insert((0, BTreeMap::new()));
                     if version > entry.0 {
                         *entry = (version, BTreeMap::new());
                     }
-                    if version == entry.0 {
-                        if let Some(old) = entry.1.insert(key.clone(), value) {
-                            if old != value {
-                                return Err(format!(
-                                    "topic {topic}: session {key} version {version} emitted as {old} and as {value}"
-                                ));
-                            }
-                        }
+                    if version == entry.0
+                        && let Some(old) = entry.1.insert(key.clone(), value)
+                        && old != value
+                    {
+                        return Err(format!(
+                            "topic {topic}: session {key} version {version} emitted as {old} and as {value}"
+                        ));
                     }
                 }
                 let end_of = |key: &str| -> (String, i64) {
@@ -433,11 +437,7 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     let (key, value, _) = decode(r)?;
                     let key = key
                         .ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
-                    let version = if by_version {
-                        version_of(r)?
-                    } else {
-                        n as u64
-                    };
+                    let version = if by_version { version_of(r)? } else { n as u64 };
                     match latest.get(&key) {
                         Some((v, old)) if *v == version && *old != value => {
                             return Err(format!(
@@ -468,12 +468,9 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
 
 /// The version header of an emitted update.
 fn version_of(r: &OutputRecord) -> Result<u64, String> {
-    let header = r.header(VERSION_HEADER).ok_or_else(|| {
-        format!(
-            "topic {}: an update without {VERSION_HEADER}",
-            r.topic
-        )
-    })?;
+    let header = r
+        .header(VERSION_HEADER)
+        .ok_or_else(|| format!("topic {}: an update without {VERSION_HEADER}", r.topic))?;
     std::str::from_utf8(header)
         .ok()
         .and_then(|s| s.parse().ok())

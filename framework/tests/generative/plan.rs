@@ -686,11 +686,9 @@ impl Plan {
                 let s = stateless(rng, S::TryMapValues(Box::new(s), bad), 1, false);
                 match family {
                     "poison_stateless" => vec![Out::Stream(s)],
-                    "poison_aggregate" => vec![Out::Table(T::Agg(
-                        Box::new(s),
-                        group(rng, false),
-                        agg(rng),
-                    ))],
+                    "poison_aggregate" => {
+                        vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+                    }
                     _ => vec![Out::Windowed(W {
                         stream: s,
                         group: group(rng, true),
@@ -855,11 +853,9 @@ impl Builder<'_> {
                     JoinKind::Inner => l.join_stream(&r, windows, &store, serdes, |_, a, b| {
                         stream_stream_joiner(*a, *b)
                     }),
-                    JoinKind::Left => {
-                        l.left_join_stream(&r, windows, &store, serdes, |_, a, b| {
-                            stream_stream_joiner(*a, b.copied().flatten())
-                        })
-                    }
+                    JoinKind::Left => l.left_join_stream(&r, windows, &store, serdes, |_, a, b| {
+                        stream_stream_joiner(*a, b.copied().flatten())
+                    }),
                     JoinKind::Outer => {
                         l.outer_join_stream(&r, windows, &store, serdes, |_, a, b| {
                             stream_stream_joiner(a.copied().flatten(), b.copied().flatten())
@@ -1092,14 +1088,12 @@ impl Inputs {
             };
             let p = partition_of(key.as_deref().map(str::as_bytes))
                 .unwrap_or_else(|| rng.below(PARTITIONS as u64) as i32);
-            logs.get_mut(&(topic, p))
-                .unwrap()
-                .push(In {
-                    key,
-                    value,
-                    ts,
-                    bad: plan.poison && !table && rng.chance(10),
-                });
+            logs.get_mut(&(topic, p)).unwrap().push(In {
+                key,
+                value,
+                ts,
+                bad: plan.poison && !table && rng.chance(10),
+            });
         }
         Inputs { logs }
     }

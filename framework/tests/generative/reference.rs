@@ -60,10 +60,12 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
             Out::Table(t) => Expected::Table(table(t, inputs)),
             Out::Windowed(w) if w.emit_on_close => Expected::Finals(finals(w, plan, inputs)),
             Out::Windowed(w) => Expected::Table(windowed(w, inputs)),
-            Out::Dyn(w @ DynW {
-                windows: Dyn::Session(_),
-                ..
-            }) => {
+            Out::Dyn(
+                w @ DynW {
+                    windows: Dyn::Session(_),
+                    ..
+                },
+            ) => {
                 let (sessions, horizon) = sessions(w, inputs);
                 Expected::Sessions { sessions, horizon }
             }
@@ -281,7 +283,13 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
 /// The plans keep every record within `grace` of its partition's stream time, so no
 /// record is late (dropped for an expired window) and the order of the records does not
 /// matter.
-fn stream_join(left: &[Rec], right: &[Rec], kind: JoinKind, difference: i64, grace: i64) -> Vec<Rec> {
+fn stream_join(
+    left: &[Rec],
+    right: &[Rec],
+    kind: JoinKind,
+    difference: i64,
+    grace: i64,
+) -> Vec<Rec> {
     let present = |r: &&Rec| r.key.is_some() && r.value.is_some();
     let left: Vec<&Rec> = left.iter().filter(present).collect();
     let right: Vec<&Rec> = right.iter().filter(present).collect();
@@ -595,7 +603,10 @@ fn sliding(w: &DynW, inputs: &Inputs) -> BTreeMap<String, i64> {
         }
         for start in starts {
             let mut acc = None;
-            for r in records.iter().filter(|r| r.ts >= start && r.ts <= start + d) {
+            for r in records
+                .iter()
+                .filter(|r| r.ts >= start && r.ts <= start + d)
+            {
                 acc = Some(fold(w.agg, acc, r.value));
             }
             if let Some(acc) = acc {
