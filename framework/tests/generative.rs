@@ -15,6 +15,8 @@
 //! - `GENERATIVE_FAMILIES=all` (or a comma-separated list of names) selects families;
 //! - `GENERATIVE_CASES=N` runs N cases per family and base seed (default 300);
 //! - `GENERATIVE_SEED=<family>:<seed>` replays one case (as printed on failure).
+//! - `GENERATIVE_RANDOM_BASE=<seed>` fixes the run's random base seed (printed at the start),
+//!   to repeat a whole run.
 //!
 //! A topology that the builder refuses (a panic in `build()` or while composing it) is
 //! counted as refused and skipped: refusing is what the project's rule allows.

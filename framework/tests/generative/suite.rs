@@ -120,10 +120,16 @@ pub fn run_all(cases: u64, fixed: &[u64], new_store: NewStore) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(cases);
-    let random_seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(7);
+    // `GENERATIVE_RANDOM_BASE` fixes the random base seed (to repeat a whole run's counts).
+    let random_seed = std::env::var("GENERATIVE_RANDOM_BASE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(7)
+        });
     println!("generative: random base seed {random_seed}");
     let mut bases: Vec<u64> = fixed.to_vec();
     bases.push(random_seed);
