@@ -476,3 +476,56 @@ fn version_of(r: &OutputRecord) -> Result<u64, String> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| "bad version header".to_owned())
 }
+
+/// The store a plan with one time-windowed output aggregates into (`Builder::windowed`
+/// names it first).
+const WINDOW_STORE: &str = "win1";
+
+/// For a plan whose one output is a time-windowed aggregation: the store's readers
+/// (`Store::windows`, which leave out items past their TTL, as DynamoDB's reads do) see
+/// every window the reference holds at the end, and no other; an additive window's
+/// number is the reference's. This is what catches windows born expired (a TTL from
+/// event time alone), which the outputs do not show.
+pub fn check_window_state(plan: &Plan, inputs: &Inputs, store: &dyn Store) -> Result<(), String> {
+    let Some(want) = super::reference::window_items(plan, inputs) else {
+        return Ok(());
+    };
+    let mut by_key: BTreeMap<String, BTreeMap<i64, i64>> = BTreeMap::new();
+    for (window, value) in &want {
+        let (key, start) = window
+            .rsplit_once('@')
+            .ok_or_else(|| format!("reference window {window:?}"))?;
+        let start: i64 = start
+            .parse()
+            .map_err(|_| format!("reference window {window:?}"))?;
+        by_key
+            .entry(key.to_owned())
+            .or_default()
+            .insert(start, *value);
+    }
+    for (key, want) in &by_key {
+        let bytes = Nullable(Utf8)
+            .serialize(&Some(key.clone()))
+            .ok_or("a key serialized to null")?;
+        let got =
+            futures::executor::block_on(store.windows(WINDOW_STORE, &bytes, i64::MIN, i64::MAX))
+                .map_err(|e| format!("reading the windows of {key:?}: {e}"))?;
+        let starts: BTreeSet<i64> = got.iter().map(|(start, _)| *start).collect();
+        let wanted: BTreeSet<i64> = want.keys().copied().collect();
+        if starts != wanted {
+            return Err(format!(
+                "store {WINDOW_STORE}, key {key:?}: readable windows {starts:?}, reference {wanted:?}"
+            ));
+        }
+        for (start, state) in &got {
+            if state.aggregate.is_none() && want.get(start) != Some(&state.value) {
+                return Err(format!(
+                    "store {WINDOW_STORE}, key {key:?}, window {start}: {} read, reference {:?}",
+                    state.value,
+                    want.get(start)
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -417,6 +417,16 @@ fn table(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
     }
 }
 
+/// The windows (`<key>@<start>` → aggregate) a plan whose one output is a time-windowed
+/// aggregation holds at the end, every one of them readable (its TTL is ahead of the wall
+/// clock: design.md section 4); `None` for other plans.
+pub fn window_items(plan: &Plan, inputs: &Inputs) -> Option<BTreeMap<String, i64>> {
+    match plan.outputs.as_slice() {
+        [Out::Windowed(w)] => Some(windowed(w, &without_poison(plan, inputs))),
+        _ => None,
+    }
+}
+
 /// Kafka Streams' time windows: a record at `t` is in every window `[s, s + size)` with
 /// `s = k * advance`, `s >= 0`, `s <= t < s + size`; it is late for a window (dropped)
 /// when the stream time has reached the window's end plus grace.

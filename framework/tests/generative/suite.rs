@@ -59,7 +59,9 @@ fn run_case(family: &str, seed: u64, new_store: NewStore) -> (Plan, Inputs, Verd
             faults,
             &mut schedule_rng,
         );
-        let result = outcome.and_then(|run| harness::compare(&plan, &expected, &run, faults));
+        let result = outcome
+            .and_then(|run| harness::compare(&plan, &expected, &run, faults))
+            .and_then(|()| harness::check_window_state(&plan, &inputs, store.as_ref()));
         if let Err(e) = result {
             return (
                 plan,
