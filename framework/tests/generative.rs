@@ -52,9 +52,11 @@ pub const FAMILIES: &[&str] = &[
     // into (a difference from Kafka Streams that dsl/session.rs documents).
     "session_late",
     "sliding",
-    // A batch holding records of one key further apart than 2 × difference + grace (a
-    // retry with longer boundaries) never emits the windows of its earliest records
-    // (about 1 case in 1,200).
+    // After a crash part-way through a batch's writes, the retry emits only the windows
+    // still in a key's buffer: those of records the first attempt wrote and then dropped
+    // (more than 2 × difference + grace behind the key's newest) are never emitted. It
+    // shows when that key was written before the crash, which depends on the order of the
+    // batch's writes (0 to 2 cases in 1,200, varying between runs of the same seeds).
     "sliding_late",
     // A null value in a sliding window fails every batch of its partition ("a stored
     // window record does not decode").
