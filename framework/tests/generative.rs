@@ -17,6 +17,7 @@
 //! - `GENERATIVE_SEED=<family>:<seed>` replays one case (as printed on failure).
 //! - `GENERATIVE_RANDOM_BASE=<seed>` fixes the run's random base seed (printed at the start),
 //!   to repeat a whole run.
+//! - `GENERATIVE_LIST_FAILURES=1` prints one line per failing case (its seed and difference).
 //!
 //! A topology that the builder refuses (a panic in `build()` or while composing it) is
 //! counted as refused and skipped: refusing is what the project's rule allows.
@@ -67,10 +68,11 @@ pub const FAMILIES: &[&str] = &[
     // batch ran first, so a partner on the other side's partition arriving later, within
     // the grace, no longer joins: the pair is lost and the record emitted alone.
     "stream_stream_join_close",
-    // Joined with itself, a record's pair with itself is emitted twice.
+    // With both sides reading one topic, every pair is emitted twice.
     "stream_stream_self_join",
-    // A pair carries the timestamp of the record that emitted it (documented on
-    // `left_join_stream`), not the later of the two as in Kafka Streams.
+    // Under the faulty schedule only, a pair can carry the timestamp of the record that
+    // emitted it (`left_join_stream` documents "its own"), not the later of the two as in
+    // Kafka Streams.
     "stream_stream_join_timestamps",
     // A source record that reaches the join as several records (`flat_map_values`) has
     // its pairs emitted twice.

@@ -140,6 +140,8 @@ pub fn run_all(cases: u64, fixed: &[u64], new_store: NewStore) {
     std::panic::set_hook(Box::new(|_| {}));
     let mut tallies: BTreeMap<String, Tally> = BTreeMap::new();
     let families = enabled_families();
+    // `GENERATIVE_LIST_FAILURES=1`: one line per failing case (its seed and difference).
+    let list_failures = std::env::var("GENERATIVE_LIST_FAILURES").is_ok_and(|v| v == "1");
     for family in &families {
         assert!(
             FAMILIES.contains(&family.as_str()),
@@ -158,6 +160,10 @@ pub fn run_all(cases: u64, fixed: &[u64], new_store: NewStore) {
                     }
                     Verdict::Failed(m) => {
                         tally.failed += 1;
+                        if list_failures {
+                            let first = m.lines().next().unwrap_or_default();
+                            println!("GENERATIVE_SEED={family}:{seed} {first}");
+                        }
                         let size = (plan.size(), inputs.len());
                         let smaller = tally
                             .smallest
