@@ -40,13 +40,13 @@ use super::{
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
 pub use admin::{create_table, emulator_client, emulator_client_with};
-pub use retry::{RetrySettings, retry_config};
-use retry::describe_request;
 pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
     TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
 use item::{cache_key, expired, number, parse_state, parse_watermarks};
+use retry::describe_request;
+pub use retry::{RetrySettings, retry_config};
 
 /// How many times the fallback path retries a conflicting write before giving up.
 const MAX_CONFLICT_ATTEMPTS: u32 = 16;
@@ -361,9 +361,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| {
-                StateError::new(store, key, StateErrorKind::Request(self.describe(&e)))
-            })?;
+            .map_err(|e| StateError::new(store, key, StateErrorKind::Request(self.describe(&e))))?;
         out.item()
             .map(parse_state)
             .transpose()
