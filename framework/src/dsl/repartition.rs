@@ -61,8 +61,7 @@ use std::sync::Arc;
 
 use super::{Downstream, KStream, SourceFn, lock};
 use crate::error::StreamError;
-use crate::event::TopicPartition;
-use crate::serdes::Serde;
+use crate::serdes::{Serde, SerdeError};
 use crate::sink::OutputRecord;
 use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
@@ -121,15 +120,10 @@ where
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
         let source: SourceFn = Arc::new(move |ctx, record| {
-            let Some((tp, offset)) = ctx.record_coordinates() else {
+            let Some((tp, _)) = ctx.record_coordinates() else {
                 return Ok(());
             };
-            let bad = |reason: String| StreamError::Deserialize {
-                tp: tp.clone(),
-                offset,
-                side: "header",
-                reason,
-            };
+            let bad = |reason: String| ctx.deserialize_error("header", SerdeError(reason));
             let hop = HopHeaders::parse(&record.headers).map_err(bad)?;
             let position = position(hop.source.offset, &hop.ranks).map_err(bad)?;
             let mut hops = hop.path;
@@ -147,10 +141,10 @@ where
             ctx.source = Some((channel, position));
             let key = key_serde
                 .deserialize(record.key.as_deref())
-                .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
+                .map_err(|e| ctx.deserialize_error("key", e))?;
             let value = value_serde
                 .deserialize(record.value.as_deref())
-                .map_err(|e| bad_side(&tp, offset, "value", e.0))?;
+                .map_err(|e| ctx.deserialize_error("value", e))?;
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
@@ -223,16 +217,13 @@ where
             };
             hops.ranks.push(this_rank);
             if let Err(reason) = position(hops.source.offset, &hops.ranks) {
-                return Err(StreamError::User {
-                    tp,
-                    offset,
-                    reason: format!("cannot repartition to {topic:?}: {reason}"),
-                });
+                return Err(ctx.user_error(format!("cannot repartition to {topic:?}: {reason}")));
             }
-            let encode_error = |side: &str, e: crate::serdes::SerdeError| StreamError::User {
-                tp: tp.clone(),
-                offset,
-                reason: format!("cannot serialize the {side} for topic {topic:?}: {}", e.0),
+            let encode_error = |side: &str, e: SerdeError| {
+                ctx.user_error(format!(
+                    "cannot serialize the {side} for topic {topic:?}: {}",
+                    e.0
+                ))
             };
             let key = key_serde
                 .try_serialize(&key)
@@ -257,15 +248,6 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
-    }
-}
-
-fn bad_side(tp: &TopicPartition, offset: i64, side: &'static str, reason: String) -> StreamError {
-    StreamError::Deserialize {
-        tp: tp.clone(),
-        offset,
-        side,
-        reason,
     }
 }
 
