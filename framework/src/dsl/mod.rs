@@ -154,15 +154,7 @@ impl StreamsBuilder {
         if extracted {
             inner.extracted.insert(topic.to_owned());
         }
-        inner
-            .sources
-            .entry(topic.to_owned())
-            .or_default()
-            .push(source);
-        let topics = vec![topic.to_owned()];
-        let node = inner
-            .description
-            .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
+        let node = inner.add_source(topic, source);
         drop(inner);
         KStream::from_node(Arc::clone(&self.shared), downstream, node)
     }

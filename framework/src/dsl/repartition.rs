@@ -148,18 +148,7 @@ where
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
-        let node = {
-            let mut inner = lock(&shared);
-            inner
-                .sources
-                .entry(topic.to_owned())
-                .or_default()
-                .push(source);
-            let topics = vec![topic.to_owned()];
-            inner
-                .description
-                .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[])
-        };
+        let node = lock(&shared).add_source(topic, source);
         KStream::from_node(shared, downstream, node)
     }
 }

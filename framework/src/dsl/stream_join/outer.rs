@@ -391,13 +391,7 @@ where
         SV: Serde<V>,
         SO: Serde<VO>,
     {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
-        let this = Side {
-            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
-        };
-        let that = Side {
-            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
-        };
+        let (key_serde, this, that) = sides(serdes);
         let arrivals = self
             .buffered(&this)
             .arrivals(THIS)
