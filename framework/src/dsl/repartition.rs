@@ -59,7 +59,7 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KStream, SourceFn, lock};
+use super::{Downstream, KStream, SourceFn, decode_record, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
 use crate::sink::OutputRecord;
@@ -139,12 +139,7 @@ where
             }
             *seen = position;
             ctx.source = Some((channel, position));
-            let key = key_serde
-                .deserialize(record.key.as_deref())
-                .map_err(|e| ctx.deserialize_error("key", e))?;
-            let value = value_serde
-                .deserialize(record.value.as_deref())
-                .map_err(|e| ctx.deserialize_error("value", e))?;
+            let (key, value) = decode_record(ctx, record, &key_serde, &value_serde)?;
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
