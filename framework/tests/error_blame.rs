@@ -16,12 +16,12 @@ fn error_of_a_negative_timestamp(driver: &TestDriver) -> StreamError {
     let mut input = driver.input_topic("in", Utf8, Utf8).with_partition(2);
     input
         .pipe_input_with_timestamp("k", "ok".to_owned(), 1_000)
-        .unwrap();
-    driver.flush().unwrap();
+        .expect("encodes");
+    driver.flush().expect("a good record");
     input
         .pipe_input_with_timestamp("k", "bad".to_owned(), -1)
-        .unwrap();
-    driver.flush().unwrap_err()
+        .expect("encodes");
+    driver.flush().expect_err("a negative timestamp")
 }
 
 #[test]
