@@ -58,7 +58,7 @@ impl KafkaSettings {
     }
 
     /// Reads the `LAMBDA_STREAMS_KAFKA_*` variables (and `AWS_REGION` for MSK IAM) of the
-    /// process environment. See the [module](self) documentation.
+    /// process environment. See the [module](crate::kafka) documentation.
     pub fn from_env() -> Result<Self, StreamError> {
         Self::from_vars(std::env::vars())
     }

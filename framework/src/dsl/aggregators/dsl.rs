@@ -170,7 +170,7 @@ where
     /// under `member_serde`, smaller first). Exact, with at most `k` members in the state.
     ///
     /// Built on [`aggregate`](Self::aggregate) (same exactly-once effect, costs and
-    /// 400 KB limit); the state format is in the [module documentation](self).
+    /// 400 KB limit); the state format is in the [module documentation](crate::dsl::aggregators).
     ///
     /// # Panics
     /// When `k` is 0, or the store name is invalid or used twice (at build time).

@@ -79,7 +79,7 @@ pub fn xxh64(data: &[u8], seed: u64) -> u64 {
     h
 }
 
-/// The hash [`distinct_count`](KGroupedStream::distinct_count) keeps of a member: XXH64
+/// The hash [`distinct_count`](crate::dsl::KGroupedStream::distinct_count) keeps of a member: XXH64
 /// with seed 0 of the member's bytes under its serde. Fixed forever (state is persisted):
 /// a change would need a new state format version.
 ///
