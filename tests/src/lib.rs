@@ -454,13 +454,20 @@ impl LambdaWatch {
         for var in env {
             command.args(["--env-var", var]);
         }
-        let watch = LambdaWatch(
+        let mut watch = LambdaWatch(
             command
                 .spawn()
                 .expect("cargo lambda watch starts (is cargo-lambda installed? scripts/tools)"),
         );
         let deadline = Instant::now() + Duration::from_secs(600);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            // `cargo lambda` that is not installed is cargo's "no such command": it exits.
+            if let Ok(Some(status)) = watch.0.try_wait() {
+                panic!(
+                    "cargo lambda watch exited ({status}) before listening on {port}: is \
+                     cargo-lambda on PATH? (scripts/tools installs it; PATH=\"$(scripts/tools path):$PATH\")"
+                );
+            }
             assert!(
                 Instant::now() < deadline,
                 "cargo lambda watch did not listen on {port}"
