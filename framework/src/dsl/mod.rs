@@ -196,8 +196,10 @@ impl StreamsBuilder {
     pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
-        inner.write_order =
+        let order =
             crate::topology::order::write_order(&inner.description, &inner.roles, &inner.stores)?;
+        inner.write_order = order.stores;
+        inner.sort_hops = order.sort_hops;
         Ok(Topology {
             inner: Arc::new(inner),
         })

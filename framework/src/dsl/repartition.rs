@@ -47,6 +47,12 @@
 //!   topics (`w:in-0>a-0`, `w:in-0>b-1`): their positions are not comparable, and one
 //!   watermark for both would refuse the contributions of one of them.
 //!
+//! The order also needs every copy of a record on the same partition `q`: a null key is
+//! produced with a stand-in key ([`NULL_KEY_HEADER`]). And it needs a batch to produce its
+//! records in source order: a hop fed by records that waited at different joins (which go
+//! on at different steps of a batch) gets its records sorted back into source order before
+//! they are sent (`topology::order`).
+//!
 //! Within a batch the same rule drops duplicates before they reach the stores: per channel,
 //! a record at or below the highest position already seen in the batch (`Ctx::seen`) is a
 //! copy. The argument needs deterministic processing (a record produces the same records in
@@ -66,7 +72,7 @@ use crate::serdes::Serde;
 use crate::sink::OutputRecord;
 use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
-use crate::wire::{HopHeaders, SourceHeader};
+use crate::wire::{HopHeaders, NULL_KEY_HEADER, SourceHeader};
 
 impl<K, V> KStream<K, V>
 where
@@ -145,8 +151,14 @@ where
             }
             *seen = position;
             ctx.source = Some((channel, position));
+            let null_key = record.headers.iter().any(|h| h.name() == NULL_KEY_HEADER);
+            let key_bytes = if null_key {
+                None
+            } else {
+                record.key.as_deref()
+            };
             let key = key_serde
-                .deserialize(record.key.as_deref())
+                .deserialize(key_bytes)
                 .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
             let value = value_serde
                 .deserialize(record.value.as_deref())
@@ -240,11 +252,21 @@ where
             let value = value_serde
                 .try_serialize(&value)
                 .map_err(|e| encode_error("value", e))?;
+            let mut headers = hops.write();
+            // A null key: a stand-in that puts every copy on one partition (see
+            // NULL_KEY_HEADER).
+            let key = match key {
+                Some(key) => Some(key),
+                None => {
+                    headers.push((NULL_KEY_HEADER.to_owned(), Vec::new()));
+                    Some(SourceHeader::write(&hops.source.tp, hops.source.offset))
+                }
+            };
             ctx.outputs.push(OutputRecord {
                 topic: topic.clone(),
                 key,
                 value,
-                headers: hops.write(),
+                headers,
                 timestamp: Some(timestamp),
             });
             Ok(())
@@ -257,6 +279,7 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
+        inner.roles.in_order(node);
     }
 }
 

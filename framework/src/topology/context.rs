@@ -54,9 +54,14 @@ pub(crate) struct Deferred {
     /// The record it continues, and its original source (see [`Ctx::source`]).
     pub(crate) origin: Origin,
     pub(crate) source: Option<(u32, i64)>,
-    /// The joined table's store, and the key to read.
+    /// The joined table's store, and the key to read (`None`: a record whose key is null,
+    /// which has no table value but keeps its place among the records it came with).
     pub(crate) store: usize,
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: Option<Vec<u8>>,
+    /// The stream time of the record's partition when the record was read (see
+    /// [`Ctx::stream_time`]): its lateness downstream is judged against it, not against
+    /// the stream time at the end of the record pass.
+    pub(crate) stream_time: i64,
     pub(crate) resume: Resume,
 }
 
@@ -143,6 +148,10 @@ pub(crate) struct Ctx {
     /// A store given a table's update (which has no source coordinates to attribute it
     /// to): the batch fails. `build()` refuses the topologies that would do it.
     pub(crate) unattributed: Option<usize>,
+    /// While a record waiting at a join goes on: the stream time of its partition when it
+    /// was read (a record's lateness is judged at the record, as in Kafka Streams, not
+    /// against the later records of its batch read meanwhile).
+    pub(crate) resumed_stream_time: Option<i64>,
 }
 
 impl Ctx {
@@ -174,6 +183,7 @@ impl Ctx {
             seen: HashMap::new(),
             sequences: HashMap::new(),
             unattributed: None,
+            resumed_stream_time: None,
         }
     }
 
@@ -303,8 +313,12 @@ impl Ctx {
             .max(self.closed.get(store).copied().unwrap_or(i64::MIN))
     }
 
-    /// The stream time of the current record's partition (its own timestamp included).
+    /// The stream time of the current record's partition when the record was read (its own
+    /// timestamp included; for a record resumed after a join, the time it was read at).
     pub(crate) fn stream_time(&self) -> i64 {
+        if let Some(time) = self.resumed_stream_time {
+            return time;
+        }
         match self.origin {
             Origin::Record { tp, .. } => self
                 .stream_times
@@ -323,11 +337,35 @@ impl Ctx {
         key: Vec<u8>,
         resume: Resume,
     ) -> Result<(), StreamError> {
+        self.park(store, Some(key), resume)
+    }
+
+    /// Parks the current record at a join of `store` although its key is null (it has no
+    /// table value, `resume` gets `None`): it goes on with the records parked there, in
+    /// their order. Going on at once, it would overtake the earlier records of its
+    /// partition, which downstream operators rely on being in offset order (a repartition
+    /// topic's positions, lateness, non-commutative aggregates).
+    pub(crate) fn defer_null_key(
+        &mut self,
+        store: usize,
+        resume: Resume,
+    ) -> Result<(), StreamError> {
+        self.park(store, None, resume)
+    }
+
+    fn park(
+        &mut self,
+        store: usize,
+        key: Option<Vec<u8>>,
+        resume: Resume,
+    ) -> Result<(), StreamError> {
+        let stream_time = self.stream_time();
         self.deferred.push(Deferred {
             origin: self.origin,
             source: self.source,
             store,
             key,
+            stream_time,
             resume,
         });
         Ok(())

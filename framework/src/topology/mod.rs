@@ -93,6 +93,10 @@ pub(crate) struct TopologyInner {
     /// The order in which a batch writes the stores (indices into `stores`): every store
     /// after all of its feeders (see [`order`]). Set when the topology is built.
     pub(crate) write_order: Vec<usize>,
+    /// Whether a batch puts its repartition records back in source order before sending
+    /// them (a repartition topic fed by records that waited at different joins, see
+    /// [`order`]). Set when the topology is built.
+    pub(crate) sort_hops: bool,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;

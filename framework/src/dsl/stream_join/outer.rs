@@ -430,16 +430,28 @@ where
             .add(Arc::new(move |ctx, key: K, x: Arrival| {
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
                     // A null key joins nothing: on an outer side, the record is emitted alone
-                    // at once (as Kafka Streams 3.7 and later do).
-                    return emit_null_key(
-                        ctx,
-                        &key,
-                        &x,
-                        outer,
-                        &this_serde,
-                        &that_serde,
-                        &*joiner,
-                        &out,
+                    // (as Kafka Streams 3.7 and later do), in its place among the records
+                    // waiting at the join, not ahead of them.
+                    let (this_serde, that_serde, joiner, out) = (
+                        Arc::clone(&this_serde),
+                        Arc::clone(&that_serde),
+                        Arc::clone(&joiner),
+                        out.clone(),
+                    );
+                    return ctx.defer_null_key(
+                        lookup.store,
+                        Box::new(move |ctx: &mut Ctx, _| {
+                            emit_null_key(
+                                ctx,
+                                &key,
+                                &x,
+                                outer,
+                                &this_serde,
+                                &that_serde,
+                                &*joiner,
+                                &out,
+                            )
+                        }),
                     );
                 };
                 let (lookup, this_serde, that_serde, joiner, out) = (
