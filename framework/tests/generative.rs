@@ -68,14 +68,8 @@ pub const FAMILIES: &[&str] = &[
     // batch ran first, so a partner on the other side's partition arriving later, within
     // the grace, no longer joins: the pair is lost and the record emitted alone.
     "stream_stream_join_close",
-    // With both sides reading one topic, every pair is emitted twice.
     "stream_stream_self_join",
-    // Under the faulty schedule only, a pair can carry the timestamp of the record that
-    // emitted it (`left_join_stream` documents "its own"), not the later of the two as in
-    // Kafka Streams.
     "stream_stream_join_timestamps",
-    // A source record that reaches the join as several records (`flat_map_values`) has
-    // its pairs emitted twice.
     "stream_stream_join_fan_out",
     "poison_stateless",
     "poison_aggregate",
@@ -101,6 +95,9 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "sliding",
     "emit_on_close",
     "stream_stream_join",
+    "stream_stream_self_join",
+    "stream_stream_join_timestamps",
+    "stream_stream_join_fan_out",
     "poison_stateless",
     "poison_aggregate",
     "poison_window",
