@@ -687,6 +687,20 @@ mod tests {
     }
 
     #[test]
+    fn an_item_written_before_outputs_named_their_arrival_still_decodes() {
+        // A join state as stored before `by`, `ts` and `seq` existed.
+        let old = br#"{"time":5,"entries":[{"side":0,"ts":5,"topic":"l","partition":0,
+            "offset":3,"value":"Bw==","matched":false}],"outputs":[{"topic":"l",
+            "partition":0,"offset":3,"this":{"value":"Bw=="},"other":null}]}"#;
+        let state = JoinStateSerde.deserialize(Some(old)).unwrap_or_default();
+        assert_eq!(state.entries.len(), 1);
+        assert_eq!(state.entries[0].seq, 0);
+        // Emitted by every arrival of l:0:3, at the emitting record's timestamp.
+        assert_eq!(state.outputs.len(), 1);
+        assert_eq!((state.outputs[0].by, state.outputs[0].ts), (None, None));
+    }
+
+    #[test]
     fn values_are_stored_as_base64_and_read_back() {
         let state = JoinState::default().arrive(
             arrival(THIS, 7, 0, 0),
