@@ -65,10 +65,9 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KStream, SourceFn, lock};
+use super::{Downstream, KStream, SourceFn, decode_parts, lock};
 use crate::error::StreamError;
-use crate::event::TopicPartition;
-use crate::serdes::Serde;
+use crate::serdes::{Serde, SerdeError};
 use crate::sink::OutputRecord;
 use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
@@ -127,15 +126,10 @@ where
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
         let source: SourceFn = Arc::new(move |ctx, record| {
-            let Some((tp, offset)) = ctx.record_coordinates() else {
+            let Some((tp, _)) = ctx.record_coordinates() else {
                 return Ok(());
             };
-            let bad = |reason: String| StreamError::Deserialize {
-                tp: tp.clone(),
-                offset,
-                side: "header",
-                reason,
-            };
+            let bad = |reason: String| ctx.deserialize_error("header", SerdeError(reason));
             let hop = HopHeaders::parse(&record.headers).map_err(bad)?;
             let position = position(hop.source.offset, &hop.ranks).map_err(bad)?;
             let mut hops = hop.path;
@@ -157,27 +151,17 @@ where
             } else {
                 record.key.as_deref()
             };
-            let key = key_serde
-                .deserialize(key_bytes)
-                .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
-            let value = value_serde
-                .deserialize(record.value.as_deref())
-                .map_err(|e| bad_side(&tp, offset, "value", e.0))?;
+            let (key, value) = decode_parts(
+                ctx,
+                key_bytes,
+                record.value.as_deref(),
+                &key_serde,
+                &value_serde,
+            )?;
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
-        let node = {
-            let mut inner = lock(&shared);
-            inner
-                .sources
-                .entry(topic.to_owned())
-                .or_default()
-                .push(source);
-            let topics = vec![topic.to_owned()];
-            inner
-                .description
-                .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[])
-        };
+        let node = lock(&shared).add_source(topic, source);
         KStream::from_node(shared, downstream, node)
     }
 }
@@ -235,16 +219,13 @@ where
             };
             hops.ranks.push(this_rank);
             if let Err(reason) = position(hops.source.offset, &hops.ranks) {
-                return Err(StreamError::User {
-                    tp,
-                    offset,
-                    reason: format!("cannot repartition to {topic:?}: {reason}"),
-                });
+                return Err(ctx.user_error(format!("cannot repartition to {topic:?}: {reason}")));
             }
-            let encode_error = |side: &str, e: crate::serdes::SerdeError| StreamError::User {
-                tp: tp.clone(),
-                offset,
-                reason: format!("cannot serialize the {side} for topic {topic:?}: {}", e.0),
+            let encode_error = |side: &str, e: SerdeError| {
+                ctx.user_error(format!(
+                    "cannot serialize the {side} for topic {topic:?}: {}",
+                    e.0
+                ))
             };
             let key = key_serde
                 .try_serialize(&key)
@@ -280,15 +261,6 @@ where
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
         inner.roles.in_order(node);
-    }
-}
-
-fn bad_side(tp: &TopicPartition, offset: i64, side: &'static str, reason: String) -> StreamError {
-    StreamError::Deserialize {
-        tp: tp.clone(),
-        offset,
-        side,
-        reason,
     }
 }
 

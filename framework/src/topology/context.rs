@@ -205,6 +205,31 @@ impl Ctx {
         u32::try_from(index).unwrap_or(u32::MAX)
     }
 
+    /// The pending state item `key` (in `window`) of `store`, with its timestamps moved to
+    /// the current record, and that record's coordinates (partition index, offset). `None`
+    /// outside a source record: a table's updates do not feed aggregations (`build()`
+    /// refuses it), and the store is noted as `unattributed` so that it is never silent.
+    fn pending_item(
+        &mut self,
+        store: usize,
+        key: Vec<u8>,
+        window: Option<ItemWindow>,
+    ) -> Option<(&mut PendingItem, u32, i64)> {
+        let (Some((tp, offset)), Some((_, _, timestamp))) =
+            (self.contribution_coordinates(), self.record_time())
+        else {
+            self.unattributed.get_or_insert(store);
+            return None;
+        };
+        let item = self.pending[store]
+            .entry((key, window.map(|w| w.start)))
+            .or_default();
+        item.max_timestamp = item.max_timestamp.max(timestamp);
+        item.expires_at = window.map(|w| w.expires_at);
+        item.close_at = window.and_then(|w| w.close_at);
+        Some((item, tp, offset))
+    }
+
     /// Adds `delta` to the state item `key` of store `store`, attributed to the current record.
     pub(crate) fn contribute(
         &mut self,
@@ -213,19 +238,9 @@ impl Ctx {
         window: Option<ItemWindow>,
         delta: i64,
     ) {
-        let (Some((tp, offset)), Some((_, _, timestamp))) =
-            (self.contribution_coordinates(), self.record_time())
-        else {
-            // A table's updates do not feed aggregations (`build()` refuses it); never silent.
-            self.unattributed.get_or_insert(store);
+        let Some((item, tp, offset)) = self.pending_item(store, key, window) else {
             return;
         };
-        let item = self.pending[store]
-            .entry((key, window.map(|w| w.start)))
-            .or_default();
-        item.max_timestamp = item.max_timestamp.max(timestamp);
-        item.expires_at = window.map(|w| w.expires_at);
-        item.close_at = window.and_then(|w| w.close_at);
         match item.contributions.last_mut() {
             Some(last) if last.tp == tp && last.offset == offset => last.delta += delta,
             _ => item.contributions.push(Contribution { tp, offset, delta }),
@@ -242,18 +257,9 @@ impl Ctx {
         make: impl FnOnce() -> Box<dyn PendingFold>,
         push: impl FnOnce(&mut dyn PendingFold, u32, i64),
     ) {
-        let (Some((tp, offset)), Some((_, _, timestamp))) =
-            (self.contribution_coordinates(), self.record_time())
-        else {
-            self.unattributed.get_or_insert(store);
+        let Some((item, tp, offset)) = self.pending_item(store, key, window) else {
             return;
         };
-        let item = self.pending[store]
-            .entry((key, window.map(|w| w.start)))
-            .or_default();
-        item.max_timestamp = item.max_timestamp.max(timestamp);
-        item.expires_at = window.map(|w| w.expires_at);
-        item.close_at = window.and_then(|w| w.close_at);
         item.contributions.push(Contribution {
             tp,
             offset,

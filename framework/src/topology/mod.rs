@@ -99,6 +99,19 @@ pub(crate) struct TopologyInner {
     pub(crate) sort_hops: bool,
 }
 
+impl TopologyInner {
+    /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.
+    pub(crate) fn add_source(&mut self, topic: &str, source: SourceFn) -> NodeId {
+        self.sources
+            .entry(topic.to_owned())
+            .or_default()
+            .push(source);
+        let topics = vec![topic.to_owned()];
+        self.description
+            .add_node("KSTREAM-SOURCE", describe::NodeKind::Source { topics }, &[])
+    }
+}
+
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;
 
 pub(crate) fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, TopologyInner> {

@@ -416,13 +416,7 @@ where
         SV: Serde<V>,
         SO: Serde<VO>,
     {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
-        let this = Side {
-            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
-        };
-        let that = Side {
-            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
-        };
+        let (key_serde, this, that) = sides(serdes);
         let id = NEXT_JOIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let arrivals = self
             .buffered(&this)
@@ -500,12 +494,8 @@ where
                             })?
                             .unwrap_or_default();
                         let by = &x.entry;
-                        let source = TopicPartition::new(by.topic.as_str(), by.partition);
-                        let decode_error = |e: SerdeError| StreamError::Deserialize {
-                            tp: source.clone(),
-                            offset: by.offset,
-                            side: "value",
-                            reason: format!("a joined value does not decode: {}", e.0),
+                        let decode_error = |e: SerdeError| {
+                            stored_value_error(&by.topic, by.partition, by.offset, e)
                         };
                         for output in state.outputs.iter().filter(|o| {
                             (o.topic.as_str(), o.partition, o.offset)
@@ -583,12 +573,8 @@ where
     if !outer.of(entry.side) {
         return Ok(());
     }
-    let decode_error = |e: SerdeError| StreamError::Deserialize {
-        tp: TopicPartition::new(entry.topic.as_str(), entry.partition),
-        offset: entry.offset,
-        side: "value",
-        reason: format!("a joined value does not decode: {}", e.0),
-    };
+    let decode_error =
+        |e: SerdeError| stored_value_error(&entry.topic, entry.partition, entry.offset, e);
     let value = entry.value.as_deref();
     let joined = if entry.side == THIS {
         let v = this_serde.deserialize(value).map_err(decode_error)?;
