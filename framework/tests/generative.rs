@@ -76,7 +76,11 @@ pub const FAMILIES: &[&str] = &[
     //   a record whose key gets no later record is never emitted alone (about 100 cases).
     // Exact needs a per-co-partition join time that never passes what either side's
     // partition may still deliver (the lower of the two), and a way for it to close the
-    // records of keys the batch did not touch.
+    // records of keys the batch did not touch. The reference closes on the higher of the
+    // two (Kafka Streams reading both partitions in timestamp order, and knowing the input
+    // ended): a record between the two final stream times is emitted alone there, which
+    // no exact event-source implementation can know is safe, so this family's reference
+    // must then close on the lower one (as `finals` does for emit-on-close).
     "stream_stream_join_close",
     "stream_stream_self_join",
     "stream_stream_join_timestamps",
