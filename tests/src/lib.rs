@@ -417,11 +417,26 @@ pub fn emulator_env() -> Vec<String> {
 /// and signals every process, `kill(-1)`); the function exits once its runtime API is gone.
 pub struct LambdaWatch(std::process::Child);
 
+/// A loopback port no process listens on now, for a server a test starts (so that two
+/// checkouts running their tests at once never talk to each other's server).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
 impl LambdaWatch {
     /// Starts `cargo lambda watch -p <function>` on `port` with `env` (`KEY=VALUE`) and
     /// waits (up to 10 minutes: the first start compiles the function) until it listens.
+    /// The port must be free (see [`free_port`]): a server already on it would answer in
+    /// the function's place.
     pub fn start(function: &str, port: u16, env: &[String]) -> LambdaWatch {
         use std::process::{Command, Stdio};
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} is already served by another process: cargo lambda watch cannot use it"
+        );
         let mut command = Command::new("cargo");
         command
             .args([

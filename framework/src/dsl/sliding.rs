@@ -27,6 +27,21 @@
 //! stream time lags the key's newest record by more than `grace` can see windows without
 //! the records already dropped. A record with a negative timestamp (none, for Kafka) is a
 //! poison record.
+//!
+//! Records that a failed attempt of the current batch may have written (read at or after
+//! the first offset of one of the batch's partitions, so not committed by the event source)
+//! are never dropped as too old, nor the records their windows hold: their windows were
+//! perhaps never emitted, and the retry emits them (outputs are at least once). Each
+//! buffered record keeps where it was read for that. A record from a partition that is not
+//! in the batch counts as emitted; with direct re-keying from several partitions, a failed
+//! batch of one partition that another partition's batch follows before the retry can
+//! still lose windows of the failed batch's oldest records.
+//!
+//! Null values are aggregated as every other value (as in this crate's other
+//! aggregations): `aggregate`'s adder receives what the value serde reads back from null
+//! (`Nullable`'s `None`), and `count` counts the record. Kafka Streams instead skips a
+//! record with a null value in its windowed aggregations (and counts it as dropped); a
+//! topology that wants that filters the null values before grouping.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,28 +109,71 @@ impl SlidingWindows {
     }
 }
 
-/// A key's buffered records `(timestamp, value bytes)`, by timestamp. `from`: every record
-/// of the key at or after it is buffered (`None`: every record; earlier ones were dropped as
-/// too old). `floor` is the newest timestamp as stored before the batch (read back, not
-/// stored).
-#[derive(Debug, Clone, Default)]
-struct Records {
-    records: Vec<(i64, Vec<u8>)>,
-    from: Option<i64>,
-    floor: Option<i64>,
+/// One buffered record: its timestamp, its value as the value serde wrote it (`None`: the
+/// serde wrote null, as `Nullable` does for `None`; `count` keeps no value), and where it
+/// was read, `(topic-partition of the batch, offset)` (`None` in items written by earlier
+/// versions).
+#[derive(Debug, Clone)]
+struct Buffered {
+    ts: i64,
+    value: Option<Vec<u8>>,
+    at: Option<(String, i64)>,
 }
 
-/// Stores [`Records`] as JSON `{"from": <ms or null>, "records": [[timestamp, "<value,
-/// base64>"], …]}`; reads back the bare array of records written by earlier versions too.
+/// A key's buffered records, by timestamp. `from`: every record of the key at or after it
+/// is buffered (`None`: every record; earlier ones were dropped as too old). `floor` is the
+/// newest timestamp as stored before the batch, and `batch` the batch's partitions with
+/// their first offsets (both known during a write, not stored).
+#[derive(Debug, Clone, Default)]
+struct Records {
+    records: Vec<Buffered>,
+    from: Option<i64>,
+    floor: Option<i64>,
+    batch: Arc<Vec<(String, i64)>>,
+}
+
+impl Records {
+    /// Whether the batch that wrote `record` may not have emitted its windows yet: it was
+    /// read at or after the first offset of a partition of the current batch, so the event
+    /// source has not committed it (a failed attempt of this batch may have written it).
+    /// Records of partitions outside the batch, and those of older items, count as emitted.
+    fn unconfirmed(&self, record: &Buffered) -> bool {
+        let Some((tp, offset)) = &record.at else {
+            return false;
+        };
+        self.batch
+            .iter()
+            .any(|(batch_tp, first)| batch_tp == tp && offset >= first)
+    }
+}
+
+/// A record for the buffer: as [`Buffered`], with the batch's partitions and first offsets.
+#[derive(Clone)]
+struct Timed {
+    record: Buffered,
+    batch: Arc<Vec<(String, i64)>>,
+}
+
+/// Stores [`Records`] as JSON `{"from": <ms or null>, "buffer": [[timestamp, "<value,
+/// base64>" or null, ["<topic>-<partition>", offset] or null], …]}`; reads back the forms
+/// written by earlier versions too (`records` without null values or coordinates, or a
+/// bare array).
 struct RecordsSerde;
 
 /// The codec of [`Records`].
 const RECORDS: StateCodec = StateCodec::new("window records");
 
+/// A stored record: timestamp, value, where it was read.
+type StoredRecord = (i64, Option<String>, Option<(String, i64)>);
+
 /// The stored form of [`Records`] (no item yet: no records).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 enum StoredRecords {
+    Sourced {
+        from: Option<i64>,
+        buffer: Vec<StoredRecord>,
+    },
     Kept {
         from: Option<i64>,
         records: Vec<(i64, String)>,
@@ -135,33 +193,57 @@ impl Serde<Records> for RecordsSerde {
     }
 
     fn try_serialize(&self, value: &Records) -> Result<Option<Vec<u8>>, SerdeError> {
-        let records = value
+        let buffer = value
             .records
             .iter()
-            .map(|(ts, v)| (*ts, RECORDS.encode_bytes(v)))
+            .map(|r| {
+                (
+                    r.ts,
+                    r.value.as_deref().map(|v| RECORDS.encode_bytes(v)),
+                    r.at.clone(),
+                )
+            })
             .collect();
-        let stored = StoredRecords::Kept {
+        let stored = StoredRecords::Sourced {
             from: value.from,
-            records,
+            buffer,
         };
         RECORDS.encode(&stored)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let stored: StoredRecords = RECORDS.decode(data)?;
-        let (from, rows) = match stored {
-            StoredRecords::Kept { from, records } => (from, records),
-            StoredRecords::Bare(records) => (None, records),
+        let (from, rows): (_, Vec<StoredRecord>) = match stored {
+            StoredRecords::Sourced { from, buffer } => (from, buffer),
+            StoredRecords::Kept { from, records } => (
+                from,
+                records
+                    .into_iter()
+                    .map(|(t, v)| (t, Some(v), None))
+                    .collect(),
+            ),
+            StoredRecords::Bare(records) => (
+                None,
+                records
+                    .into_iter()
+                    .map(|(t, v)| (t, Some(v), None))
+                    .collect(),
+            ),
         };
         let mut records = Vec::with_capacity(rows.len());
-        for (ts, value) in rows {
-            records.push((ts, RECORDS.decode_bytes(&value)?));
+        for (ts, value, at) in rows {
+            let value = match value {
+                Some(text) => Some(RECORDS.decode_bytes(&text)?),
+                None => None,
+            };
+            records.push(Buffered { ts, value, at });
         }
-        let floor = records.iter().map(|r| r.0).max();
+        let floor = records.iter().map(|r| r.ts).max();
         Ok(Records {
             records,
             from,
             floor,
+            batch: Arc::default(),
         })
     }
 }
@@ -241,13 +323,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn count(&self, store: &str) -> KTable<Windowed<K>, i64> {
-        self.aggregate_with(
-            store,
-            |_| Ok(Vec::new()),
-            |_| Ok(()),
-            || 0,
-            |_, (), n: i64| n + 1,
-        )
+        self.aggregate_with(store, |_| Ok(None), |_| Ok(()), || 0, |_, (), n: i64| n + 1)
     }
 
     /// Aggregates the records of each key in each of its sliding windows: from `init()`,
@@ -268,25 +344,20 @@ where
         let decoder = Arc::clone(&value_serde);
         self.aggregate_with(
             store,
-            move |value| {
-                value_serde
-                    .try_serialize(value)
-                    .map(Option::unwrap_or_default)
-                    .map_err(|e| e.0)
-            },
-            move |bytes| decoder.deserialize(Some(bytes)).map_err(|e| e.0),
+            move |value| value_serde.try_serialize(value).map_err(|e| e.0),
+            move |bytes| decoder.deserialize(bytes).map_err(|e| e.0),
             init,
             adder,
         )
     }
 
-    /// The aggregation, with the values kept as `encode` writes them and read back as
-    /// `decode` does.
+    /// The aggregation, with the values kept as `encode` writes them (`None`: null) and
+    /// read back as `decode` does.
     fn aggregate_with<T, A>(
         &self,
         store: &str,
-        encode: impl Fn(&V) -> Result<Vec<u8>, String> + Send + Sync + 'static,
-        decode: impl Fn(&[u8]) -> Result<T, String> + Send + Sync + 'static,
+        encode: impl Fn(&V) -> Result<Option<Vec<u8>>, String> + Send + Sync + 'static,
+        decode: impl Fn(Option<&[u8]>) -> Result<T, String> + Send + Sync + 'static,
         init: impl Fn() -> A + Send + Sync + 'static,
         adder: impl Fn(&K, T, A) -> A + Send + Sync + 'static,
     ) -> KTable<Windowed<K>, A>
@@ -297,13 +368,16 @@ where
         // Lateness needs the partitions' stream times, loaded and persisted with the state.
         lock(&self.grouped.shared).windowed = true;
 
-        // The records with their timestamps and encoded values; the late ones are dropped.
-        let timed = Downstream::<K, (i64, Vec<u8>)>::new();
+        // The records with their timestamps, encoded values and coordinates; the late ones
+        // are dropped.
+        let timed = Downstream::<K, Timed>::new();
         let out = timed.clone();
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
-                let Some((_, _, ts)) = ctx.record_time() else {
+                let (Some((tp, offset)), Some((_, _, ts))) =
+                    (ctx.record_coordinates(), ctx.record_time())
+                else {
                     return Err(StreamError::Config(
                         "sliding windows take source records, not a table's updates".into(),
                     ));
@@ -319,7 +393,25 @@ where
                 }
                 let bytes = encode(&value)
                     .map_err(|e| ctx.user_error(format!("the value does not encode: {e}")))?;
-                out.forward(ctx, key, (ts, bytes))
+                let batch = ctx
+                    .partitions
+                    .iter()
+                    .zip(&ctx.ranges)
+                    .map(|(p, (first, _))| (p.to_string(), *first))
+                    .collect();
+                let record = Buffered {
+                    ts,
+                    value: bytes,
+                    at: Some((tp.to_string(), offset)),
+                };
+                out.forward(
+                    ctx,
+                    key,
+                    Timed {
+                        record,
+                        batch: Arc::new(batch),
+                    },
+                )
             }));
         let grouped = KGroupedStream::new(
             self.grouped.shared.clone(),
@@ -329,14 +421,23 @@ where
         let table = grouped.aggregate(
             store,
             Records::default,
-            move |_, (ts, value): (i64, Vec<u8>), mut buffer: Records| {
+            move |_, timed: Timed, mut buffer: Records| {
+                buffer.batch = timed.batch;
                 if let Some(floor) = buffer.floor {
-                    let oldest = floor.saturating_sub(windows.kept());
-                    buffer.records.retain(|r| r.0 >= oldest);
+                    // Records too old for any window that is still open are dropped, but
+                    // not those whose windows may not have been emitted yet (written by a
+                    // failed attempt of this batch), nor the records their windows hold.
+                    let mut oldest = floor.saturating_sub(windows.kept());
+                    for record in buffer.records.iter().filter(|r| buffer.unconfirmed(r)) {
+                        let reach = record.ts.saturating_sub(windows.difference);
+                        oldest = oldest.min(reach.saturating_sub(1));
+                    }
+                    buffer.records.retain(|r| r.ts >= oldest);
                     buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
-                let at = buffer.records.partition_point(|r| r.0 <= ts);
-                buffer.records.insert(at, (ts, value));
+                let ts = timed.record.ts;
+                let at = buffer.records.partition_point(|r| r.ts <= ts);
+                buffer.records.insert(at, timed.record);
                 buffer
             },
             RecordsSerde,
@@ -347,7 +448,7 @@ where
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, buffer: Records| {
-                let times: Vec<i64> = buffer.records.iter().map(|r| r.0).collect();
+                let times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
                 // The windows whose records are all buffered, as is the record just before
                 // them (which decides whether a right window exists): every window this
                 // batch changed is one of them.
@@ -358,9 +459,9 @@ where
                         continue;
                     }
                     let mut aggregate = init();
-                    for (ts, bytes) in &buffer.records {
-                        if (start..=end).contains(ts) {
-                            let value = decode(bytes).map_err(|e| {
+                    for record in &buffer.records {
+                        if (start..=end).contains(&record.ts) {
+                            let value = decode(record.value.as_deref()).map_err(|e| {
                                 StreamError::Config(format!(
                                     "a stored window record does not decode: {e}"
                                 ))

@@ -522,9 +522,14 @@ fn finals(w: &W, plan: &Plan, inputs: &Inputs) -> BTreeMap<String, i64> {
 /// Kafka Streams' session windows (`KStreamSessionWindowAggregate`): per key, in the
 /// order the records are processed, a record at `t` merges every session that ends at or
 /// after `t - gap` and starts at or before `t + gap` into one (aggregates combined with
-/// the merger), and is dropped as late when the merged session ends before the stream
-/// time minus grace minus gap. Without lateness the sessions are the runs of a key's
-/// records whose consecutive timestamps are at most `gap` apart, whatever the order.
+/// the merger). Without lateness the sessions are the runs of a key's records whose
+/// consecutive timestamps are at most `gap` apart, whatever the order.
+///
+/// Lateness is the framework's documented rule (`dsl/session.rs`), not Kafka Streams': a
+/// record is dropped as late when its own timestamp is before the stream time minus grace
+/// minus gap. Kafka Streams drops it only when the session it would merge into ends
+/// before that, so a record of an open session that is that far behind is kept there and
+/// dropped here.
 /// Returns the sessions `<key>@<start>-<end>` and, per key, the horizon `newest session
 /// end - (2 * gap + grace)`.
 fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
@@ -551,7 +556,7 @@ fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Strin
             end = end.max(s.1);
         }
         let close = r.stream_time.saturating_sub(w.grace).saturating_sub(gap);
-        if end < close {
+        if r.ts < close {
             // Late: dropped, the sessions stay as they were.
             rest.extend(merged);
             *sessions = rest;

@@ -1,0 +1,203 @@
+//! Sliding windows under null values and under a retry after a failed batch, against
+//! windows computed by hand from Kafka Streams' definition: per key, each record at `t` has
+//! its left window `[t - d, t]` and, when a later record falls in it, its right window
+//! `[t + 1, t + 1 + d]` (both ends inclusive).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lambda_streams::driver::TestDriver;
+use lambda_streams::dsl::SlidingWindows;
+use lambda_streams::event::TopicPartition;
+use lambda_streams::event::{EventSource, KafkaEvent, PartitionRecords, Record, TimestampType};
+use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
+use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError};
+use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::{StreamsBuilder, Topology};
+
+/// Sliding windows of 10 ms and `grace` ms over `in` (nullable numbers), keyed
+/// `<key>@<start>..=<end>`: the count of the records in each window to `counts`, the sum of
+/// their values (a null adds nothing) to `sums`.
+fn topology(grace: u64) -> Topology {
+    let builder = StreamsBuilder::new();
+    let windows = || {
+        SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(10),
+            Duration::from_millis(grace),
+        )
+    };
+    let grouped = builder
+        .stream("in", Utf8, Nullable(DecimalI64))
+        .group_by_key(Utf8);
+    grouped
+        .windowed_by_sliding(windows())
+        .count("counts")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+        .to("counts", Utf8, DecimalI64);
+    grouped
+        .windowed_by_sliding(windows())
+        .aggregate(
+            "sums",
+            || 0i64,
+            |_, v: Option<i64>, sum: i64| sum + v.unwrap_or(0),
+            Nullable(DecimalI64),
+        )
+        .to_stream()
+        .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+        .to("sums", Utf8, DecimalI64);
+    builder.build()
+}
+
+fn expected(rows: &[(&str, i64)]) -> BTreeMap<String, i64> {
+    rows.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+#[test]
+fn a_null_value_in_a_sliding_window_is_aggregated_and_stops_nothing() {
+    let driver = TestDriver::new(topology(1_000));
+    let mut input = driver.input_topic("in", Utf8, Nullable(DecimalI64));
+    input.pipe_input_with_timestamp("a", Some(3), 100).unwrap();
+    input.pipe_input_with_timestamp("a", None, 105).unwrap();
+    input.pipe_input_with_timestamp("a", Some(4), 108).unwrap();
+    // The partition goes on after the null value.
+    input.pipe_input_with_timestamp("a", Some(5), 200).unwrap();
+    // By hand: left windows [90,100] {100}, [95,105] {100,105}, [98,108] {100,105,108},
+    // [190,200] {200}; right windows [101,111] {105,108}, [106,116] {108}.
+    let counts = driver
+        .output_topic("counts", Utf8, DecimalI64)
+        .read_key_values_to_map()
+        .unwrap();
+    assert_eq!(
+        counts.into_iter().collect::<BTreeMap<_, _>>(),
+        expected(&[
+            ("a@90..=100", 1),
+            ("a@95..=105", 2),
+            ("a@98..=108", 3),
+            ("a@101..=111", 2),
+            ("a@106..=116", 1),
+            ("a@190..=200", 1),
+        ])
+    );
+    let sums = driver
+        .output_topic("sums", Utf8, DecimalI64)
+        .read_key_values_to_map()
+        .unwrap();
+    assert_eq!(
+        sums.into_iter().collect::<BTreeMap<_, _>>(),
+        expected(&[
+            ("a@90..=100", 3),
+            ("a@95..=105", 3),
+            ("a@98..=108", 7),
+            ("a@101..=111", 4),
+            ("a@106..=116", 4),
+            ("a@190..=200", 5),
+        ])
+    );
+}
+
+/// A sink that fails its first `send` (the invocation dies after its state writes, before
+/// its output is acknowledged), then collects.
+struct FailsFirst {
+    failed: AtomicBool,
+    inner: MemorySink,
+}
+
+#[async_trait]
+impl Sink for FailsFirst {
+    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
+        if !self.failed.swap(true, Ordering::SeqCst) {
+            return Err(SinkError {
+                topic: "counts".into(),
+                reason: "the invocation crashed".into(),
+            });
+        }
+        self.inner.send(records).await
+    }
+}
+
+fn record(offset: i64, timestamp: i64) -> Record {
+    Record {
+        offset,
+        timestamp,
+        timestamp_type: TimestampType::CreateTime,
+        key: Some(b"a".to_vec().into()),
+        value: Some(b"1".to_vec().into()),
+        headers: Vec::new(),
+        key_schema_metadata: None,
+        value_schema_metadata: None,
+    }
+}
+
+fn event(records: Vec<Record>) -> KafkaEvent {
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "127.0.0.1:9092".into(),
+        partitions: vec![PartitionRecords {
+            tp: TopicPartition::new("in", 0),
+            records,
+        }],
+    }
+}
+
+/// The last value per key of the records sent to `topic`.
+fn outputs(sink: &MemorySink, topic: &str) -> BTreeMap<String, i64> {
+    sink.records()
+        .into_iter()
+        .filter(|r| r.topic == topic)
+        .map(|r| {
+            let key = Utf8.deserialize(r.key.as_deref()).unwrap();
+            let value = DecimalI64.deserialize(r.value.as_deref()).unwrap();
+            (key, value)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_retry_emits_the_windows_of_records_its_failed_attempt_wrote() {
+    let topology = topology(0);
+    let store = MemoryStore::new();
+    let sink = FailsFirst {
+        failed: AtomicBool::new(true),
+        inner: MemorySink::new(),
+    };
+    // Batch 1 succeeds: a@100.
+    topology
+        .process(&event(vec![record(0, 100)]), &store, &sink)
+        .await
+        .unwrap();
+    // Batch 2 writes a@200 and a@1000, then dies before its output is acknowledged.
+    sink.failed.store(false, Ordering::SeqCst);
+    let failed = topology
+        .process(
+            &event(vec![record(1, 200), record(2, 1_000)]),
+            &store,
+            &sink,
+        )
+        .await;
+    assert!(failed.is_err(), "the sink fails the first attempt");
+    // Its retry starts at the same offset and ends later (a@3000). a@200 is more than
+    // 2 × 10 + 0 + 1 ms behind the key's newest record as stored (1000), but its window
+    // was never emitted.
+    topology
+        .process(
+            &event(vec![record(1, 200), record(2, 1_000), record(3, 3_000)]),
+            &store,
+            &sink,
+        )
+        .await
+        .unwrap();
+    // By hand: one left window per record, no right windows (no two records within 10 ms).
+    let window = expected(&[
+        ("a@90..=100", 1),
+        ("a@190..=200", 1),
+        ("a@990..=1000", 1),
+        ("a@2990..=3000", 1),
+    ]);
+    assert_eq!(outputs(&sink.inner, "counts"), window);
+    assert_eq!(outputs(&sink.inner, "sums"), window);
+}
