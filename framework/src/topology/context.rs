@@ -145,6 +145,10 @@ pub(crate) struct Ctx {
     /// Per source record (partition index, offset): how many records it has produced to
     /// repartition topics so far.
     pub(crate) sequences: HashMap<(u32, i64), u32>,
+    /// Per left or outer stream–stream join (its id), side, and source record (partition
+    /// index, offset): how many of the record's records have arrived at that side so far
+    /// (a `flat_map_values` ahead of the join makes several).
+    pub(crate) join_arrivals: HashMap<(u64, u8, u32, i64), u32>,
     /// A store given a table's update (which has no source coordinates to attribute it
     /// to): the batch fails. `build()` refuses the topologies that would do it.
     pub(crate) unattributed: Option<usize>,
@@ -182,6 +186,7 @@ impl Ctx {
             source: None,
             seen: HashMap::new(),
             sequences: HashMap::new(),
+            join_arrivals: HashMap::new(),
             unattributed: None,
             resumed_stream_time: None,
         }
@@ -309,6 +314,20 @@ impl Ctx {
             } => Some((tp, offset, timestamp)),
             Origin::Update { .. } => None,
         }
+    }
+
+    /// Runs `f` with the current source record's timestamp set to `timestamp` (a join
+    /// result's, which is the later of its two records' as in Kafka Streams, not the
+    /// timestamp of the record that happens to emit it), then restores it. Stream time is
+    /// not touched.
+    pub(crate) fn with_timestamp<R>(&mut self, timestamp: i64, f: impl FnOnce(&mut Ctx) -> R) -> R {
+        let saved = self.origin;
+        if let Origin::Record { timestamp: t, .. } = &mut self.origin {
+            *t = timestamp;
+        }
+        let result = f(self);
+        self.origin = saved;
+        result
     }
 
     /// The time before which windows of store `store` are closed for the current record:

@@ -1,6 +1,8 @@
 //! The inner stream–stream join ([`KStream::join_stream`]): a buffer per side and key, probed
 //! by the other side.
 
+use std::cmp::Ordering;
+
 use super::*;
 
 impl<K, V> KStream<K, V>
@@ -10,7 +12,10 @@ where
 {
     /// Joins this stream with `other`: each pair of records with the same key whose
     /// timestamps differ by at most the window gives `joiner(key, this value, other value)`
-    /// (an inner join), once. The two sides' recent records are kept in the stores
+    /// (an inner join), once, timestamped with the later of the two records' timestamps (as
+    /// Kafka Streams). Joined with itself (`s.join_stream(&s, ..)`), every record also joins
+    /// its own copy, as in Kafka Streams, where the record reaches both sides' processors:
+    /// each ordered pair `(a, b)` of records within the window, `(a, a)` included, once. The two sides' recent records are kept in the stores
     /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
     /// how long), encoded with `serdes` (key, this value, other value).
     ///
@@ -83,6 +88,7 @@ where
                 &that_buffer,
                 &that,
                 windows,
+                true,
                 next.clone(),
                 move |k, v: &V, o: &VO| joiner(k, v, o),
             );
@@ -92,6 +98,7 @@ where
             &this_buffer,
             &this,
             windows,
+            false,
             next.clone(),
             move |k, o: &VO, v: &V| joiner(k, v, o),
         );
@@ -207,12 +214,14 @@ where
     }
 }
 
-/// Joins each record of `records` with the other side's buffered records of its key.
+/// Joins each record of `records` with the other side's buffered records of its key
+/// (`this_side`: `records` are the joining stream's own, not `other`'s).
 pub(super) fn probe<K, V, VO, VR>(
     records: &KStream<K, (V, Buffered)>,
     other: &Arc<Lookup<K, Buffer>>,
     other_side: &Side<VO>,
     windows: JoinWindows,
+    this_side: bool,
     out: Downstream<K, VR>,
     join: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
 ) where
@@ -255,11 +264,15 @@ pub(super) fn probe<K, V, VO, VR>(
                             continue;
                         }
                         let source = TopicPartition::new(partner.topic.as_str(), partner.partition);
-                        if ctx.in_batch(&source, partner.offset)
-                            && partner.position() > me.position()
-                        {
-                            // Both in this batch: the later record emits the pair.
-                            continue;
+                        if ctx.in_batch(&source, partner.offset) {
+                            match partner.position().cmp(&me.position()) {
+                                // Both in this batch: the later record emits the pair.
+                                Ordering::Greater => continue,
+                                // One source record on both sides (a self-join): it meets
+                                // itself in both buffers, and this side's probe emits.
+                                Ordering::Equal if !this_side => continue,
+                                _ => {}
+                            }
                         }
                         let other_value =
                             serde.deserialize(partner.value.as_deref()).map_err(|e| {
@@ -270,7 +283,11 @@ pub(super) fn probe<K, V, VO, VR>(
                                     e,
                                 )
                             })?;
-                        out.forward(ctx, key.clone(), join(&key, &value, &other_value))?;
+                        let joined = join(&key, &value, &other_value);
+                        // The pair's timestamp is the later of the two (Kafka Streams).
+                        ctx.with_timestamp(me.ts.max(partner.ts), |ctx| {
+                            out.forward(ctx, key.clone(), joined)
+                        })?;
                     }
                     Ok(())
                 }),

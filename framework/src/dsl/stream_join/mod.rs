@@ -9,8 +9,9 @@
 //! window; one later than that may miss partners already dropped. A record joins the other side's
 //! buffer as it stands after the batch's own buffer writes, so two records of one batch
 //! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
-//! is emitted once. A pair whose records arrive in two batches is emitted by the later
-//! batch. So with every record delivered once, each pair is emitted once whatever the
+//! is emitted once (a record that meets its own copy, in a self-join, emits that pair from
+//! this side only). A pair whose records arrive in two batches is emitted by the later
+//! batch; its timestamp is the later of the two records' whichever emits it. So with every record delivered once, each pair is emitted once whatever the
 //! batch boundaries. A redelivered record (a retry with the same or other boundaries)
 //! emits its pairs again, and two batches running at the same time (one per side) can each
 //! see the other's record: the pair is then emitted twice, identically (the output is at

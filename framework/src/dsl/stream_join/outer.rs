@@ -16,6 +16,10 @@ impl Outer {
     }
 }
 
+/// The ids of left and outer joins, one per join built (its arrivals are counted per
+/// join in a batch, [`Ctx::join_arrivals`]).
+static NEXT_JOIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// The side of this stream in a [`JoinState`] (the other stream's is 1).
 pub(super) const THIS: u8 = 0;
 
@@ -32,6 +36,10 @@ pub(super) struct Entry {
     pub(super) value: Option<Vec<u8>>,
     /// Whether it has joined a record of the other side.
     pub(super) matched: bool,
+    /// Which of its source record's records at this side it is (0 unless a
+    /// `flat_map_values` ahead of the join made several of one record).
+    #[serde(default)]
+    pub(super) seq: u32,
 }
 
 /// One side of an output: that record's encoded value.
@@ -73,6 +81,17 @@ pub(super) struct Output {
     pub(super) topic: String,
     pub(super) partition: i32,
     pub(super) offset: i64,
+    /// The side and [`Entry::seq`] of the arrival that emits it: one source record can
+    /// arrive several times (at both sides of a self-join, or fanned out), and each
+    /// arrival emits only its own outputs. `None` (an item written before this was
+    /// kept): every arrival of the record.
+    #[serde(default)]
+    pub(super) by: Option<(u8, u32)>,
+    /// Its timestamp: a pair's is the later of its two records', a record emitted
+    /// alone keeps its own (as Kafka Streams). `None` (an item written before this was
+    /// kept): the emitting record's.
+    #[serde(default)]
+    pub(super) ts: Option<i64>,
     pub(super) this: Option<Part>,
     pub(super) other: Option<Part>,
 }
@@ -147,10 +166,12 @@ impl JoinState {
                 < time
         };
         let mut me = x.entry;
-        let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry| Output {
+        let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry, ts: i64| Output {
             topic: by.topic.clone(),
             partition: by.partition,
             offset: by.offset,
+            by: Some((by.side, by.seq)),
+            ts: Some(ts),
             this: this.map(|e| Part {
                 value: e.value.clone(),
             }),
@@ -160,9 +181,9 @@ impl JoinState {
         };
         let alone = |e: &Entry, by: &Entry| {
             if e.side == THIS {
-                output(Some(e), None, by)
+                output(Some(e), None, by, e.ts)
             } else {
-                output(None, Some(e), by)
+                output(None, Some(e), by, e.ts)
             }
         };
         let (gone, mut kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
@@ -178,10 +199,11 @@ impl JoinState {
         {
             e.matched = true;
             me.matched = true;
+            let ts = me.ts.max(e.ts);
             let pair = if me.side == THIS {
-                output(Some(&me), Some(e), &me)
+                output(Some(&me), Some(e), &me, ts)
             } else {
-                output(Some(e), Some(&me), &me)
+                output(Some(e), Some(&me), &me, ts)
             };
             self.outputs.push(pair);
         }
@@ -226,8 +248,11 @@ where
     /// (until a later batch of the same source partition writes it) and emitted by the
     /// record they are attributed to, after the write: a pair by the later of its two records (in
     /// processing order), an unjoined record by the record whose arrival moved the stream
-    /// time past it; the `lambda-streams-source` header names that record, the timestamp
-    /// is its own. Like every output of the framework, it is at least once: a retried
+    /// time past it; the `lambda-streams-source` header names that record. As in Kafka
+    /// Streams, a pair's timestamp is the later of its two records', and a record emitted
+    /// alone keeps its own. A record that reaches the join several times (a self-join, where
+    /// it arrives at both sides, or a `flat_map_values` ahead of the join) emits each of its
+    /// outputs once: each output names the arrival that emits it. Like every output of the framework, it is at least once: a retried
     /// batch (even one ending later) emits its outputs again, identical, as does a batch
     /// delivered again before a later batch of its partition wrote the key. The outputs of
     /// one batch for one key are part of the item, which holds at most 400 KB.
@@ -392,10 +417,11 @@ where
         SO: Serde<VO>,
     {
         let (key_serde, this, that) = sides(serdes);
+        let id = NEXT_JOIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let arrivals = self
             .buffered(&this)
-            .arrivals(THIS)
-            .merge(&other.buffered(&that).arrivals(1));
+            .arrivals(id, THIS)
+            .merge(&other.buffered(&that).arrivals(id, 1));
         let table: KTable<K, JoinState> = arrivals.group_by_key(Arc::clone(&key_serde)).aggregate(
             store,
             JoinState::default,
@@ -474,6 +500,7 @@ where
                         for output in state.outputs.iter().filter(|o| {
                             (o.topic.as_str(), o.partition, o.offset)
                                 == (by.topic.as_str(), by.partition, by.offset)
+                                && o.by.is_none_or(|arrival| arrival == (by.side, by.seq))
                         }) {
                             let this_value = match &output.this {
                                 Some(part) => Some(
@@ -494,7 +521,10 @@ where
                             if let Some(joined) =
                                 joiner(&key, this_value.as_ref(), that_value.as_ref())
                             {
-                                out.forward(ctx, key.clone(), joined)?;
+                                let ts = output.ts.unwrap_or(by.ts);
+                                ctx.with_timestamp(ts, |ctx| {
+                                    out.forward(ctx, key.clone(), joined)
+                                })?;
                             }
                         }
                         Ok(())
@@ -564,11 +594,23 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// The records of one side of a left or outer join as they arrive at its state.
-    pub(super) fn arrivals(&self, side: u8) -> KStream<K, Arrival> {
+    /// The records of one side of a left or outer join (`join`: its id) as they arrive at
+    /// its state, each numbered among its source record's arrivals at that side.
+    pub(super) fn arrivals(&self, join: u64, side: u8) -> KStream<K, Arrival> {
         self.child(
             "KSTREAM-JOINSIDE",
             move |ctx, key, (_, b): (V, Buffered), out| {
+                let seq = match ctx.record_time() {
+                    Some((tp, offset, _)) => {
+                        let count = ctx
+                            .join_arrivals
+                            .entry((join, side, tp, offset))
+                            .or_insert(0);
+                        *count += 1;
+                        *count - 1
+                    }
+                    None => 0,
+                };
                 let entry = Entry {
                     side,
                     ts: b.ts,
@@ -577,6 +619,7 @@ where
                     offset: b.offset,
                     value: b.value,
                     matched: false,
+                    seq,
                 };
                 let stream_time = ctx.stream_time();
                 let batch_first = ctx
@@ -608,6 +651,7 @@ mod tests {
                 offset,
                 value: Some(vec![u8::try_from(offset).unwrap_or(0)]),
                 matched: false,
+                seq: 0,
             },
             stream_time: ts,
             batch_first,
@@ -626,6 +670,20 @@ mod tests {
             .iter()
             .map(|o| (o.topic.clone(), o.offset))
             .collect()
+    }
+
+    #[test]
+    fn an_item_written_before_outputs_named_their_arrival_still_decodes() {
+        // A join state as stored before `by`, `ts` and `seq` existed.
+        let old = br#"{"time":5,"entries":[{"side":0,"ts":5,"topic":"l","partition":0,
+            "offset":3,"value":"Bw==","matched":false}],"outputs":[{"topic":"l",
+            "partition":0,"offset":3,"this":{"value":"Bw=="},"other":null}]}"#;
+        let state = JoinStateSerde.deserialize(Some(old)).unwrap_or_default();
+        assert_eq!(state.entries.len(), 1);
+        assert_eq!(state.entries[0].seq, 0);
+        // Emitted by every arrival of l:0:3, at the emitting record's timestamp.
+        assert_eq!(state.outputs.len(), 1);
+        assert_eq!((state.outputs[0].by, state.outputs[0].ts), (None, None));
     }
 
     #[test]
