@@ -91,6 +91,14 @@ pub const FAMILIES: &[&str] = &[
     "two_repartition_hops",
     "merge_direct_with_repartitioned",
     "table_update_stream_to_table",
+    "join_merge_aggregate",
+    "join_merge_window",
+    "join_merge_repartition_count",
+    "split_branch_aggregates",
+    "split_merge_branches",
+    "joined_table_lookup",
+    "to_table_table_join",
+    "table_chains",
 ];
 
 /// The families enabled by default: those that pass today. The others
