@@ -834,6 +834,33 @@ impl Plan {
                     vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
                 }
             }
+            "table_join_chain" => {
+                // A table–table join joined again with a third table (a stream's table or
+                // a topic's), on either side.
+                let i = rng.below(2) as usize;
+                let joined = T::Join(
+                    Box::new(T::Source(i)),
+                    Box::new(T::Source(1 - i)),
+                    rng.chance(50),
+                );
+                let joined = if rng.chance(50) {
+                    table_chain(rng, joined, 2)
+                } else {
+                    joined
+                };
+                let source = S::Source(rng.below(2) as usize);
+                let third = T::ToTable(Box::new(stateless(rng, source, d, true)));
+                let (a, b) = if rng.chance(50) {
+                    (joined, third)
+                } else {
+                    (third, joined)
+                };
+                vec![Out::Table(T::Join(
+                    Box::new(a),
+                    Box::new(b),
+                    rng.chance(50),
+                ))]
+            }
             "to_table_table_join" => {
                 // A stream read into a table (its key in its source partition, so its last
                 // value is defined), joined with a table of a topic or another stream's
