@@ -723,7 +723,8 @@ impl Plan {
             "join_merge_aggregate" | "join_merge_window" | "join_merge_repartition_count" => {
                 // Records that waited at a stream–table join merged with records that did
                 // not: the join's own input (each source record reaching the merge on both
-                // paths) or another stream.
+                // paths) or another stream; sometimes with records that waited at another
+                // join.
                 let base = stream(rng, 2, 1);
                 let joined = S::Join(
                     Box::new(base.clone()),
@@ -731,10 +732,14 @@ impl Plan {
                     rng.chance(50),
                 );
                 let joined = stateless(rng, joined, 1, false);
-                let other = if rng.chance(50) {
-                    stateless(rng, base, 1, false)
-                } else {
-                    stream(rng, 2, 1)
+                let other = match rng.below(5) {
+                    0 | 1 => stateless(rng, base, 1, false),
+                    2 | 3 => stream(rng, 2, 1),
+                    _ => S::Join(
+                        Box::new(stream(rng, 2, 1)),
+                        Box::new(source_table(rng)),
+                        rng.chance(50),
+                    ),
                 };
                 let (a, b) = if rng.chance(50) {
                     (joined, other)
