@@ -97,8 +97,9 @@ pub const FAMILIES: &[&str] = &[
     "join_merge_repartition_count",
     "split_branch_aggregates",
     "split_merge_branches",
-    // Refused while composing, with a wrong reason ("a windowed table cannot be joined by
-    // key"): a table–table join's table has no lookup, so no stream can join it.
+    // Refused while composing ("this table cannot be joined by key: ... the result of a
+    // table-table join"): a table–table join's table has no lookup, so no stream can join
+    // it (Kafka Streams allows it).
     "joined_table_lookup",
     // Refused as `joined_table_lookup`: a table–table join cannot be joined again.
     "table_join_chain",
