@@ -50,3 +50,9 @@ pub enum StreamError {
     #[error("configuration: {0}")]
     Config(String),
 }
+
+impl From<crate::aws::AwsConfigError> for StreamError {
+    fn from(e: crate::aws::AwsConfigError) -> Self {
+        StreamError::Config(e.0)
+    }
+}

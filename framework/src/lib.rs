@@ -62,10 +62,13 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod aws;
+mod config;
 pub mod driver;
 pub mod dsl;
 pub mod error;
 pub mod event;
+mod handler;
 pub mod kafka;
 pub mod lambda;
 pub mod metrics;
@@ -73,6 +76,8 @@ pub(crate) mod runtime;
 pub mod serdes;
 pub mod sink;
 pub mod state;
+pub(crate) mod topology;
+pub mod wire;
 
 pub use dsl::{StreamsBuilder, Topology};
 pub use error::StreamError;

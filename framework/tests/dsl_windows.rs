@@ -57,15 +57,16 @@ fn topology(spec: Spec, emit: EmitStrategy) -> Topology {
 
 /// The reference, by brute force: records in arrival order; the stream time is the
 /// highest timestamp so far (the record's own included); a record counts in every window
-/// `[s, s + size)` containing it (`s` a multiple of the advance) unless the stream time has
-/// reached `s + size + grace`. Returns every window's sum, and the final stream time.
+/// `[s, s + size)` containing it (`s` a multiple of the advance, and never below 0, as in
+/// Kafka Streams' `TimeWindows.windowsFor`) unless the stream time has reached
+/// `s + size + grace`. Returns every window's sum, and the final stream time.
 fn reference(spec: Spec, inputs: &[(String, i64)]) -> (BTreeMap<String, i64>, i64) {
     let mut sums = BTreeMap::new();
     let mut stream_time = i64::MIN;
     for (i, (key, ts)) in inputs.iter().enumerate() {
         stream_time = stream_time.max(*ts);
         let mut start = ts - ts.rem_euclid(spec.advance);
-        while start > ts - spec.size {
+        while start > ts - spec.size && start >= 0 {
             if start + spec.size + spec.grace > stream_time {
                 *sums.entry(format!("{key}@{start}")).or_insert(0) += i as i64 + 1;
             }

@@ -1064,7 +1064,7 @@ async fn windows_close_once_on_the_low_watermark_and_late_records_are_dropped() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windowed_items_are_queried_by_key_and_window_range() {
     let (client, table) = dynamo_table().await;
-    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    let store = DynamoStore::new(client.clone(), table.clone(), Guarantee::ExactlyOnce);
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)
@@ -1083,7 +1083,8 @@ async fn windowed_items_are_queried_by_key_and_window_range() {
         .as_millis() as i64;
     let base = now.div_euclid(minute) * minute - 10 * minute;
     // Key "a": 1 record in minute 0, 2 in minute 1, 3 in minute 3; one record three days
-    // ago, whose window is past its TTL.
+    // ago, whose window is written with a TTL an hour past the write (not born expired),
+    // then moved into the past below, as when its hour has passed.
     let old = base - 3 * 86_400_000;
     let stamps = [
         old,
@@ -1115,6 +1116,32 @@ async fn windowed_items_are_queried_by_key_and_window_range() {
             .map(|(s, state)| (s, state.value))
             .collect()
     };
+    let old_window = old.div_euclid(minute) * minute;
+    let all = store
+        .windows(WINDOWED, b"a", i64::MIN, old_window)
+        .await
+        .expect("query");
+    assert_eq!(counts(all), vec![(old_window, 1)], "not born expired");
+    let past = (now / 1000 - 60).to_string();
+    client
+        .update_item()
+        .table_name(&table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S(lambda_streams::state::dynamodb::item_key(
+                WINDOWED, b"a",
+            )),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::N(old_window.to_string()),
+        )
+        .update_expression("SET #ttl = :past")
+        .expression_attribute_names("#ttl", lambda_streams::state::dynamodb::TTL_ATTRIBUTE)
+        .expression_attribute_values(":past", aws_sdk_dynamodb::types::AttributeValue::N(past))
+        .send()
+        .await
+        .expect("TTL moved into the past");
     let all = store
         .windows(WINDOWED, b"a", i64::MIN, i64::MAX)
         .await

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use super::table::Lookup;
 use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
-use crate::runtime::context::{Ctx, PendingFold};
 use crate::serdes::Serde;
 use crate::state::{Fold, ItemState};
+use crate::topology::context::{Ctx, PendingFold};
 
 /// A stream grouped by key; its aggregations keep one state item per key.
 pub struct KGroupedStream<K, V> {
@@ -178,7 +178,7 @@ where
             match &windows {
                 None => ctx.contribute(index, encoded, None, 1),
                 Some(windows) => {
-                    for window in windows.open_windows(ctx, index) {
+                    for window in windows.open_windows(ctx, index)? {
                         ctx.contribute(index, encoded.clone(), Some(window), 1);
                     }
                 }
@@ -207,7 +207,7 @@ where
                 let targets = match &windows {
                     None => vec![None],
                     Some(windows) => windows
-                        .open_windows(ctx, index)
+                        .open_windows(ctx, index)?
                         .into_iter()
                         .map(Some)
                         .collect(),

@@ -12,12 +12,12 @@
 
 use std::sync::Arc;
 
-use super::describe::NodeKind;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
-use crate::runtime::context::{Ctx, Origin};
 use crate::serdes::{Nullable, Serde, SerdeError};
+use crate::topology::context::{Ctx, Origin};
+use crate::topology::describe::NodeKind;
 
 impl StreamsBuilder {
     /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per

@@ -16,22 +16,9 @@
 
 use std::sync::Arc;
 
-use super::describe::NodeId;
-use super::{Shared, lock};
 use crate::serdes::Serde;
-
-/// How the re-keyed records reach their aggregation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Rekeying {
-    /// Through a repartition topic when the aggregation's updates go to a topic and are
-    /// emitted on every update; directly otherwise (the default).
-    #[default]
-    Auto,
-    /// Always through the repartition topic.
-    Repartition,
-    /// Always directly: no repartition topic.
-    Direct,
-}
+pub use crate::topology::Rekeying;
+use crate::topology::{Shared, lock};
 
 /// The serdes and the re-keying mode of [`KStream::group_by`](super::KStream::group_by), as
 /// Kafka Streams' `Grouped`.
@@ -100,19 +87,6 @@ impl<K: 'static, V: 'static> Grouped<K, V> {
     pub fn rekeying(&self) -> Rekeying {
         self.rekeying
     }
-}
-
-/// Connects the re-keyed records to their aggregation: directly (`None`) or through a
-/// repartition topic (`Some(topic)`); returns the node the aggregation then reads from.
-pub(crate) type Wire = Box<dyn FnOnce(Option<&str>) -> Option<NodeId> + Send + Sync>;
-
-/// A `group_by` whose mode is chosen when the topology is built.
-pub(crate) struct PendingRekey {
-    /// The re-keying node (the aggregation nodes hang from it).
-    pub(crate) node: NodeId,
-    pub(crate) rekeying: Rekeying,
-    pub(crate) topic: Option<String>,
-    pub(crate) wire: Wire,
 }
 
 /// Chooses the mode of every pending `group_by` of the topology and connects it.

@@ -15,12 +15,12 @@
 
 use std::sync::Arc;
 
-use super::describe::NodeKind;
 use super::{Downstream, KStream, SourceFn, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SEQUENCE_HEADER, SOURCE_HEADER};
+use crate::topology::describe::NodeKind;
 
 /// How many records one source record may produce to a repartition topic: watermarks of
 /// repartitioned records are `offset * RANKS + rank`.

@@ -18,7 +18,10 @@
 //! the item is written). A key's sessions are kept while they end less than `2 * gap + grace`
 //! before the newest record of the key (any record that is not late can still merge with
 //! them when a key's records come from one partition: `group_by_key`, or a repartition
-//! topic), then dropped from the item, which keeps to its 400 KB.
+//! topic), then dropped from the item, which keeps to its 400 KB. A session starts at its
+//! earliest record, so no session starts before its records do (the hopping-window rule of
+//! Kafka Streams, no window before 0, has nothing to cut here). Session items carry no TTL:
+//! a key's sessions live in its one item, pruned as above.
 
 use std::sync::Arc;
 use std::time::Duration;

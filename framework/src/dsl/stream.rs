@@ -1,17 +1,21 @@
 //! `KStream`: an unbounded stream of key-value records, and its stateless operators.
+//!
+//! Longer than 800 lines because it is one type's operator set (each operator a short
+//! method with its rustdoc example), as Kafka Streams' `KStream` is one interface.
 
 use std::fmt::Display;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::describe::{NodeId, NodeKind};
-use super::rekey::{Grouped, PendingRekey, Wire};
+use super::rekey::Grouped;
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::event::encode::decimal;
-use crate::runtime::context::{Ctx, Origin};
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SOURCE_HEADER, VERSION_HEADER};
+use crate::topology::context::{Ctx, Origin};
+use crate::topology::describe::{NodeId, NodeKind};
+use crate::topology::{PendingRekey, Wire};
 
 /// A stream of key-value records, as Kafka Streams' `KStream`. Operators return new
 /// streams; a stream may feed several operators (each record reaches all of them once).

@@ -1,21 +1,24 @@
 //! Event-time windows: `KGroupedStream::windowed_by(TimeWindows)` and its aggregations.
 //!
 //! A record falls in every window `[start, start + size)` that contains its timestamp
-//! (tumbling windows: one; hopping windows: `size / advance`). Each (key, window) is its own
-//! state item (DynamoDB sort key = window start), with a TTL past the window's end, grace
-//! and retention. The *stream time* of a source partition is the highest record timestamp
+//! (tumbling windows: one; hopping windows: `size / advance`), and no window starts before
+//! 0, as in Kafka Streams. Each (key, window) is its own state item (DynamoDB sort key =
+//! window start), with a TTL past the window's end, grace and retention, and at least the
+//! retention past the wall-clock time of its last write (so that a replay of old data does
+//! not write items that are already expired). The *stream time* of a source partition is the highest record timestamp
 //! seen in it, persisted with the state so that a cold container knows it; a window is
 //! closed once the stream time of the partition of the record reaches its end plus grace,
 //! and a record for a closed window is dropped and counted (`BatchReport::late_records`,
 //! metric `LateRecordsDropped`), as in Kafka Streams.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
 use super::{KTable, lock};
-use crate::runtime::context::{Ctx, ItemWindow};
+use crate::error::StreamError;
 use crate::serdes::Serde;
+use crate::topology::context::{Ctx, ItemWindow};
 
 /// Tumbling or hopping event-time windows, as Kafka Streams' `TimeWindows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,15 +67,27 @@ impl TimeWindows {
     }
 
     /// The start of every window that contains `timestamp`, earliest first.
+    ///
+    /// As Kafka Streams' `TimeWindows.windowsFor`, no window starts before 0: the first
+    /// start is `max(0, timestamp - size + advance)` rounded down to a multiple of the
+    /// advance, so a record at 1 s in 10 s windows advancing by 5 s is in `[0, 10 s)` only,
+    /// not in `[-5 s, 5 s)`. A negative timestamp is in no window (the aggregation refuses
+    /// such a record as poison before it gets here).
     pub fn window_starts(&self, timestamp: i64) -> Vec<i64> {
-        let last = timestamp.div_euclid(self.advance) * self.advance;
+        let mut start = timestamp
+            .saturating_sub(self.size)
+            .saturating_add(self.advance)
+            .max(0)
+            / self.advance
+            * self.advance;
         let mut starts = Vec::new();
-        let mut start = last;
-        while start > timestamp - self.size {
+        while start <= timestamp {
             starts.push(start);
-            start -= self.advance;
+            match start.checked_add(self.advance) {
+                Some(next) => start = next,
+                None => break,
+            }
         }
-        starts.reverse();
         starts
     }
 
@@ -109,12 +124,32 @@ pub(crate) struct WindowSpec {
 
 impl WindowSpec {
     /// The windows of the current record that are still open in store `store`; the
-    /// closed ones are counted as late.
-    pub(crate) fn open_windows(&self, ctx: &mut Ctx, store: usize) -> Vec<ItemWindow> {
+    /// closed ones are counted as late. A record with a negative timestamp is refused (a
+    /// poison record, named): Kafka Streams creates no window before 0 and drops such
+    /// records, never silently here.
+    ///
+    /// Each window's TTL is [`expires_at`] of its close time, the retention and the wall
+    /// clock now, so that an item written for old data (a replay) is not born expired.
+    pub(crate) fn open_windows(
+        &self,
+        ctx: &mut Ctx,
+        store: usize,
+    ) -> Result<Vec<ItemWindow>, StreamError> {
         let Some((_, _, timestamp)) = ctx.record_time() else {
-            return Vec::new();
+            return Ok(Vec::new());
         };
+        if timestamp < 0 {
+            let (tp, offset) = ctx
+                .record_coordinates()
+                .ok_or_else(|| StreamError::Config("a windowed record without a source".into()))?;
+            return Err(StreamError::User {
+                tp,
+                offset,
+                reason: format!("time windows need a timestamp of 0 or more, not {timestamp}"),
+            });
+        }
         let now = ctx.close_time(store);
+        let wall_ms = wall_clock_ms();
         let windows = &self.windows;
         let mut open = Vec::new();
         for start in windows.window_starts(timestamp) {
@@ -122,16 +157,41 @@ impl WindowSpec {
                 ctx.late_records += 1;
             } else {
                 let close = windows.close_time(start);
-                let expires_ms = close.saturating_add(windows.retention);
                 open.push(ItemWindow {
                     start,
-                    expires_at: expires_ms.div_euclid(1000) + 1,
+                    expires_at: expires_at(close, windows.retention, wall_ms),
                     close_at: (self.emit == EmitStrategy::OnWindowClose).then_some(close),
                 });
             }
         }
-        open
+        Ok(open)
     }
+}
+
+/// The TTL (epoch seconds, as DynamoDB's TTL attribute) of a window item that closes at
+/// `close_ms` (event time: end plus grace) and is kept `retention_ms` after, written at
+/// `wall_ms` (wall clock): the later of close + retention and write time + retention,
+/// rounded up to the next second.
+///
+/// DynamoDB deletes an item, and the stores' reads leave it out, once its TTL is behind
+/// the *wall clock*, while a window closes in *event time*. With close + retention alone, a
+/// replay of old data (a consumer starting from the oldest offset, or one lagging by more
+/// than the retention) would write items that are expired as they are born: hidden from
+/// reads at once and deleted while the window is still open. Design notes, section 4.
+pub(crate) fn expires_at(close_ms: i64, retention_ms: i64, wall_ms: i64) -> i64 {
+    let retention_ms = retention_ms.max(0);
+    close_ms
+        .saturating_add(retention_ms)
+        .max(wall_ms.saturating_add(retention_ms))
+        .div_euclid(1000)
+        .saturating_add(1)
+}
+
+/// The wall clock, epoch milliseconds (0 if the system clock is before 1970).
+fn wall_clock_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// A key and the window it is aggregated in: the key of a windowed table.
@@ -331,7 +391,23 @@ mod tests {
         let hopping =
             TimeWindows::of_size(Duration::from_secs(60)).advance_by(Duration::from_secs(20));
         assert_eq!(hopping.window_starts(65_000), vec![20_000, 40_000, 60_000]);
-        assert_eq!(hopping.window_starts(-1), vec![-60_000, -40_000, -20_000]);
+        assert_eq!(hopping.window_starts(-1), Vec::<i64>::new());
+    }
+
+    #[test]
+    fn a_window_item_lives_the_retention_past_its_close_and_past_its_write() {
+        let (day, now) = (86_400_000, 1_790_000_000_123);
+        // Live data: the window closes after the write, so close + retention is later.
+        assert_eq!(
+            expires_at(now + 60_000, day, now),
+            (now + 60_000 + day) / 1000 + 1
+        );
+        // A replay a month behind: close + retention is long past; the write time counts.
+        let month_ago = now - 30 * day;
+        assert_eq!(expires_at(month_ago, day, now), (now + day) / 1000 + 1);
+        assert!(expires_at(month_ago, day, now) * 1000 > now + day);
+        // No overflow at the edges.
+        assert_eq!(expires_at(i64::MAX, i64::MAX, now), i64::MAX / 1000 + 1);
     }
 
     #[test]

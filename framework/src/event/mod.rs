@@ -79,6 +79,7 @@
 mod decode;
 pub(crate) mod encode;
 mod error;
+pub mod response;
 #[cfg(test)]
 mod tests;
 

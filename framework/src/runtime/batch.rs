@@ -3,16 +3,20 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::context::{Ctx, Origin, PendingItem, PendingKey};
-use crate::dsl::Topology;
+use super::options::{BatchOptions, PoisonPolicy};
+use super::poison::{dead_letter, failure, guarded};
+use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
-use crate::event::{KafkaEvent, Record, TopicPartition};
-use crate::sink::{OutputRecord, SOURCE_HEADER, Sink};
+use crate::event::{KafkaEvent, TopicPartition};
+use crate::sink::{OutputRecord, Sink};
+use crate::state::WRITE_CONCURRENCY;
 use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
+use crate::topology::Topology;
+use crate::topology::context::{Ctx, Origin, PendingItem, PendingKey};
 
 /// How many output records a batch holds before it sends them, while its records are
 /// processed: a record can emit many (a `flat_map` ahead of a repartition: one 6 MB event of
@@ -22,136 +26,6 @@ use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats
 /// its outputs, as a failure in the middle of a send would; its retry produces them again
 /// under the same source headers and versions (outputs are at least once, state exactly once).
 pub const OUTPUT_CHUNK: usize = 20_000;
-
-/// How many state writes a batch keeps in flight at once: DynamoDB answers in
-/// milliseconds, so a batch must not pay that latency once per item in series.
-pub(crate) const WRITE_CONCURRENCY: usize = 32;
-
-/// Header of a dead-lettered record carrying the error that sent it there.
-pub const ERROR_HEADER: &str = "lambda-streams-error";
-
-/// What to do with a *poison* record: one whose key or value does not deserialize, or
-/// whose user function returns an error or panics.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum PoisonPolicy {
-    /// Fail: the partition stops at the record (the event source's default behaviour).
-    /// With partial batch responses, only that partition stops, from that record;
-    /// without, the whole batch fails and is retried.
-    #[default]
-    Fail,
-    /// Skip the record and count it (`BatchReport::poison_records`).
-    Skip,
-    /// Produce the record, unchanged, to this topic, with the error in the
-    /// `lambda-streams-error` header and its source in `lambda-streams-source`; go on.
-    DeadLetter {
-        /// The dead-letter topic.
-        topic: String,
-    },
-}
-
-impl std::str::FromStr for PoisonPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "fail" => Ok(PoisonPolicy::Fail),
-            "skip" => Ok(PoisonPolicy::Skip),
-            _ => match s.strip_prefix("dead-letter:") {
-                Some(topic) if !topic.is_empty() => Ok(PoisonPolicy::DeadLetter {
-                    topic: topic.to_owned(),
-                }),
-                _ => Err(format!(
-                    "unknown poison policy {s:?}: use fail, skip or dead-letter:<topic>"
-                )),
-            },
-        }
-    }
-}
-
-/// How a batch is executed.
-#[derive(Debug, Clone)]
-pub struct BatchOptions {
-    /// What to do with poison records.
-    pub poison: PoisonPolicy,
-    /// Report failed records as a partial batch response (`batchItemFailures`) instead of
-    /// failing the whole batch. Enable it only together with the event source mapping's
-    /// `FunctionResponseTypes: [ReportBatchItemFailures]`: without it, Lambda ignores the
-    /// response and would commit the failed records.
-    pub partial_batch_response: bool,
-    /// For emit-on-close windows: a source partition whose stream time has not advanced
-    /// for this long no longer holds the low watermark back (30 s by default).
-    pub idle_partition_timeout: Duration,
-    /// For emit-on-close windows: the number of partitions of each source topic. A
-    /// declared partition that has not delivered a record yet holds the low watermark
-    /// back (until the idle timeout, counted from the table's first stream time), so that
-    /// a window cannot close before every partition has been heard from. Without it, the
-    /// low watermark is over the partitions seen so far: at the very start, the first
-    /// partitions' records can close windows that a slower partition still feeds (its
-    /// records for them are then late).
-    pub source_partitions: BTreeMap<String, i32>,
-}
-
-/// The default [`BatchOptions::idle_partition_timeout`].
-pub const DEFAULT_IDLE_PARTITION_TIMEOUT: Duration = Duration::from_secs(30);
-
-impl Default for BatchOptions {
-    fn default() -> Self {
-        BatchOptions {
-            poison: PoisonPolicy::default(),
-            partial_batch_response: false,
-            idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
-            source_partitions: BTreeMap::new(),
-        }
-    }
-}
-
-/// What one batch did: counts for logs, metrics and benchmarks.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BatchReport {
-    /// Source records processed.
-    pub records_in: u64,
-    /// Records produced to sinks (dead letters included).
-    pub records_out: u64,
-    /// Distinct state items the batch touched (one write each in the common case).
-    pub items_touched: u64,
-    /// Records not aggregated because their key serialized to null.
-    pub dropped_null_keys: u64,
-    /// (record, window) pairs dropped because the window had closed (later than its end
-    /// plus grace, by the partition's stream time).
-    pub late_records: u64,
-    /// Poison records met (skipped, dead-lettered or failed).
-    pub poison_records: u64,
-    /// Poison records produced to the dead-letter topic.
-    pub dead_lettered: u64,
-    /// Windows of emit-on-close stores this batch closed and emitted.
-    pub windows_closed: u64,
-    /// Distinct keys read from joined tables.
-    pub join_lookups: u64,
-    /// The cost of the state writes.
-    pub state: WriteStats,
-    /// Wall time of the batch.
-    pub duration: Duration,
-}
-
-/// The result of a batch that did not fail as a whole.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct BatchOutcome {
-    /// What the batch did.
-    pub report: BatchReport,
-    /// With partial batch responses: per failed partition, the offset to resume from.
-    pub failures: Vec<(TopicPartition, i64)>,
-}
-
-impl BatchOutcome {
-    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"partition":"<topic>-<p>","offset":N}}]}`.
-    pub fn response(&self) -> serde_json::Value {
-        let failures: Vec<_> = self
-            .failures
-            .iter()
-            .map(|(tp, offset)| serde_json::json!({ "itemIdentifier": { "partition": tp.to_string(), "offset": offset } }))
-            .collect();
-        serde_json::json!({ "batchItemFailures": failures })
-    }
-}
 
 impl Topology {
     /// Processes one event with the default options (poison records fail the batch).
@@ -237,6 +111,9 @@ impl Topology {
                     timestamp: record.timestamp,
                 };
                 ctx.source = None;
+                // A poison record's timestamp must not count (a far-future one would close
+                // every window): restored below when the record fails.
+                let (stream_time, late) = (ctx.stream_times[index], ctx.late_records);
                 if record_time {
                     ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 }
@@ -249,7 +126,11 @@ impl Topology {
                     outcome.report.records_in += 1;
                     continue;
                 };
-                // Undo what the record did before it failed; the batch goes on without it.
+                // Undo what the record did before it failed (its outputs, contributions,
+                // stream time, also one a timestamp extractor set, and late windows); the
+                // batch goes on without it.
+                ctx.stream_times[index] = stream_time;
+                ctx.late_records = late;
                 ctx.outputs.truncate(mark);
                 let (source, offset) = ctx.source.unwrap_or((tp_index, record.offset));
                 ctx.forget(source, offset);
@@ -582,73 +463,8 @@ impl Topology {
     }
 }
 
-/// The record as it came, to the dead-letter topic, with the error and its source.
-fn dead_letter(
-    topic: &str,
-    tp: &TopicPartition,
-    record: &Record,
-    error: &StreamError,
-) -> OutputRecord {
-    let mut headers: Vec<(String, Vec<u8>)> = record
-        .headers
-        .iter()
-        .map(|h| (h.name().to_owned(), h.value().to_vec()))
-        .collect();
-    headers.push((ERROR_HEADER.to_owned(), error.to_string().into_bytes()));
-    headers.push((
-        SOURCE_HEADER.to_owned(),
-        format!("{}:{}:{}", tp.topic, tp.partition, record.offset).into_bytes(),
-    ));
-    OutputRecord {
-        topic: topic.to_owned(),
-        key: record.key().map(<[u8]>::to_vec),
-        value: record.value().map(<[u8]>::to_vec),
-        headers,
-        timestamp: Some(record.timestamp),
-    }
-}
-
-/// What a record's processing came to: `None` when it went through, the poison error
-/// when user code failed or panicked on it, `Err` for any other error (which fails the
-/// batch).
-fn failure(
-    result: std::thread::Result<Result<(), StreamError>>,
-    tp: &TopicPartition,
-    offset: i64,
-) -> Result<Option<StreamError>, StreamError> {
-    match result {
-        Ok(Ok(())) => Ok(None),
-        Ok(Err(e @ (StreamError::Deserialize { .. } | StreamError::User { .. }))) => Ok(Some(e)),
-        Ok(Err(other)) => Err(other),
-        Err(panic) => Ok(Some(StreamError::User {
-            tp: tp.clone(),
-            offset,
-            reason: format!("user code panicked: {}", panic_message(panic.as_ref())),
-        })),
-    }
-}
-
-/// Runs user code on a table's update: a panic there (not attributable to one record)
-/// fails the batch with an error instead of unwinding through the runtime.
-fn guarded(f: impl FnOnce() -> Result<(), StreamError>) -> Result<(), StreamError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        Err(StreamError::Config(format!(
-            "user code panicked on a table update: {}",
-            panic_message(panic.as_ref())
-        )))
-    })
-}
-
 fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
 }

@@ -1,8 +1,11 @@
-//! The runtime: executes a [`Topology`](crate::dsl::Topology) on one batch.
+//! The runtime: executes a [`Topology`](crate::topology::Topology) on one batch.
 
 pub(crate) mod batch;
-pub(crate) mod context;
+pub(crate) mod options;
+pub(crate) mod poison;
+pub(crate) mod report;
 
-pub use batch::{
-    BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
-};
+pub use crate::wire::ERROR_HEADER;
+pub use batch::OUTPUT_CHUNK;
+pub use options::{BatchOptions, DEFAULT_IDLE_PARTITION_TIMEOUT, PoisonPolicy};
+pub use report::{BatchOutcome, BatchReport};

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 
@@ -21,9 +22,17 @@ struct Item {
     watermarks: HashMap<String, i64>,
     /// An emit-on-close window not marked closed yet: when it closes.
     close_at: Option<i64>,
+    /// A windowed item's TTL (epoch seconds), as the DynamoDB store's `ttl` attribute.
+    expires_at: Option<i64>,
 }
 
 impl Item {
+    /// Whether the item is past its TTL at `now_seconds` (wall clock): as DynamoDB, which
+    /// deletes such items lazily, the reads leave them out.
+    fn expired(&self, now_seconds: i64) -> bool {
+        self.expires_at.is_some_and(|ttl| ttl < now_seconds)
+    }
+
     fn state(&self) -> ItemState {
         ItemState {
             value: self.value,
@@ -50,6 +59,13 @@ fn estimated_item_size(
     let numbers = 2 + 3 + 2 + 3 * 21;
     let marks: usize = watermarks.keys().map(|tp| 2 + tp.len() + 21).sum();
     pk + numbers + (1 + key) + (1 + aggregate.len()) + marks
+}
+
+/// The wall clock, epoch seconds, which TTLs are compared with.
+fn unix_seconds() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// An item's identity: store, key, window start.
@@ -91,12 +107,14 @@ impl MemoryStore {
         out
     }
 
-    /// Every windowed item of `store`, sorted by key and window start.
+    /// Every windowed item of `store`, sorted by key and window start; items past their
+    /// TTL are left out, as the DynamoDB store's reads leave them out.
     pub fn windowed_states(&self, store: &str) -> Vec<(Vec<u8>, i64, ItemState)> {
+        let now = unix_seconds();
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()
-            .filter(|((s, _, _), _)| s == store)
+            .filter(|((s, _, _), item)| s == store && !item.expired(now))
             .filter_map(|((_, k, window), item)| window.map(|w| (k.clone(), w, item.state())))
             .collect();
         out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
@@ -144,6 +162,9 @@ impl Store for MemoryStore {
         if write.close_at.is_some() {
             item.close_at = write.close_at;
         }
+        if write.expires_at.is_some() {
+            item.expires_at = write.expires_at;
+        }
         for (tp, offset) in marks {
             item.watermarks
                 .insert(write.partitions[tp as usize].to_string(), offset);
@@ -181,10 +202,11 @@ impl Store for MemoryStore {
         from: i64,
         to: i64,
     ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        let now = unix_seconds();
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()
-            .filter(|((s, k, _), _)| s == store && k == key)
+            .filter(|((s, k, _), item)| s == store && k == key && !item.expired(now))
             .filter_map(|((_, _, window), item)| {
                 window
                     .filter(|w| (from..=to).contains(w))

@@ -22,6 +22,10 @@ use async_trait::async_trait;
 
 use crate::event::TopicPartition;
 
+/// How many state writes a batch keeps in flight at once: DynamoDB answers in
+/// milliseconds, so a batch must not pay that latency once per item in series.
+pub(crate) const WRITE_CONCURRENCY: usize = 32;
+
 /// The contribution of one source record to one state item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contribution {

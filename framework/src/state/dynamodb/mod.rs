@@ -1,24 +1,6 @@
 //! The DynamoDB store: exactly-once effect with one conditional write per touched item
 //! per batch in the common case (design notes, section 4).
 //!
-//! # Item layout
-//! One table holds every store of a function (on-demand billing). An item:
-//!
-//! | attribute | type | meaning |
-//! |---|---|---|
-//! | `pk` | S | `<store>#<key as unpadded base64url>`; store names exclude `#`, so no two (store, key) pairs collide |
-//! | `sk` | N | `0` for a key's item (windowed items will use the window start) |
-//! | `v` | N | the aggregate |
-//! | `ver` | N | the version, +1 per write that changes the item |
-//! | `k` | B | the raw key, for queries and scans |
-//! | `fv` | N | the item format version (`1`) |
-//! | `w:<topic>-<partition>` | N | watermark: the highest source offset of that partition whose effect `v` holds |
-//!
-//! Watermarks are top-level attributes rather than entries of one map attribute: an
-//! update can then create the item and set a watermark in the same request
-//! (`SET wm.#p` fails on an item without `wm`), which keeps the first write of a key to
-//! one request.
-//!
 //! # Write path
 //! *Fast path*: `ADD v :delta, ver :1 SET w:<tp> = :last, …` on the condition
 //! `attribute_not_exists(w:<tp>) OR w:<tp> < :first` for every partition the batch
@@ -28,6 +10,12 @@
 //! (`ReturnValuesOnConditionCheckFailure=ALL_OLD`, no extra read), the store keeps
 //! only the contributions above the stored watermarks and writes them on the
 //! condition `ver = :read`, retrying with backoff and jitter on conflict.
+//!
+//! The item layout and the update expressions are in `item.rs`, table administration (and
+//! the emulator's client) in `admin.rs`.
+
+mod admin;
+mod item;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -40,13 +28,7 @@ use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement,
-    KeyType, KeysAndAttributes, Projection, ProjectionType, ReturnConsumedCapacity, ReturnValue,
-    ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TimeToLiveSpecification,
-};
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
@@ -54,22 +36,14 @@ use super::{
     StateErrorKind, Store, WriteStats, above_watermarks, offset_ranges,
 };
 
-/// The item format this release writes and reads.
-pub const FORMAT_VERSION: i64 = 1;
-/// Prefix of the watermark attributes.
-pub const WATERMARK_PREFIX: &str = "w:";
-/// The partition key of the item holding the partitions' stream times.
-pub const STREAM_TIME_KEY: &str = "__stream-time";
-/// The TTL attribute of windowed items (epoch seconds).
-pub const TTL_ATTRIBUTE: &str = "ttl";
-/// The global secondary index that finds emit-on-close windows by close time: partition
-/// key `cq` (the store name), sort key `cl` (the close time, epoch ms), keys only. A
-/// window leaves the (sparse) index when it is marked closed.
-pub const CLOSING_INDEX: &str = "closing";
-/// The attributes of [`CLOSING_INDEX`].
-pub const CLOSING_STORE: &str = "cq";
-/// See [`CLOSING_STORE`].
-pub const CLOSING_TIME: &str = "cl";
+/// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
+pub use crate::aws::https_client;
+pub use admin::{create_table, emulator_client, retry_config};
+pub use item::{
+    CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
+    TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
+};
+use item::{cache_key, expired, number, parse_state, parse_watermarks};
 
 /// How many times the fallback path retries a conflicting write before giving up.
 const MAX_CONFLICT_ATTEMPTS: u32 = 16;
@@ -106,60 +80,6 @@ impl DynamoStore {
     /// The table name.
     pub fn table(&self) -> &str {
         &self.table
-    }
-
-    /// The attributes every write sets besides the value and the watermarks.
-    fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
-        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
-        if write.expires_at.is_some() {
-            set.push("#ttl = :ttl".to_owned());
-        }
-        if write.close_at.is_some() {
-            set.push("#cq = :cq, #cl = :cl".to_owned());
-        }
-        set
-    }
-
-    fn update(&self, write: &ItemWrite<'_>, fold: bool) -> UpdateItemFluentBuilder {
-        let (store, key) = (write.store, write.key);
-        let (value, returned) = if fold {
-            ("a", ReturnValue::AllNew)
-        } else {
-            ("v", ReturnValue::UpdatedNew)
-        };
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(item_key(store, key)))
-            .key(
-                "sk",
-                AttributeValue::N(write.window.unwrap_or(0).to_string()),
-            )
-            .return_values(returned)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .expression_attribute_names("#v", value)
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_names("#k", "k")
-            .expression_attribute_names("#fv", "fv")
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
-            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()));
-        let request = match write.expires_at {
-            Some(at) => request
-                .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
-                .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
-            None => request,
-        };
-        match write.close_at {
-            Some(at) => request
-                .expression_attribute_names("#cq", CLOSING_STORE)
-                .expression_attribute_names("#cl", CLOSING_TIME)
-                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
-                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
-            None => request,
-        }
     }
 
     /// Sends one update; `Ok(Err(item))` is a failed condition with the current item.
@@ -616,7 +536,7 @@ impl Store for DynamoStore {
     ) -> Result<WriteStats, StateError> {
         let marks: Vec<_> = windows.iter().map(|w| self.mark_one(store, w)).collect();
         let results: Vec<WriteStats> = futures::stream::iter(marks)
-            .buffer_unordered(crate::runtime::batch::WRITE_CONCURRENCY)
+            .buffer_unordered(super::WRITE_CONCURRENCY)
             .try_collect()
             .await?;
         let mut stats = WriteStats::default();
@@ -779,73 +699,6 @@ impl DynamoStore {
     }
 }
 
-/// An item as [`DynamoStore::scan`] returns it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ScannedItem {
-    /// The key, as the aggregation's key serde encoded it.
-    pub key: Vec<u8>,
-    /// The window start (epoch ms) of a windowed item.
-    pub window: Option<i64>,
-    /// The item's state.
-    pub state: ItemState,
-}
-
-/// The cache key of an item: partition key and window.
-fn cache_key(write: &ItemWrite<'_>) -> String {
-    format!(
-        "{}#{}",
-        item_key(write.store, write.key),
-        write.window.unwrap_or(0)
-    )
-}
-
-/// The partition key of `key` in `store`.
-pub fn item_key(store: &str, key: &[u8]) -> String {
-    format!("{store}#{}", URL_SAFE_NO_PAD.encode(key))
-}
-
-fn number<T: std::str::FromStr>(
-    item: &HashMap<String, AttributeValue>,
-    name: &str,
-) -> Result<T, String> {
-    match item.get(name) {
-        Some(AttributeValue::N(n)) => n
-            .parse()
-            .map_err(|_| format!("attribute {name} = {n} is out of range")),
-        Some(_) => Err(format!("attribute {name} is not a number")),
-        None => Err(format!("attribute {name} is missing")),
-    }
-}
-
-fn parse_state(item: &Item) -> Result<ItemState, String> {
-    if let Some(AttributeValue::N(fv)) = item.get("fv")
-        && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
-    {
-        return Err(format!(
-            "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
-        ));
-    }
-    let (value, aggregate) = match item.get("a") {
-        Some(AttributeValue::B(bytes)) => (0, Some(bytes.as_ref().to_vec())),
-        Some(_) => return Err("attribute a is not binary".to_owned()),
-        None => (number(item, "v")?, None),
-    };
-    Ok(ItemState {
-        value,
-        aggregate,
-        version: number(item, "ver")?,
-    })
-}
-
-fn parse_watermarks(
-    item: &HashMap<String, AttributeValue>,
-) -> Result<HashMap<String, i64>, String> {
-    item.keys()
-        .filter_map(|name| name.strip_prefix(WATERMARK_PREFIX).map(|tp| (name, tp)))
-        .map(|(name, tp)| Ok((tp.to_owned(), number(item, name)?)))
-        .collect()
-}
-
 fn classify(error: &UpdateItemError) -> StateErrorKind {
     let message = error.message().unwrap_or_default();
     if error.code() == Some("ValidationException") && message.contains("size") {
@@ -884,290 +737,7 @@ fn unix_seconds() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
-/// Whether an item is past its TTL: DynamoDB deletes such items lazily (within days),
-/// so reads leave them out themselves.
-fn expired(item: &Item, now_seconds: i64) -> bool {
-    number::<i64>(item, TTL_ATTRIBUTE).is_ok_and(|ttl| ttl < now_seconds)
-}
-
 fn backoff(attempt: u32) -> Duration {
     let base = 10u64 << attempt.min(6);
     Duration::from_millis(base / 2 + rand::random_range(0..=base / 2))
-}
-
-/// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`, the
-/// [`CLOSING_INDEX`] for emit-on-close windows) if it does not exist.
-/// For local runs and tests; in AWS, `template.yaml` creates it.
-pub async fn create_table(client: &Client, table: &str) -> Result<(), StateError> {
-    let err = |e: String| StateError::new("<table>", table.as_bytes(), StateErrorKind::Request(e));
-    let created = client
-        .create_table()
-        .table_name(table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(attr("pk", ScalarAttributeType::S))
-        .attribute_definitions(attr("sk", ScalarAttributeType::N))
-        .attribute_definitions(attr(CLOSING_STORE, ScalarAttributeType::S))
-        .attribute_definitions(attr(CLOSING_TIME, ScalarAttributeType::N))
-        .key_schema(key("pk", KeyType::Hash))
-        .key_schema(key("sk", KeyType::Range))
-        .global_secondary_indexes(
-            GlobalSecondaryIndex::builder()
-                .index_name(CLOSING_INDEX)
-                .key_schema(key(CLOSING_STORE, KeyType::Hash))
-                .key_schema(key(CLOSING_TIME, KeyType::Range))
-                .projection(
-                    Projection::builder()
-                        .projection_type(ProjectionType::KeysOnly)
-                        .build(),
-                )
-                .build()
-                .map_err(|e| err(e.to_string()))?,
-        )
-        .send()
-        .await;
-    match created {
-        Ok(_) => {}
-        Err(e) if e.code() == Some("ResourceInUseException") => return Ok(()),
-        Err(e) => return Err(err(describe_sdk_error(&e))),
-    }
-    let ttl = TimeToLiveSpecification::builder()
-        .enabled(true)
-        .attribute_name(TTL_ATTRIBUTE)
-        .build()
-        .map_err(|e| err(e.to_string()))?;
-    client
-        .update_time_to_live()
-        .table_name(table)
-        .time_to_live_specification(ttl)
-        .send()
-        .await
-        .map_err(|e| err(describe_sdk_error(&e)))?;
-    Ok(())
-}
-
-fn attr(name: &str, kind: ScalarAttributeType) -> AttributeDefinition {
-    AttributeDefinition::builder()
-        .attribute_name(name)
-        .attribute_type(kind)
-        .build()
-        .expect("name and type are set")
-}
-
-fn key(name: &str, kind: KeyType) -> KeySchemaElement {
-    KeySchemaElement::builder()
-        .attribute_name(name)
-        .key_type(kind)
-        .build()
-        .expect("name and type are set")
-}
-
-/// A client for a local emulator at `endpoint` (e.g. dynoxide), with static dummy
-/// credentials and a fixed region: it never consults the default credential chain
-/// (which would query the instance metadata service).
-pub fn emulator_client(endpoint: &str) -> Client {
-    let config = aws_sdk_dynamodb::Config::builder()
-        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
-        .endpoint_url(endpoint)
-        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
-        .credentials_provider(aws_credential_types::Credentials::new(
-            "lambda-streams-local",
-            "lambda-streams-local",
-            None,
-            None,
-            "lambda-streams-emulator",
-        ))
-        .retry_config(retry_config())
-        .http_client(https_client(crate::lambda::TlsRoots::System))
-        .build();
-    Client::from_conf(config)
-}
-
-/// The HTTPS client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
-/// the SDK's default client (hyper 1, rustls, proxy settings from the environment) with
-/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc is ~1 MB more of zip, and
-/// the binary links a second TLS stack, OpenSSL, for librdkafka anyway), trusting `roots`:
-/// [`TlsRoots::Aws`], Amazon Trust Services' roots compiled into the binary (the default);
-/// [`TlsRoots::Compiled`], all of the root store compiled into the binary (Mozilla's, from
-/// `webpki-root-certs`; Amazon's roots included), nothing read at start-up either; or
-/// [`TlsRoots::System`], the system's (read and parsed when the first connector is built:
-/// a bundle and a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md
-/// section 4). The SDK crates are built without their `default-https-client` feature, so a
-/// client without this one has no HTTP client: every SDK client of the framework is given
-/// it ([`crate::lambda::run`], [`emulator_client`]).
-///
-/// [`TlsRoots::Aws`]: crate::lambda::TlsRoots::Aws
-/// [`TlsRoots::Compiled`]: crate::lambda::TlsRoots::Compiled
-/// [`TlsRoots::System`]: crate::lambda::TlsRoots::System
-pub fn https_client(roots: crate::lambda::TlsRoots) -> aws_sdk_dynamodb::config::SharedHttpClient {
-    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
-    use aws_smithy_http_client::{Builder, ConnectorBuilder, proxy::ProxyConfig};
-    let trust_store = match roots {
-        crate::lambda::TlsRoots::Aws => {
-            TrustStore::empty().with_pem_certificate(compiled_roots_pem(true))
-        }
-        crate::lambda::TlsRoots::Compiled => {
-            TrustStore::empty().with_pem_certificate(compiled_roots_pem(false))
-        }
-        crate::lambda::TlsRoots::System => TrustStore::empty().with_native_roots(true),
-    };
-    let context = TlsContext::builder()
-        .with_trust_store(trust_store)
-        .build()
-        .unwrap_or_default();
-    Builder::new().build_with_connector_fn(move |settings, components| {
-        // As the SDK's default client (aws-smithy-runtime's `default_https_client`), with
-        // the crypto provider and trust store above.
-        let mut builder = ConnectorBuilder::default()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .tls_context(context.clone());
-        builder.set_connector_settings(settings.cloned());
-        if let Some(components) = components {
-            builder.set_sleep_impl(components.sleep_impl());
-        }
-        builder.set_proxy_config(Some(ProxyConfig::from_env()));
-        builder.build()
-    })
-}
-
-/// The common names of Amazon Trust Services' roots ([`crate::lambda::TlsRoots::Aws`]):
-/// AWS endpoints' certificates chain to Amazon Root CA 1 to 4, which Starfield Services
-/// Root CA G2 cross-signs (<https://www.amazontrust.com/repository/>).
-const AMAZON_TRUST_SERVICES_ROOTS: [&[u8]; 5] = [
-    b"Amazon Root CA 1",
-    b"Amazon Root CA 2",
-    b"Amazon Root CA 3",
-    b"Amazon Root CA 4",
-    b"Starfield Services Root Certificate Authority - G2",
-];
-
-/// Whether a root certificate (DER) is one of Amazon Trust Services': its subject's common
-/// name (a DER UTF8String/PrintableString, so the name preceded by its length) is one of
-/// [`AMAZON_TRUST_SERVICES_ROOTS`]. Roots are self-signed: the issuer holds the same name.
-fn is_amazon_trust_services_root(der: &[u8]) -> bool {
-    AMAZON_TRUST_SERVICES_ROOTS.iter().any(|name| {
-        let mut tagged = Vec::with_capacity(name.len() + 1);
-        tagged.push(name.len() as u8);
-        tagged.extend_from_slice(name);
-        memchr::memmem::find(der, &tagged).is_some()
-    })
-}
-
-/// The compiled-in root certificates, PEM-encoded (the form the SDK's trust store takes):
-/// Amazon Trust Services' only with `amazon_only`, else all of them.
-fn compiled_roots_pem(amazon_only: bool) -> Vec<u8> {
-    use base64::engine::general_purpose::STANDARD;
-    let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
-        .iter()
-        .filter(|cert| !amazon_only || is_amazon_trust_services_root(cert.as_ref()));
-    let mut pem = Vec::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() * 2048);
-    for cert in roots {
-        pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
-        let encoded = STANDARD.encode(cert.as_ref());
-        for line in encoded.as_bytes().chunks(64) {
-            pem.extend_from_slice(line);
-            pem.push(b'\n');
-        }
-        pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
-    }
-    pem
-}
-
-/// How DynamoDB requests are retried on throttling and transient errors: up to 6
-/// attempts, exponential backoff with jitter from 25 ms (the SDK's standard mode). A batch
-/// whose writes still fail fails as a whole and is delivered again; nothing is lost.
-pub fn retry_config() -> aws_sdk_dynamodb::config::retry::RetryConfig {
-    aws_sdk_dynamodb::config::retry::RetryConfig::standard()
-        .with_max_attempts(6)
-        .with_initial_backoff(Duration::from_millis(25))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compiled_roots_are_pem_of_every_root_amazons_included() {
-        use base64::engine::general_purpose::STANDARD;
-        let pem = String::from_utf8(compiled_roots_pem(false)).expect("PEM is ASCII");
-        let blocks: Vec<Vec<u8>> = pem
-            .split("-----BEGIN CERTIFICATE-----\n")
-            .skip(1)
-            .map(|block| {
-                let body = block
-                    .split("-----END CERTIFICATE-----")
-                    .next()
-                    .expect("an end marker");
-                STANDARD
-                    .decode(body.replace('\n', ""))
-                    .expect("base64 body")
-            })
-            .collect();
-        let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS;
-        assert_eq!(blocks.len(), roots.len());
-        assert!(
-            blocks
-                .iter()
-                .zip(roots)
-                .all(|(b, r)| b.as_slice() == r.as_ref())
-        );
-        // DynamoDB's endpoints chain to Amazon Root CA 1 (and Starfield for older ones).
-        let names = |name: &[u8]| {
-            roots
-                .iter()
-                .any(|r| r.windows(name.len()).any(|w| w == name))
-        };
-        assert!(names(b"Amazon Root CA 1"));
-        assert!(names(b"Starfield Services Root Certificate Authority - G2"));
-    }
-
-    #[test]
-    fn the_aws_roots_are_amazon_trust_services_five() {
-        let pem = String::from_utf8(compiled_roots_pem(true)).expect("PEM is ASCII");
-        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----").count(), 5);
-        let amazon: Vec<_> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
-            .iter()
-            .filter(|r| is_amazon_trust_services_root(r.as_ref()))
-            .collect();
-        assert_eq!(amazon.len(), 5);
-        // Each name matches exactly one root (not, e.g., "Starfield Root ... G2").
-        for name in AMAZON_TRUST_SERVICES_ROOTS {
-            let n = amazon
-                .iter()
-                .filter(|r| r.windows(name.len()).any(|w| w == name))
-                .count();
-            assert_eq!(n, 1, "{}", String::from_utf8_lossy(name));
-        }
-    }
-
-    #[test]
-    fn item_keys_do_not_collide_across_stores() {
-        // ("a", "b#c") and ("a#b", "c") must differ: the store name may not hold '#',
-        // and the key is base64url, whose alphabet has no '#'.
-        assert_ne!(item_key("a", b"b#c"), item_key("a-b", b"c"));
-        assert_eq!(item_key("counts", b"fox"), "counts#Zm94");
-        assert_eq!(item_key("counts", b""), "counts#");
-    }
-
-    #[test]
-    fn parses_watermarks_and_rejects_future_formats() {
-        let item = HashMap::from([
-            ("v".to_owned(), AttributeValue::N("5".into())),
-            ("ver".to_owned(), AttributeValue::N("2".into())),
-            ("w:text-lines-0".to_owned(), AttributeValue::N("41".into())),
-        ]);
-        assert_eq!(parse_state(&item), Ok(ItemState::number(5, 2)));
-        assert_eq!(
-            parse_watermarks(&item),
-            Ok(HashMap::from([("text-lines-0".to_owned(), 41)]))
-        );
-        let mut future = item.clone();
-        future.insert("fv".into(), AttributeValue::N("2".into()));
-        assert!(
-            parse_state(&future)
-                .unwrap_err()
-                .contains("format version 2")
-        );
-    }
 }

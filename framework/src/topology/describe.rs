@@ -44,7 +44,7 @@ struct GraphNode {
     parents: Vec<NodeId>,
 }
 
-/// The node graph a [`StreamsBuilder`](super::StreamsBuilder) builds, one node per operator.
+/// The node graph a [`StreamsBuilder`](crate::StreamsBuilder) builds, one node per operator.
 #[derive(Debug, Default)]
 pub(crate) struct Graph {
     nodes: Vec<GraphNode>,

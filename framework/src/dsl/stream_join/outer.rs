@@ -1,410 +1,49 @@
-//! Stream–stream joins within a join window, as Kafka Streams' `KStream::join(KStream,
-//! ValueJoiner, JoinWindows)`.
-//!
-//! Each side keeps its recent records per key in a state item (a buffer, written exactly
-//! once like every aggregate). A buffer drops the records more than twice the window plus
-//! the grace older than the newest record it held before the batch (never relative to the
-//! batch's own records, so that batch boundaries do not change the result): a record at
-//! most window + grace behind the newest record of its key meets every partner within the
-//! window; one later than that may miss partners already dropped. A record joins the other side's
-//! buffer as it stands after the batch's own buffer writes, so two records of one batch
-//! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
-//! is emitted once. A pair whose records arrive in two batches is emitted by the later
-//! batch. Two batches running at the same time (one per side) can each see the other's
-//! record: the pair is then emitted twice, identically (the output is at least once, as
-//! every output of the framework; the `lambda-streams-source` header names the record that
-//! emitted it).
-//!
-//! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
-//! semantics: a record that joined nothing is emitted alone once it can no longer join, and
-//! never after it joined) keep both sides of a key in one item instead, with the key's join
-//! stream time, so that which records join and which leave alone is decided once, in the
-//! write that folds the deciding record; see [`KStream::left_join_stream`].
+//! Left and outer stream–stream joins ([`KStream::left_join_stream`],
+//! [`KStream::outer_join_stream`]): both sides of a key in one item, with its join stream time.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
-
-use super::describe::NodeKind;
-use super::table::Lookup;
-use super::{Downstream, KStream, KTable, lock};
-use crate::error::StreamError;
-use crate::event::TopicPartition;
-use crate::runtime::context::Ctx;
-use crate::serdes::{Serde, SerdeError};
-
-/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct JoinWindows {
-    difference: i64,
-    grace: i64,
-}
-
-impl JoinWindows {
-    /// Records join when their timestamps differ by at most `difference`.
-    pub fn of(difference: Duration) -> Self {
-        JoinWindows {
-            difference: i64::try_from(difference.as_millis()).unwrap_or(i64::MAX),
-            grace: 0,
-        }
-    }
-
-    /// How long past the window a record is still kept for a late partner.
-    pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
-        self
-    }
-
-    /// How far behind the newest record of a key a buffered record is still kept.
-    fn horizon(&self) -> i64 {
-        self.difference.saturating_mul(2).saturating_add(self.grace)
-    }
-}
-
-/// A buffered record of one side: its timestamp, its source, its value's bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Buffered {
-    ts: i64,
-    topic: String,
-    partition: i32,
-    offset: i64,
-    value: Option<Vec<u8>>,
-}
-
-impl Buffered {
-    /// The order in which records of one batch emit their pairs: the later one emits.
-    fn position(&self) -> (i64, &str, i32, i64) {
-        (self.ts, &self.topic, self.partition, self.offset)
-    }
-}
-
-/// A side of a join: how its values are encoded in the buffers.
-struct Side<V> {
-    serde: Arc<dyn Serde<V>>,
-}
-
-impl<K, V> KStream<K, V>
-where
-    K: Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    /// Joins this stream with `other`: each pair of records with the same key whose
-    /// timestamps differ by at most the window gives `joiner(key, this value, other value)`
-    /// (an inner join), once. The two sides' recent records are kept in the stores
-    /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
-    /// how long), encoded with `serdes` (key, this value, other value).
-    ///
-    /// Cost per batch: one buffer write per touched key and side, and one batched read
-    /// of the other side's buffers per distinct key.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use lambda_streams::driver::TestDriver;
-    /// use lambda_streams::dsl::JoinWindows;
-    /// use lambda_streams::serdes::Utf8;
-    /// use lambda_streams::StreamsBuilder;
-    ///
-    /// // Ad impressions joined with the clicks that follow within 10 s.
-    /// let builder = StreamsBuilder::new();
-    /// let impressions = builder.stream("impressions", Utf8, Utf8);
-    /// let clicks = builder.stream("clicks", Utf8, Utf8);
-    /// impressions
-    ///     .join_stream(
-    ///         &clicks,
-    ///         JoinWindows::of(Duration::from_secs(10)),
-    ///         "impression-clicks",
-    ///         (Utf8, Utf8, Utf8),
-    ///         |_, ad: &String, click: &String| format!("{ad}->{click}"),
-    ///     )
-    ///     .to("attributed", Utf8, Utf8);
-    /// let driver = TestDriver::new(builder.build());
-    /// let mut shown = driver.input_topic("impressions", Utf8, Utf8);
-    /// let mut clicked = driver.input_topic("clicks", Utf8, Utf8);
-    /// shown.pipe_input_with_timestamp("u1", "ad-7".to_owned(), 1_000)?;
-    /// clicked.pipe_input_with_timestamp("u1", "buy".to_owned(), 5_000)?; // within 10 s
-    /// clicked.pipe_input_with_timestamp("u1", "late".to_owned(), 60_000)?; // too late
-    /// assert_eq!(
-    ///     driver.output_topic("attributed", Utf8, Utf8).read_values()?,
-    ///     ["ad-7->buy"]
-    /// );
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn join_stream<VO, VR, SK, SV, SO>(
-        &self,
-        other: &KStream<K, VO>,
-        windows: JoinWindows,
-        store: &str,
-        serdes: (SK, SV, SO),
-        joiner: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
-    ) -> KStream<K, VR>
-    where
-        VO: Clone + Send + Sync + 'static,
-        VR: Clone + Send + Sync + 'static,
-        SK: Serde<K>,
-        SV: Serde<V>,
-        SO: Serde<VO>,
-    {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
-        let this = Side {
-            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
-        };
-        let that = Side {
-            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
-        };
-        let this_records = self.buffered(&this);
-        let that_records = other.buffered(&that);
-        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
-        let that_buffer = buffer(
-            &that_records,
-            &key_serde,
-            &format!("{store}-other"),
-            windows,
-        );
-        let joiner = Arc::new(joiner);
-        let next = Downstream::<K, VR>::new();
-        {
-            let joiner = Arc::clone(&joiner);
-            probe(
-                &this_records,
-                &that_buffer,
-                &that,
-                windows,
-                next.clone(),
-                move |k, v: &V, o: &VO| joiner(k, v, o),
-            );
-        }
-        probe(
-            &that_records,
-            &this_buffer,
-            &this,
-            windows,
-            next.clone(),
-            move |k, o: &VO, v: &V| joiner(k, v, o),
-        );
-        let shared = self.shared();
-        let node = {
-            let mut inner = lock(&shared);
-            let kind = NodeKind::Processor {
-                stores: vec![format!("{store}-this"), format!("{store}-other")],
-            };
-            inner
-                .description
-                .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()])
-        };
-        KStream::from_node(self.shared(), next, node)
-    }
-
-    /// This stream's records with their timestamp, source and encoded value.
-    fn buffered(&self, side: &Side<V>) -> KStream<K, (V, Buffered)> {
-        let serde = Arc::clone(&side.serde);
-        self.child("KSTREAM-JOINSIDE", move |ctx, key, value: V, out| {
-            let (Some((tp, offset)), Some((_, _, ts))) =
-                (ctx.record_coordinates(), ctx.record_time())
-            else {
-                return Err(StreamError::Config(
-                    "a stream–stream join takes source records, not a table's updates".into(),
-                ));
-            };
-            let bytes = serde.try_serialize(&value).map_err(|e| StreamError::User {
-                tp: tp.clone(),
-                offset,
-                reason: format!("the joined value does not encode: {}", e.0),
-            })?;
-            let entry = Buffered {
-                ts,
-                topic: tp.topic,
-                partition: tp.partition,
-                offset,
-                value: bytes,
-            };
-            out.forward(ctx, key, (value, entry))
-        })
-    }
-}
-
-/// One key's buffered records of one side. `floor` is the newest timestamp the buffer
-/// held before the batch being folded (it is not stored: it is read back from the
-/// entries), and pruning is relative to it, never to records of the same batch: a record
-/// of the batch can still meet the partners that its batch's newer records make old.
-#[derive(Debug, Clone, Default)]
-struct Buffer {
-    entries: Vec<Buffered>,
-    floor: Option<i64>,
-}
-
-/// Stores a [`Buffer`] as the JSON array of its entries.
-struct BufferSerde;
-
-impl Serde<Buffer> for BufferSerde {
-    fn serialize(&self, value: &Buffer) -> Option<Vec<u8>> {
-        serde_json::to_vec(&value.entries).ok()
-    }
-
-    fn try_serialize(&self, value: &Buffer) -> Result<Option<Vec<u8>>, SerdeError> {
-        serde_json::to_vec(&value.entries)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("a join buffer does not encode: {e}")))
-    }
-
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
-        let entries: Vec<Buffered> = match data {
-            None => Vec::new(),
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map_err(|e| SerdeError(format!("a join buffer does not decode: {e}")))?,
-        };
-        let floor = entries.iter().map(|e| e.ts).max();
-        Ok(Buffer { entries, floor })
-    }
-}
-
-/// The buffer of one side: its records per key, pruned to the window.
-fn buffer<K, V>(
-    records: &KStream<K, (V, Buffered)>,
-    key_serde: &Arc<dyn Serde<K>>,
-    store: &str,
-    windows: JoinWindows,
-) -> Arc<Lookup<K, Buffer>>
-where
-    K: Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    let table: KTable<K, Buffer> = records.group_by_key(Arc::clone(key_serde)).aggregate(
-        store,
-        Buffer::default,
-        move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
-            buffer.entries.push(entry);
-            if let Some(floor) = buffer.floor {
-                let oldest = floor.saturating_sub(windows.horizon());
-                buffer.entries.retain(|b| b.ts >= oldest);
-            }
-            buffer
-                .entries
-                .sort_by(|a, b| a.position().cmp(&b.position()));
-            buffer
-        },
-        BufferSerde,
-    );
-    match table.lookup {
-        Some(lookup) => lookup,
-        None => unreachable!("a key's aggregate can be looked up"),
-    }
-}
-
-/// Joins each record of `records` with the other side's buffered records of its key.
-fn probe<K, V, VO, VR>(
-    records: &KStream<K, (V, Buffered)>,
-    other: &Arc<Lookup<K, Buffer>>,
-    other_side: &Side<VO>,
-    windows: JoinWindows,
-    out: Downstream<K, VR>,
-    join: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
-) where
-    K: Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-    VO: Clone + Send + Sync + 'static,
-    VR: Clone + Send + Sync + 'static,
-{
-    let shared = records.shared();
-    lock(&shared).join_targets.insert(other.store);
-    let (other, serde, join) = (
-        Arc::clone(other),
-        Arc::clone(&other_side.serde),
-        Arc::new(join),
-    );
-    records
-        .downstream()
-        .add(Arc::new(move |ctx, key: K, (value, me): (V, Buffered)| {
-            let Some(encoded) = other.key_serde.serialize(&key) else {
-                return Ok(());
-            };
-            let (other, serde, join, out) = (
-                Arc::clone(&other),
-                Arc::clone(&serde),
-                Arc::clone(&join),
-                out.clone(),
-            );
-            ctx.defer(
-                other.store,
-                encoded,
-                Box::new(move |ctx: &mut Ctx, state| {
-                    let Some(state) = state else {
-                        return Ok(());
-                    };
-                    let partners = (other.value)(&key, state)
-                        .map_err(|e| {
-                            StreamError::Config(format!("a join buffer does not decode: {e}"))
-                        })?
-                        .unwrap_or_default();
-                    for partner in partners.entries {
-                        if (partner.ts - me.ts).abs() > windows.difference {
-                            continue;
-                        }
-                        let source = TopicPartition::new(partner.topic.as_str(), partner.partition);
-                        if ctx.in_batch(&source, partner.offset)
-                            && partner.position() > me.position()
-                        {
-                            // Both in this batch: the later record emits the pair.
-                            continue;
-                        }
-                        let other_value =
-                            serde.deserialize(partner.value.as_deref()).map_err(|e| {
-                                StreamError::Deserialize {
-                                    tp: source.clone(),
-                                    offset: partner.offset,
-                                    side: "value",
-                                    reason: e.0,
-                                }
-                            })?;
-                        out.forward(ctx, key.clone(), join(&key, &value, &other_value))?;
-                    }
-                    Ok(())
-                }),
-            )
-        }));
-}
+use super::*;
 
 /// Which sides of a left or outer join emit their records that found no partner.
 #[derive(Debug, Clone, Copy)]
-struct Outer {
-    this: bool,
-    other: bool,
+pub(super) struct Outer {
+    pub(super) this: bool,
+    pub(super) other: bool,
 }
 
 impl Outer {
-    fn of(&self, side: u8) -> bool {
+    pub(super) fn of(&self, side: u8) -> bool {
         if side == THIS { self.this } else { self.other }
     }
 }
 
 /// The side of this stream in a [`JoinState`] (the other stream's is 1).
-const THIS: u8 = 0;
+pub(super) const THIS: u8 = 0;
 
 /// A record kept in a key's [`JoinState`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
+pub(super) struct Entry {
     /// [`THIS`] or 1 (the other stream).
-    side: u8,
-    ts: i64,
-    topic: String,
-    partition: i32,
-    offset: i64,
+    pub(super) side: u8,
+    pub(super) ts: i64,
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
     #[serde(with = "base64_bytes")]
-    value: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
     /// Whether it has joined a record of the other side.
-    matched: bool,
+    pub(super) matched: bool,
 }
 
 /// One side of an output: that record's encoded value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Part {
+pub(super) struct Part {
     #[serde(with = "base64_bytes")]
-    value: Option<Vec<u8>>,
+    pub(super) value: Option<Vec<u8>>,
 }
 
 /// Encoded values in a [`JoinState`] as base64 strings (a third of the size of JSON's
 /// arrays of numbers, against the item's 400 KB).
-mod base64_bytes {
+pub(super) mod base64_bytes {
     use base64::Engine;
     use base64::engine::general_purpose::STANDARD;
     use serde::{Deserialize, Deserializer, Serializer};
@@ -430,31 +69,31 @@ mod base64_bytes {
 
 /// An output of a key's join, attributed to the record whose arrival made it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-struct Output {
-    topic: String,
-    partition: i32,
-    offset: i64,
-    this: Option<Part>,
-    other: Option<Part>,
+pub(super) struct Output {
+    pub(super) topic: String,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
+    pub(super) this: Option<Part>,
+    pub(super) other: Option<Part>,
 }
 
 /// A key's left or outer join: the records of both sides still able to join, and the
 /// outputs of the last write per source partition (emitted by the records they name,
 /// after the write).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct JoinState {
+pub(super) struct JoinState {
     /// The join's stream time for the key: the highest stream time (of its source
     /// partition) of a record of the key folded so far.
-    time: Option<i64>,
-    entries: Vec<Entry>,
-    outputs: Vec<Output>,
+    pub(super) time: Option<i64>,
+    pub(super) entries: Vec<Entry>,
+    pub(super) outputs: Vec<Output>,
     /// The source partitions whose outputs this write has replaced (not stored).
     #[serde(skip)]
-    replaced: Vec<(String, i32)>,
+    pub(super) replaced: Vec<(String, i32)>,
 }
 
 /// Stores a [`JoinState`] as JSON.
-struct JoinStateSerde;
+pub(super) struct JoinStateSerde;
 
 impl Serde<JoinState> for JoinStateSerde {
     fn serialize(&self, value: &JoinState) -> Option<Vec<u8>> {
@@ -479,10 +118,10 @@ impl Serde<JoinState> for JoinStateSerde {
 /// A record arriving at a left or outer join: its entry, the stream time of its partition,
 /// and the first offset of its partition in its batch.
 #[derive(Debug, Clone)]
-struct Arrival {
-    entry: Entry,
-    stream_time: i64,
-    batch_first: i64,
+pub(super) struct Arrival {
+    pub(super) entry: Entry,
+    pub(super) stream_time: i64,
+    pub(super) batch_first: i64,
 }
 
 impl JoinState {
@@ -490,7 +129,7 @@ impl JoinState {
     /// grace it passes leave (those that never joined, of an outer side, are emitted
     /// alone); `x` joins the records of the other side within the window that remain;
     /// `x` stays unless its own window and grace have passed already.
-    fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
+    pub(super) fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
         // The first write of this batch's records of the partition drops the outputs of
         // its earlier batches (the event source started this one after them, so they
         // succeeded), and keeps those of this batch: a retried batch (perhaps with a later
@@ -738,7 +377,7 @@ where
 
     /// A left or outer join: both sides' records per key in one [`JoinState`] item.
     #[allow(clippy::too_many_arguments)]
-    fn outer_join<VO, VR, SK, SV, SO>(
+    pub(super) fn outer_join<VO, VR, SK, SV, SO>(
         &self,
         other: &KStream<K, VO>,
         windows: JoinWindows,
@@ -878,11 +517,12 @@ where
 
 /// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no
 /// output).
-type OuterJoiner<K, V, VO, VR> = dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
+pub(super) type OuterJoiner<K, V, VO, VR> =
+    dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
 
 /// Emits a record whose key serialized to null alone, when its side is an outer one.
 #[allow(clippy::too_many_arguments)]
-fn emit_null_key<K, V, VO, VR>(
+pub(super) fn emit_null_key<K, V, VO, VR>(
     ctx: &mut Ctx,
     key: &K,
     x: &Arrival,
@@ -928,7 +568,7 @@ where
     V: Clone + Send + Sync + 'static,
 {
     /// The records of one side of a left or outer join as they arrive at its state.
-    fn arrivals(&self, side: u8) -> KStream<K, Arrival> {
+    pub(super) fn arrivals(&self, side: u8) -> KStream<K, Arrival> {
         self.child(
             "KSTREAM-JOINSIDE",
             move |ctx, key, (_, b): (V, Buffered), out| {

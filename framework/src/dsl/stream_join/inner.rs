@@ -1,0 +1,284 @@
+//! The inner stream–stream join ([`KStream::join_stream`]): a buffer per side and key, probed
+//! by the other side.
+
+use super::*;
+
+impl<K, V> KStream<K, V>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// Joins this stream with `other`: each pair of records with the same key whose
+    /// timestamps differ by at most the window gives `joiner(key, this value, other value)`
+    /// (an inner join), once. The two sides' recent records are kept in the stores
+    /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
+    /// how long), encoded with `serdes` (key, this value, other value).
+    ///
+    /// Cost per batch: one buffer write per touched key and side, and one batched read
+    /// of the other side's buffers per distinct key.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::JoinWindows;
+    /// use lambda_streams::serdes::Utf8;
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// // Ad impressions joined with the clicks that follow within 10 s.
+    /// let builder = StreamsBuilder::new();
+    /// let impressions = builder.stream("impressions", Utf8, Utf8);
+    /// let clicks = builder.stream("clicks", Utf8, Utf8);
+    /// impressions
+    ///     .join_stream(
+    ///         &clicks,
+    ///         JoinWindows::of(Duration::from_secs(10)),
+    ///         "impression-clicks",
+    ///         (Utf8, Utf8, Utf8),
+    ///         |_, ad: &String, click: &String| format!("{ad}->{click}"),
+    ///     )
+    ///     .to("attributed", Utf8, Utf8);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut shown = driver.input_topic("impressions", Utf8, Utf8);
+    /// let mut clicked = driver.input_topic("clicks", Utf8, Utf8);
+    /// shown.pipe_input_with_timestamp("u1", "ad-7".to_owned(), 1_000)?;
+    /// clicked.pipe_input_with_timestamp("u1", "buy".to_owned(), 5_000)?; // within 10 s
+    /// clicked.pipe_input_with_timestamp("u1", "late".to_owned(), 60_000)?; // too late
+    /// assert_eq!(
+    ///     driver.output_topic("attributed", Utf8, Utf8).read_values()?,
+    ///     ["ad-7->buy"]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn join_stream<VO, VR, SK, SV, SO>(
+        &self,
+        other: &KStream<K, VO>,
+        windows: JoinWindows,
+        store: &str,
+        serdes: (SK, SV, SO),
+        joiner: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
+    ) -> KStream<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+        SK: Serde<K>,
+        SV: Serde<V>,
+        SO: Serde<VO>,
+    {
+        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
+        let this = Side {
+            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
+        };
+        let that = Side {
+            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
+        };
+        let this_records = self.buffered(&this);
+        let that_records = other.buffered(&that);
+        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
+        let that_buffer = buffer(
+            &that_records,
+            &key_serde,
+            &format!("{store}-other"),
+            windows,
+        );
+        let joiner = Arc::new(joiner);
+        let next = Downstream::<K, VR>::new();
+        {
+            let joiner = Arc::clone(&joiner);
+            probe(
+                &this_records,
+                &that_buffer,
+                &that,
+                windows,
+                next.clone(),
+                move |k, v: &V, o: &VO| joiner(k, v, o),
+            );
+        }
+        probe(
+            &that_records,
+            &this_buffer,
+            &this,
+            windows,
+            next.clone(),
+            move |k, o: &VO, v: &V| joiner(k, v, o),
+        );
+        let shared = self.shared();
+        let node = {
+            let mut inner = lock(&shared);
+            let kind = NodeKind::Processor {
+                stores: vec![format!("{store}-this"), format!("{store}-other")],
+            };
+            inner
+                .description
+                .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()])
+        };
+        KStream::from_node(self.shared(), next, node)
+    }
+
+    /// This stream's records with their timestamp, source and encoded value.
+    pub(super) fn buffered(&self, side: &Side<V>) -> KStream<K, (V, Buffered)> {
+        let serde = Arc::clone(&side.serde);
+        self.child("KSTREAM-JOINSIDE", move |ctx, key, value: V, out| {
+            let (Some((tp, offset)), Some((_, _, ts))) =
+                (ctx.record_coordinates(), ctx.record_time())
+            else {
+                return Err(StreamError::Config(
+                    "a stream–stream join takes source records, not a table's updates".into(),
+                ));
+            };
+            let bytes = serde.try_serialize(&value).map_err(|e| StreamError::User {
+                tp: tp.clone(),
+                offset,
+                reason: format!("the joined value does not encode: {}", e.0),
+            })?;
+            let entry = Buffered {
+                ts,
+                topic: tp.topic,
+                partition: tp.partition,
+                offset,
+                value: bytes,
+            };
+            out.forward(ctx, key, (value, entry))
+        })
+    }
+}
+
+/// One key's buffered records of one side. `floor` is the newest timestamp the buffer
+/// held before the batch being folded (it is not stored: it is read back from the
+/// entries), and pruning is relative to it, never to records of the same batch: a record
+/// of the batch can still meet the partners that its batch's newer records make old.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Buffer {
+    pub(super) entries: Vec<Buffered>,
+    pub(super) floor: Option<i64>,
+}
+
+/// Stores a [`Buffer`] as the JSON array of its entries.
+pub(super) struct BufferSerde;
+
+impl Serde<Buffer> for BufferSerde {
+    fn serialize(&self, value: &Buffer) -> Option<Vec<u8>> {
+        serde_json::to_vec(&value.entries).ok()
+    }
+
+    fn try_serialize(&self, value: &Buffer) -> Result<Option<Vec<u8>>, SerdeError> {
+        serde_json::to_vec(&value.entries)
+            .map(Some)
+            .map_err(|e| SerdeError(format!("a join buffer does not encode: {e}")))
+    }
+
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
+        let entries: Vec<Buffered> = match data {
+            None => Vec::new(),
+            Some(bytes) => serde_json::from_slice(bytes)
+                .map_err(|e| SerdeError(format!("a join buffer does not decode: {e}")))?,
+        };
+        let floor = entries.iter().map(|e| e.ts).max();
+        Ok(Buffer { entries, floor })
+    }
+}
+
+/// The buffer of one side: its records per key, pruned to the window.
+pub(super) fn buffer<K, V>(
+    records: &KStream<K, (V, Buffered)>,
+    key_serde: &Arc<dyn Serde<K>>,
+    store: &str,
+    windows: JoinWindows,
+) -> Arc<Lookup<K, Buffer>>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    let table: KTable<K, Buffer> = records.group_by_key(Arc::clone(key_serde)).aggregate(
+        store,
+        Buffer::default,
+        move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
+            buffer.entries.push(entry);
+            if let Some(floor) = buffer.floor {
+                let oldest = floor.saturating_sub(windows.horizon());
+                buffer.entries.retain(|b| b.ts >= oldest);
+            }
+            buffer
+                .entries
+                .sort_by(|a, b| a.position().cmp(&b.position()));
+            buffer
+        },
+        BufferSerde,
+    );
+    match table.lookup {
+        Some(lookup) => lookup,
+        None => unreachable!("a key's aggregate can be looked up"),
+    }
+}
+
+/// Joins each record of `records` with the other side's buffered records of its key.
+pub(super) fn probe<K, V, VO, VR>(
+    records: &KStream<K, (V, Buffered)>,
+    other: &Arc<Lookup<K, Buffer>>,
+    other_side: &Side<VO>,
+    windows: JoinWindows,
+    out: Downstream<K, VR>,
+    join: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
+) where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    VO: Clone + Send + Sync + 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    let shared = records.shared();
+    lock(&shared).join_targets.insert(other.store);
+    let (other, serde, join) = (
+        Arc::clone(other),
+        Arc::clone(&other_side.serde),
+        Arc::new(join),
+    );
+    records
+        .downstream()
+        .add(Arc::new(move |ctx, key: K, (value, me): (V, Buffered)| {
+            let Some(encoded) = other.key_serde.serialize(&key) else {
+                return Ok(());
+            };
+            let (other, serde, join, out) = (
+                Arc::clone(&other),
+                Arc::clone(&serde),
+                Arc::clone(&join),
+                out.clone(),
+            );
+            ctx.defer(
+                other.store,
+                encoded,
+                Box::new(move |ctx: &mut Ctx, state| {
+                    let Some(state) = state else {
+                        return Ok(());
+                    };
+                    let partners = (other.value)(&key, state)
+                        .map_err(|e| {
+                            StreamError::Config(format!("a join buffer does not decode: {e}"))
+                        })?
+                        .unwrap_or_default();
+                    for partner in partners.entries {
+                        if (partner.ts - me.ts).abs() > windows.difference {
+                            continue;
+                        }
+                        let source = TopicPartition::new(partner.topic.as_str(), partner.partition);
+                        if ctx.in_batch(&source, partner.offset)
+                            && partner.position() > me.position()
+                        {
+                            // Both in this batch: the later record emits the pair.
+                            continue;
+                        }
+                        let other_value =
+                            serde.deserialize(partner.value.as_deref()).map_err(|e| {
+                                StreamError::Deserialize {
+                                    tp: source.clone(),
+                                    offset: partner.offset,
+                                    side: "value",
+                                    reason: e.0,
+                                }
+                            })?;
+                        out.forward(ctx, key.clone(), join(&key, &value, &other_value))?;
+                    }
+                    Ok(())
+                }),
+            )
+        }));
+}

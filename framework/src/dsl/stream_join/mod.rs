@@ -1,0 +1,88 @@
+//! Stream–stream joins within a join window, as Kafka Streams' `KStream::join(KStream,
+//! ValueJoiner, JoinWindows)`.
+//!
+//! Each side keeps its recent records per key in a state item (a buffer, written exactly
+//! once like every aggregate). A buffer drops the records more than twice the window plus
+//! the grace older than the newest record it held before the batch (never relative to the
+//! batch's own records, so that batch boundaries do not change the result): a record at
+//! most window + grace behind the newest record of its key meets every partner within the
+//! window; one later than that may miss partners already dropped. A record joins the other side's
+//! buffer as it stands after the batch's own buffer writes, so two records of one batch
+//! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
+//! is emitted once. A pair whose records arrive in two batches is emitted by the later
+//! batch. Two batches running at the same time (one per side) can each see the other's
+//! record: the pair is then emitted twice, identically (the output is at least once, as
+//! every output of the framework; the `lambda-streams-source` header names the record that
+//! emitted it).
+//!
+//! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
+//! semantics: a record that joined nothing is emitted alone once it can no longer join, and
+//! never after it joined) keep both sides of a key in one item instead, with the key's join
+//! stream time, so that which records join and which leave alone is decided once, in the
+//! write that folds the deciding record; see [`KStream::left_join_stream`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::table::Lookup;
+use super::{Downstream, KStream, KTable, lock};
+use crate::error::StreamError;
+use crate::event::TopicPartition;
+use crate::serdes::{Serde, SerdeError};
+use crate::topology::context::Ctx;
+use crate::topology::describe::NodeKind;
+
+mod inner;
+mod outer;
+
+/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JoinWindows {
+    difference: i64,
+    grace: i64,
+}
+
+impl JoinWindows {
+    /// Records join when their timestamps differ by at most `difference`.
+    pub fn of(difference: Duration) -> Self {
+        JoinWindows {
+            difference: i64::try_from(difference.as_millis()).unwrap_or(i64::MAX),
+            grace: 0,
+        }
+    }
+
+    /// How long past the window a record is still kept for a late partner.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        self
+    }
+
+    /// How far behind the newest record of a key a buffered record is still kept.
+    fn horizon(&self) -> i64 {
+        self.difference.saturating_mul(2).saturating_add(self.grace)
+    }
+}
+
+/// A buffered record of one side: its timestamp, its source, its value's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Buffered {
+    ts: i64,
+    topic: String,
+    partition: i32,
+    offset: i64,
+    value: Option<Vec<u8>>,
+}
+
+impl Buffered {
+    /// The order in which records of one batch emit their pairs: the later one emits.
+    fn position(&self) -> (i64, &str, i32, i64) {
+        (self.ts, &self.topic, self.partition, self.offset)
+    }
+}
+
+/// A side of a join: how its values are encoded in the buffers.
+struct Side<V> {
+    serde: Arc<dyn Serde<V>>,
+}

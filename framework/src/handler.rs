@@ -1,0 +1,164 @@
+//! The transport-agnostic [`Handler`]: executes a topology on Kafka events (decoded or
+//! JSON) with its store and its output, as the Lambda adapter and the local runner call it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::OnceCell;
+
+use crate::dsl::Topology;
+use crate::error::StreamError;
+use crate::event::KafkaEvent;
+use crate::kafka::{KafkaSettings, KafkaSink};
+use crate::runtime::{BatchOptions, BatchOutcome};
+use crate::sink::Sink;
+use crate::state::Store;
+
+/// Executes a topology on Lambda Kafka events, with its store and its Kafka output.
+/// Built once per container; every invocation borrows it.
+pub struct Handler {
+    topology: Topology,
+    store: Arc<dyn Store>,
+    sink: SinkChoice,
+    options: BatchOptions,
+    metrics_function: Option<String>,
+}
+
+enum SinkChoice {
+    Given(Arc<dyn Sink>),
+    /// Created on first use, for the configured brokers or the event's own.
+    Kafka {
+        bootstrap_servers: Option<String>,
+        settings: KafkaSettings,
+        producer: OnceCell<Arc<KafkaSink>>,
+    },
+}
+
+impl Handler {
+    /// A handler writing output to `sink`.
+    pub fn new(topology: Topology, store: Arc<dyn Store>, sink: Arc<dyn Sink>) -> Self {
+        Handler {
+            topology,
+            store,
+            sink: SinkChoice::Given(sink),
+            options: BatchOptions::default(),
+            metrics_function: None,
+        }
+    }
+
+    /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
+    /// cluster the event came from. The producer is created on the first batch with
+    /// output and reused by every later invocation of the container.
+    pub fn with_kafka_output(
+        topology: Topology,
+        store: Arc<dyn Store>,
+        bootstrap_servers: Option<String>,
+    ) -> Self {
+        Handler {
+            topology,
+            store,
+            sink: SinkChoice::Kafka {
+                bootstrap_servers,
+                settings: KafkaSettings::plaintext(),
+                producer: OnceCell::new(),
+            },
+            options: BatchOptions::default(),
+            metrics_function: None,
+        }
+    }
+
+    /// Sets how the Kafka output connects (TLS, SASL); no effect on a handler built with
+    /// [`new`](Self::new), whose sink is given.
+    pub fn with_kafka_settings(mut self, kafka: KafkaSettings) -> Self {
+        if let SinkChoice::Kafka { settings, .. } = &mut self.sink {
+            *settings = kafka;
+        }
+        self
+    }
+
+    /// Sets how batches are executed (poison policy, partial batch responses).
+    pub fn with_options(mut self, options: BatchOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Prints CloudWatch EMF metrics for every batch, under this function name.
+    pub fn with_metrics(mut self, function: impl Into<String>) -> Self {
+        self.metrics_function = Some(function.into());
+        self
+    }
+
+    /// The topology.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// Processes one decoded event.
+    pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
+        let sink: Arc<dyn Sink> = match &self.sink {
+            SinkChoice::Given(sink) => Arc::clone(sink),
+            SinkChoice::Kafka {
+                bootstrap_servers,
+                settings,
+                producer,
+            } => {
+                let servers = bootstrap_servers
+                    .as_deref()
+                    .unwrap_or(&event.bootstrap_servers);
+                let producer = producer
+                    .get_or_try_init(|| async {
+                        let sink = KafkaSink::connect(servers, settings).await.map(Arc::new)?;
+                        // Connects while the batch works on its state: the output is sent
+                        // at the end of the batch (BENCHMARKS.md section 4).
+                        let topics = self.topology.sink_topics();
+                        if !topics.is_empty() {
+                            let warm = Arc::clone(&sink);
+                            tokio::task::spawn_blocking(move || {
+                                warm.warm_up(&topics, Duration::from_secs(5))
+                            });
+                        }
+                        Ok::<_, crate::sink::SinkError>(sink)
+                    })
+                    .await?;
+                Arc::clone(producer) as Arc<dyn Sink>
+            }
+        };
+        let outcome = self
+            .topology
+            .process_with(event, self.store.as_ref(), sink.as_ref(), &self.options)
+            .await?;
+        let report = &outcome.report;
+        tracing::info!(
+            partitions = %event.partitions.iter().map(|p| format!("{}@{}..{}", p.tp,
+                p.records.first().map_or(-1, |r| r.offset), p.records.last().map_or(-1, |r| r.offset)))
+                .collect::<Vec<_>>().join(","),
+            records_in = report.records_in,
+            records_out = report.records_out,
+            items = report.items_touched,
+            requests = report.state.requests,
+            conditional_failures = report.state.conditional_failures,
+            write_units = report.state.consumed_write_units,
+            poison = report.poison_records,
+            failed_partitions = outcome.failures.len(),
+            "batch processed"
+        );
+        if let Some(function) = &self.metrics_function {
+            for document in crate::metrics::emf_documents(function, event, report) {
+                println!("{document}");
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// Decodes an event's JSON and processes it.
+    pub async fn handle_json(&self, payload: &[u8]) -> Result<BatchOutcome, StreamError> {
+        let event = KafkaEvent::decode(payload)?;
+        self.handle_event(&event).await
+    }
+
+    /// Decodes an event's JSON, processes it, and returns the Lambda response JSON
+    /// (`{"batchItemFailures":[...]}`): what the function answers to the event source.
+    pub async fn invoke_json(&self, payload: &[u8]) -> Result<serde_json::Value, StreamError> {
+        Ok(self.handle_json(payload).await?.response())
+    }
+}

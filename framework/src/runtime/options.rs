@@ -1,0 +1,79 @@
+//! How a batch is executed: [`BatchOptions`] and the [`PoisonPolicy`] for records that
+//! cannot be processed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What to do with a *poison* record: one whose key or value does not deserialize, or
+/// whose user function returns an error or panics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PoisonPolicy {
+    /// Fail: the partition stops at the record (the event source's default behaviour).
+    /// With partial batch responses, only that partition stops, from that record;
+    /// without, the whole batch fails and is retried.
+    #[default]
+    Fail,
+    /// Skip the record and count it (`BatchReport::poison_records`).
+    Skip,
+    /// Produce the record, unchanged, to this topic, with the error in the
+    /// `lambda-streams-error` header and its source in `lambda-streams-source`; go on.
+    DeadLetter {
+        /// The dead-letter topic.
+        topic: String,
+    },
+}
+
+impl std::str::FromStr for PoisonPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fail" => Ok(PoisonPolicy::Fail),
+            "skip" => Ok(PoisonPolicy::Skip),
+            _ => match s.strip_prefix("dead-letter:") {
+                Some(topic) if !topic.is_empty() => Ok(PoisonPolicy::DeadLetter {
+                    topic: topic.to_owned(),
+                }),
+                _ => Err(format!(
+                    "unknown poison policy {s:?}: use fail, skip or dead-letter:<topic>"
+                )),
+            },
+        }
+    }
+}
+
+/// How a batch is executed.
+#[derive(Debug, Clone)]
+pub struct BatchOptions {
+    /// What to do with poison records.
+    pub poison: PoisonPolicy,
+    /// Report failed records as a partial batch response (`batchItemFailures`) instead of
+    /// failing the whole batch. Enable it only together with the event source mapping's
+    /// `FunctionResponseTypes: [ReportBatchItemFailures]`: without it, Lambda ignores the
+    /// response and would commit the failed records.
+    pub partial_batch_response: bool,
+    /// For emit-on-close windows: a source partition whose stream time has not advanced
+    /// for this long no longer holds the low watermark back (30 s by default).
+    pub idle_partition_timeout: Duration,
+    /// For emit-on-close windows: the number of partitions of each source topic. A
+    /// declared partition that has not delivered a record yet holds the low watermark
+    /// back (until the idle timeout, counted from the table's first stream time), so that
+    /// a window cannot close before every partition has been heard from. Without it, the
+    /// low watermark is over the partitions seen so far: at the very start, the first
+    /// partitions' records can close windows that a slower partition still feeds (its
+    /// records for them are then late).
+    pub source_partitions: BTreeMap<String, i32>,
+}
+
+/// The default [`BatchOptions::idle_partition_timeout`].
+pub const DEFAULT_IDLE_PARTITION_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for BatchOptions {
+    fn default() -> Self {
+        BatchOptions {
+            poison: PoisonPolicy::default(),
+            partial_batch_response: false,
+            idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
+            source_partitions: BTreeMap::new(),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The item layout of the DynamoDB store (attributes, keys, parsing) and the update
+//! expressions every write starts from.
+//!
+//! # Item layout
+//! One table holds every store of a function (on-demand billing). An item:
+//!
+//! | attribute | type | meaning |
+//! |---|---|---|
+//! | `pk` | S | `<store>#<key as unpadded base64url>`; store names exclude `#`, so no two (store, key) pairs collide |
+//! | `sk` | N | `0` for a key's item (windowed items will use the window start) |
+//! | `v` | N | the aggregate |
+//! | `ver` | N | the version, +1 per write that changes the item |
+//! | `k` | B | the raw key, for queries and scans |
+//! | `fv` | N | the item format version (`1`) |
+//! | `w:<topic>-<partition>` | N | watermark: the highest source offset of that partition whose effect `v` holds |
+//!
+//! Watermarks are top-level attributes rather than entries of one map attribute: an
+//! update can then create the item and set a watermark in the same request
+//! (`SET wm.#p` fails on an item without `wm`), which keeps the first write of a key to
+//! one request.
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
+use aws_sdk_dynamodb::primitives::Blob;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
+};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+
+use super::{DynamoStore, Item};
+use crate::state::{ItemState, ItemWrite};
+
+/// The item format this release writes and reads.
+pub const FORMAT_VERSION: i64 = 1;
+/// Prefix of the watermark attributes.
+pub const WATERMARK_PREFIX: &str = "w:";
+/// The partition key of the item holding the partitions' stream times.
+pub const STREAM_TIME_KEY: &str = "__stream-time";
+/// The TTL attribute of windowed items (epoch seconds).
+pub const TTL_ATTRIBUTE: &str = "ttl";
+/// The global secondary index that finds emit-on-close windows by close time: partition
+/// key `cq` (the store name), sort key `cl` (the close time, epoch ms), keys only. A
+/// window leaves the (sparse) index when it is marked closed.
+pub const CLOSING_INDEX: &str = "closing";
+/// The attributes of [`CLOSING_INDEX`].
+pub const CLOSING_STORE: &str = "cq";
+/// See [`CLOSING_STORE`].
+pub const CLOSING_TIME: &str = "cl";
+
+impl DynamoStore {
+    /// The attributes every write sets besides the value and the watermarks.
+    pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
+        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+        if write.expires_at.is_some() {
+            set.push("#ttl = :ttl".to_owned());
+        }
+        if write.close_at.is_some() {
+            set.push("#cq = :cq, #cl = :cl".to_owned());
+        }
+        set
+    }
+
+    pub(super) fn update(&self, write: &ItemWrite<'_>, fold: bool) -> UpdateItemFluentBuilder {
+        let (store, key) = (write.store, write.key);
+        let (value, returned) = if fold {
+            ("a", ReturnValue::AllNew)
+        } else {
+            ("v", ReturnValue::UpdatedNew)
+        };
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(item_key(store, key)))
+            .key(
+                "sk",
+                AttributeValue::N(write.window.unwrap_or(0).to_string()),
+            )
+            .return_values(returned)
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .expression_attribute_names("#v", value)
+            .expression_attribute_names("#ver", "ver")
+            .expression_attribute_names("#k", "k")
+            .expression_attribute_names("#fv", "fv")
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
+            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()));
+        let request = match write.expires_at {
+            Some(at) => request
+                .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
+                .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
+            None => request,
+        };
+        match write.close_at {
+            Some(at) => request
+                .expression_attribute_names("#cq", CLOSING_STORE)
+                .expression_attribute_names("#cl", CLOSING_TIME)
+                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
+            None => request,
+        }
+    }
+}
+
+/// An item as [`DynamoStore::scan`] returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedItem {
+    /// The key, as the aggregation's key serde encoded it.
+    pub key: Vec<u8>,
+    /// The window start (epoch ms) of a windowed item.
+    pub window: Option<i64>,
+    /// The item's state.
+    pub state: ItemState,
+}
+
+/// The cache key of an item: partition key and window.
+pub(super) fn cache_key(write: &ItemWrite<'_>) -> String {
+    format!(
+        "{}#{}",
+        item_key(write.store, write.key),
+        write.window.unwrap_or(0)
+    )
+}
+
+/// The partition key of `key` in `store`.
+pub fn item_key(store: &str, key: &[u8]) -> String {
+    format!("{store}#{}", URL_SAFE_NO_PAD.encode(key))
+}
+
+pub(super) fn number<T: std::str::FromStr>(
+    item: &HashMap<String, AttributeValue>,
+    name: &str,
+) -> Result<T, String> {
+    match item.get(name) {
+        Some(AttributeValue::N(n)) => n
+            .parse()
+            .map_err(|_| format!("attribute {name} = {n} is out of range")),
+        Some(_) => Err(format!("attribute {name} is not a number")),
+        None => Err(format!("attribute {name} is missing")),
+    }
+}
+
+pub(super) fn parse_state(item: &Item) -> Result<ItemState, String> {
+    if let Some(AttributeValue::N(fv)) = item.get("fv")
+        && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
+    {
+        return Err(format!(
+            "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
+        ));
+    }
+    let (value, aggregate) = match item.get("a") {
+        Some(AttributeValue::B(bytes)) => (0, Some(bytes.as_ref().to_vec())),
+        Some(_) => return Err("attribute a is not binary".to_owned()),
+        None => (number(item, "v")?, None),
+    };
+    Ok(ItemState {
+        value,
+        aggregate,
+        version: number(item, "ver")?,
+    })
+}
+
+pub(super) fn parse_watermarks(
+    item: &HashMap<String, AttributeValue>,
+) -> Result<HashMap<String, i64>, String> {
+    item.keys()
+        .filter_map(|name| name.strip_prefix(WATERMARK_PREFIX).map(|tp| (name, tp)))
+        .map(|(name, tp)| Ok((tp.to_owned(), number(item, name)?)))
+        .collect()
+}
+
+/// Whether an item is past its TTL: DynamoDB deletes such items lazily (within days),
+/// so reads leave them out themselves.
+pub(super) fn expired(item: &Item, now_seconds: i64) -> bool {
+    number::<i64>(item, TTL_ATTRIBUTE).is_ok_and(|ttl| ttl < now_seconds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_keys_do_not_collide_across_stores() {
+        // ("a", "b#c") and ("a#b", "c") must differ: the store name may not hold '#',
+        // and the key is base64url, whose alphabet has no '#'.
+        assert_ne!(item_key("a", b"b#c"), item_key("a-b", b"c"));
+        assert_eq!(item_key("counts", b"fox"), "counts#Zm94");
+        assert_eq!(item_key("counts", b""), "counts#");
+    }
+
+    #[test]
+    fn parses_watermarks_and_rejects_future_formats() {
+        let item = HashMap::from([
+            ("v".to_owned(), AttributeValue::N("5".into())),
+            ("ver".to_owned(), AttributeValue::N("2".into())),
+            ("w:text-lines-0".to_owned(), AttributeValue::N("41".into())),
+        ]);
+        assert_eq!(parse_state(&item), Ok(ItemState::number(5, 2)));
+        assert_eq!(
+            parse_watermarks(&item),
+            Ok(HashMap::from([("text-lines-0".to_owned(), 41)]))
+        );
+        let mut future = item.clone();
+        future.insert("fv".into(), AttributeValue::N("2".into()));
+        assert!(
+            parse_state(&future)
+                .unwrap_err()
+                .contains("format version 2")
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! The compiled plan: the [`Topology`] a [`StreamsBuilder`](crate::StreamsBuilder) builds
+//! and the runtime executes, as Kafka Streams' `processor/internals`: processors, the
+//! stores they declare, the node graph ([`describe`]) and the per-batch [`Ctx`](context::Ctx)
+//! processors touch. It imports neither the DSL nor the runtime.
+
+pub(crate) mod context;
+pub(crate) mod describe;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use crate::error::StreamError;
+use crate::event::Record;
+use context::Ctx;
+use describe::{NodeId, TopologyDescription};
+
+/// A processing step: takes a key and value in the batch context.
+pub(crate) type Processor<K, V> =
+    Arc<dyn Fn(&mut Ctx, K, V) -> Result<(), StreamError> + Send + Sync>;
+
+/// The children of a node: each record the node emits goes to all of them.
+pub(crate) struct Downstream<K, V>(Arc<RwLock<Vec<Processor<K, V>>>>);
+
+impl<K, V> Clone for Downstream<K, V> {
+    fn clone(&self) -> Self {
+        Downstream(Arc::clone(&self.0))
+    }
+}
+
+impl<K: Clone, V: Clone> Downstream<K, V> {
+    pub(crate) fn new() -> Self {
+        Downstream(Arc::new(RwLock::new(Vec::new())))
+    }
+
+    pub(crate) fn add(&self, processor: Processor<K, V>) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(processor);
+    }
+
+    /// Sends one record to every child (cloning for all but the last).
+    pub(crate) fn forward(&self, ctx: &mut Ctx, key: K, value: V) -> Result<(), StreamError> {
+        let children = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some((last, rest)) = children.split_last() {
+            for child in rest {
+                child(ctx, key.clone(), value.clone())?;
+            }
+            last(ctx, key, value)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a source record into the topology.
+pub(crate) type SourceFn = Arc<dyn Fn(&mut Ctx, &Record) -> Result<(), StreamError> + Send + Sync>;
+
+/// Turns a state item's new value back into a typed table update.
+pub(crate) type UpdateFn = Arc<
+    dyn Fn(&mut Ctx, &[u8], Option<i64>, &crate::state::ItemState) -> Result<(), StreamError>
+        + Send
+        + Sync,
+>;
+
+/// A state store declared by an aggregation.
+pub(crate) struct StoreSpec {
+    pub(crate) name: String,
+    pub(crate) on_update: UpdateFn,
+    /// For an emit-on-close windowed store: the window size (ms). Its updates are
+    /// emitted once per window, when the window closes, instead of after every batch.
+    pub(crate) emit_on_close: Option<i64>,
+}
+
+/// Everything a built topology holds.
+#[derive(Default)]
+pub(crate) struct TopologyInner {
+    pub(crate) sources: HashMap<String, Vec<SourceFn>>,
+    pub(crate) stores: Vec<StoreSpec>,
+    pub(crate) sink_topics: BTreeSet<String>,
+    /// The node graph [`Topology::describe`] renders (one node per operator).
+    pub(crate) description: describe::Graph,
+    /// Whether a windowed aggregation needs the partitions' stream times.
+    pub(crate) windowed: bool,
+    /// The stores joins read (written before the joins run in each batch).
+    pub(crate) join_targets: BTreeSet<usize>,
+    /// The topics read with a timestamp extractor: their stream time is that of the
+    /// extracted timestamps (the source updates it), not of the records' own.
+    pub(crate) extracted: BTreeSet<String>,
+    /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
+    pub(crate) rekeys: Vec<PendingRekey>,
+}
+
+pub(crate) type Shared = Arc<Mutex<TopologyInner>>;
+
+pub(crate) fn lock(shared: &Shared) -> std::sync::MutexGuard<'_, TopologyInner> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A built, immutable topology: the unit a Lambda function, the local runner and the
+/// tests execute. Cheap to clone.
+#[derive(Clone)]
+pub struct Topology {
+    pub(crate) inner: Arc<TopologyInner>,
+}
+
+impl Topology {
+    /// The topics the topology reads, sorted.
+    pub fn source_topics(&self) -> Vec<String> {
+        let mut topics: Vec<String> = self.inner.sources.keys().cloned().collect();
+        topics.sort();
+        topics
+    }
+
+    /// The repartition topics: the topics the topology both writes and reads (sorted).
+    /// The function consumes them as well as its input topics; create them with as many
+    /// partitions as the input topics.
+    pub fn repartition_topics(&self) -> Vec<String> {
+        self.inner
+            .sink_topics
+            .iter()
+            .filter(|t| self.inner.sources.contains_key(*t))
+            .cloned()
+            .collect()
+    }
+
+    /// The topics the topology writes to, sorted.
+    pub fn sink_topics(&self) -> Vec<String> {
+        self.inner.sink_topics.iter().cloned().collect()
+    }
+
+    /// The names of the state stores its aggregations keep.
+    pub fn store_names(&self) -> Vec<String> {
+        self.inner.stores.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// The topology's shape, in the spirit of Kafka Streams' `TopologyDescription`:
+    /// sub-topologies, sources with their topics, processors with their stores, sinks
+    /// with their topic, each node with its neighbours. `Display` writes the text form.
+    ///
+    /// ```
+    /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::serdes::{Unit, Utf8};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("lines", Unit, Utf8)
+    ///     .filter(|_, line| !line.is_empty())
+    ///     .to("non-empty", Unit, Utf8);
+    /// assert_eq!(
+    ///     builder.build().describe().to_string(),
+    ///     "Topologies:
+    ///    Sub-topology: 0
+    ///     Source: KSTREAM-SOURCE-0000000000 (topics: [lines])
+    ///       --> KSTREAM-FILTER-0000000001
+    ///     Processor: KSTREAM-FILTER-0000000001 (stores: [])
+    ///       --> KSTREAM-SINK-0000000002
+    ///       <-- KSTREAM-SOURCE-0000000000
+    ///     Sink: KSTREAM-SINK-0000000002 (topic: non-empty)
+    ///       <-- KSTREAM-FILTER-0000000001
+    /// "
+    /// );
+    /// ```
+    pub fn describe(&self) -> TopologyDescription {
+        self.inner.description.describe()
+    }
+
+    /// The topology as a Mermaid `graph TD` diagram (see
+    /// [`TopologyDescription::to_mermaid`]), e.g. for a README.
+    ///
+    /// ```
+    /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::serdes::{Unit, Utf8};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder.stream("lines", Unit, Utf8).to("copy", Unit, Utf8);
+    /// let mermaid = builder.build().to_mermaid();
+    /// assert!(mermaid.starts_with("graph TD\n"));
+    /// assert!(mermaid.contains("n0([\"KSTREAM-SOURCE-0000000000\"])"));
+    /// assert!(mermaid.contains("n1 --> t1")); // the sink writes to topic "copy"
+    /// ```
+    pub fn to_mermaid(&self) -> String {
+        self.describe().to_mermaid()
+    }
+}
+
+/// How the re-keyed records reach their aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Rekeying {
+    /// Through a repartition topic when the aggregation's updates go to a topic and are
+    /// emitted on every update; directly otherwise (the default).
+    #[default]
+    Auto,
+    /// Always through the repartition topic.
+    Repartition,
+    /// Always directly: no repartition topic.
+    Direct,
+}
+
+/// Connects the re-keyed records to their aggregation: directly (`None`) or through a
+/// repartition topic (`Some(topic)`); returns the node the aggregation then reads from.
+pub(crate) type Wire = Box<dyn FnOnce(Option<&str>) -> Option<NodeId> + Send + Sync>;
+
+/// A `group_by` whose mode is chosen when the topology is built.
+pub(crate) struct PendingRekey {
+    /// The re-keying node (the aggregation nodes hang from it).
+    pub(crate) node: NodeId,
+    pub(crate) rekeying: Rekeying,
+    pub(crate) topic: Option<String>,
+    pub(crate) wire: Wire,
+}

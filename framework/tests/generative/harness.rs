@@ -1,0 +1,370 @@
+//! The in-test event source (per-partition logs of every topic, batches, fault
+//! schedules) and the comparison of what the topology produced with the reference.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use lambda_streams::event::{
+    EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+};
+use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
+use lambda_streams::sink::{MemorySink, OutputRecord, VERSION_HEADER};
+use lambda_streams::state::Store;
+use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::{BatchOptions, Topology};
+
+use super::plan::{Inputs, K, Out, PARTITIONS, Plan, Rng, T, V, partition_of};
+use super::reference::Expected;
+
+/// Which faults a schedule may inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Every batch delivered once and succeeds.
+    None,
+    /// Duplicates, crashes after k writes with same or shifted retries, zombies,
+    /// redeliveries of old ranges.
+    Any,
+}
+
+/// What a schedule produced to the output topics `o<i>`, in production order.
+pub struct Run {
+    pub outputs: Vec<OutputRecord>,
+    /// The faults injected, for the failure report.
+    pub log: Vec<String>,
+}
+
+/// The event source: every topic's partitions as logs, a committed offset per partition.
+struct Source {
+    logs: BTreeMap<TopicPartition, Vec<Record>>,
+    committed: BTreeMap<TopicPartition, usize>,
+    /// The topics the topology reads (inputs and repartition topics).
+    reads: BTreeSet<String>,
+    outputs: Vec<OutputRecord>,
+    round_robin: i32,
+}
+
+type Range = (TopicPartition, usize, usize);
+
+impl Source {
+    fn event(&self, ranges: &[Range]) -> KafkaEvent {
+        KafkaEvent {
+            source: EventSource::SelfManaged,
+            bootstrap_servers: "generative:9092".to_owned(),
+            partitions: ranges
+                .iter()
+                .map(|(tp, from, to)| PartitionRecords {
+                    tp: tp.clone(),
+                    records: self.logs[tp][*from..*to].to_vec(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Takes what a batch produced: records of topics the topology reads are appended to
+    /// their partition's log (by key, as the producer partitions), with their headers;
+    /// the others are outputs.
+    fn absorb(&mut self, produced: Vec<OutputRecord>) {
+        for r in produced {
+            if !self.reads.contains(&r.topic) {
+                self.outputs.push(r);
+                continue;
+            }
+            let p = partition_of(r.key.as_deref()).unwrap_or_else(|| {
+                self.round_robin = (self.round_robin + 1) % PARTITIONS;
+                self.round_robin
+            });
+            let tp = TopicPartition::new(r.topic.as_str(), p);
+            let log = self.logs.entry(tp.clone()).or_default();
+            self.committed.entry(tp).or_insert(0);
+            let offset = log.len() as i64;
+            log.push(Record {
+                offset,
+                timestamp: r.timestamp.unwrap_or_default(),
+                timestamp_type: TimestampType::CreateTime,
+                key: r.key.map(Into::into),
+                value: r.value.map(Into::into),
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(n, v)| Header::new(n.as_str(), v))
+                    .collect(),
+                key_schema_metadata: None,
+                value_schema_metadata: None,
+            });
+        }
+    }
+
+    /// The partitions with records not committed yet (table topics first: until they are
+    /// caught up, only they).
+    fn lagging(&self) -> Vec<TopicPartition> {
+        let lag: Vec<TopicPartition> = self
+            .logs
+            .iter()
+            .filter(|(tp, log)| self.committed.get(*tp).copied().unwrap_or(0) < log.len())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let tables: Vec<TopicPartition> = lag
+            .iter()
+            .filter(|tp| tp.topic == "t0" || tp.topic == "t1")
+            .cloned()
+            .collect();
+        if tables.is_empty() { lag } else { tables }
+    }
+}
+
+fn process(
+    topology: &Topology,
+    event: &KafkaEvent,
+    store: &dyn Store,
+    source: &mut Source,
+) -> Result<(), String> {
+    let sink = MemorySink::new();
+    let result = futures::executor::block_on(topology.process_with(
+        event,
+        store,
+        &sink,
+        &BatchOptions::default(),
+    ));
+    source.absorb(sink.records());
+    result.map(|_| ()).map_err(|e| e.to_string())
+}
+
+/// Runs the inputs through `topology` batch by batch, with the faults of `faults`.
+pub fn run_schedule(
+    topology: &Topology,
+    store: &dyn Store,
+    plan: &Plan,
+    inputs: &Inputs,
+    faults: Fault,
+    rng: &mut Rng,
+) -> Result<Run, String> {
+    let _ = plan;
+    let reads: BTreeSet<String> = topology.source_topics().into_iter().collect();
+    let mut source = Source {
+        logs: BTreeMap::new(),
+        committed: BTreeMap::new(),
+        reads,
+        outputs: Vec::new(),
+        round_robin: 0,
+    };
+    for ((topic, p), records) in &inputs.logs {
+        if !source.reads.contains(topic) {
+            continue;
+        }
+        let tp = TopicPartition::new(topic.as_str(), *p);
+        let log: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(offset, r)| Record {
+                offset: offset as i64,
+                timestamp: r.ts,
+                timestamp_type: TimestampType::CreateTime,
+                key: Nullable(Utf8).serialize(&r.key).map(Into::into),
+                value: Nullable(DecimalI64).serialize(&r.value).map(Into::into),
+                headers: Vec::new(),
+                key_schema_metadata: None,
+                value_schema_metadata: None,
+            })
+            .collect();
+        source.committed.insert(tp.clone(), 0);
+        source.logs.insert(tp, log);
+    }
+    let max_batch = rng.range(1, 8) as usize;
+    let mut log = Vec::new();
+    let mut zombies: Vec<KafkaEvent> = Vec::new();
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        if steps > 10_000 {
+            return Err("the schedule does not end (records keep coming back)".to_owned());
+        }
+        let lagging = source.lagging();
+        if lagging.is_empty() {
+            break;
+        }
+        // One to three lagging partitions in one event.
+        let mut ranges: Vec<Range> = Vec::new();
+        for _ in 0..rng.range(1, 3) {
+            let tp = rng.pick(&lagging);
+            if ranges.iter().any(|(t, _, _)| *t == tp) {
+                continue;
+            }
+            let from = source.committed[&tp];
+            let to = (from + rng.range(1, max_batch as i64) as usize).min(source.logs[&tp].len());
+            ranges.push((tp, from, to));
+        }
+        let event = source.event(&ranges);
+        let fault = if faults == Fault::Any && rng.chance(40) {
+            rng.below(5)
+        } else {
+            9
+        };
+        let mut committed_ranges = ranges.clone();
+        match fault {
+            0 => {
+                log.push(format!("duplicate {ranges:?}"));
+                process(topology, &event, store, &mut source)
+                    .map_err(|e| format!("batch {ranges:?}: {e}"))?;
+            }
+            1 | 2 => {
+                // A crash after k state writes, then a retry: same boundaries, or the
+                // same start and a later end.
+                let k = rng.below(4);
+                let faulty = FaultyStore::new(store).crash_after(k);
+                let crashed = process(topology, &event, &faulty, &mut source);
+                if fault == 2 {
+                    for (tp, _, to) in &mut committed_ranges {
+                        *to = (*to + rng.below(3) as usize).min(source.logs[tp].len());
+                    }
+                }
+                log.push(format!(
+                    "crash after {k} writes ({crashed:?}) then retry {committed_ranges:?}"
+                ));
+            }
+            3 => {
+                // A zombie: this attempt finishes after its retry (and later batches).
+                log.push(format!("zombie {ranges:?}"));
+                zombies.push(event.clone());
+                for (tp, _, to) in &mut committed_ranges {
+                    *to = (*to + rng.below(2) as usize).min(source.logs[tp].len());
+                }
+            }
+            4 => {
+                // Redelivery of an old range of a partition.
+                let done: Vec<(TopicPartition, usize)> = source
+                    .committed
+                    .iter()
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(tp, c)| (tp.clone(), *c))
+                    .collect();
+                if !done.is_empty() {
+                    let (tp, c) = rng.pick(&done);
+                    let from = rng.below(c as u64) as usize;
+                    let to = (from + rng.range(1, 4) as usize).min(c);
+                    let old = source.event(&[(tp.clone(), from, to)]);
+                    log.push(format!("redeliver {tp}[{from}..{to})"));
+                    process(topology, &old, store, &mut source)
+                        .map_err(|e| format!("redelivery {tp}[{from}..{to}): {e}"))?;
+                }
+            }
+            _ => {}
+        }
+        let event = source.event(&committed_ranges);
+        process(topology, &event, store, &mut source)
+            .map_err(|e| format!("batch {committed_ranges:?}: {e}"))?;
+        for (tp, _, to) in &committed_ranges {
+            source.committed.insert(tp.clone(), *to);
+        }
+        if !zombies.is_empty() && rng.chance(50) {
+            let zombie = zombies.remove(0);
+            process(topology, &zombie, store, &mut source).map_err(|e| format!("zombie: {e}"))?;
+        }
+    }
+    for zombie in zombies {
+        process(topology, &zombie, store, &mut source).map_err(|e| format!("zombie: {e}"))?;
+    }
+    Ok(Run {
+        outputs: source.outputs,
+        log,
+    })
+}
+
+fn decode(r: &OutputRecord) -> Result<(K, V, i64), String> {
+    let key = Nullable(Utf8)
+        .deserialize(r.key.as_deref())
+        .map_err(|e| e.0)?;
+    let value = Nullable(DecimalI64)
+        .deserialize(r.value.as_deref())
+        .map_err(|e| e.0)?;
+    Ok((key, value, r.timestamp.unwrap_or_default()))
+}
+
+/// Whether the table's emitted updates carry the version of one item per key (so the
+/// highest version is the latest): every table but a join's.
+fn versioned(t: &T) -> bool {
+    match t {
+        T::Source(_) | T::Agg(..) | T::ToTable(_) => true,
+        T::MapValues(t, _) | T::Filter(t, _) => versioned(t),
+        T::Join(..) => false,
+    }
+}
+
+/// Compares the outputs of a run with the reference.
+pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> Result<(), String> {
+    for (i, (out, want)) in plan.outputs.iter().zip(expected).enumerate() {
+        let topic = format!("o{i}");
+        let records: Vec<&OutputRecord> = run.outputs.iter().filter(|r| r.topic == topic).collect();
+        match want {
+            Expected::Records(want) => {
+                let mut got = records
+                    .iter()
+                    .map(|r| decode(r))
+                    .collect::<Result<Vec<_>, _>>()?;
+                got.sort();
+                let ok = if faults == Fault::None {
+                    got == *want
+                } else {
+                    // At least once: every expected record, nothing else, copies allowed.
+                    let got: BTreeSet<_> = got.iter().collect();
+                    let want_set: BTreeSet<_> = want.iter().collect();
+                    got == want_set
+                };
+                if !ok {
+                    return Err(format!(
+                        "topic {topic}: produced (sorted) {got:?}\nreference {want:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+            Expected::Table(want) => {
+                let by_version = match out {
+                    Out::Table(t) => versioned(t),
+                    _ => true,
+                };
+                if !by_version && faults != Fault::None {
+                    // A join's updates carry the version of the item that changed, of
+                    // either side: the latest is not known under faults.
+                    continue;
+                }
+                let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
+                for (n, r) in records.iter().enumerate() {
+                    let (key, value, _) = decode(r)?;
+                    let key = key
+                        .ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
+                    let version = if by_version {
+                        let header = r.header(VERSION_HEADER).ok_or_else(|| {
+                            format!("topic {topic}: a table update without {VERSION_HEADER}")
+                        })?;
+                        std::str::from_utf8(header)
+                            .ok()
+                            .and_then(|s| s.parse().ok())
+                            .ok_or("bad version header")?
+                    } else {
+                        n as u64
+                    };
+                    match latest.get(&key) {
+                        Some((v, old)) if *v == version && *old != value => {
+                            return Err(format!(
+                                "topic {topic}: key {key} version {version} emitted as {old:?} and as {value:?}"
+                            ));
+                        }
+                        Some((v, _)) if *v >= version => {}
+                        _ => {
+                            latest.insert(key, (version, value));
+                        }
+                    }
+                }
+                let got: BTreeMap<String, i64> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v))| v.map(|v| (k, v)))
+                    .collect();
+                if got != *want {
+                    return Err(format!(
+                        "topic {topic}: final table {got:?}\nreference   {want:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,813 @@
+//! Plans (random topologies as enum trees), the user functions they name, the inputs,
+//! and how a plan is built with the real DSL.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use lambda_streams::dsl::{Grouped, KGroupedStream, KStream, KTable, TimeWindows};
+use lambda_streams::serdes::{DecimalI64, Nullable, Utf8};
+use lambda_streams::{StreamsBuilder, Topology};
+
+/// Keys of every stream: nullable strings.
+pub type K = Option<String>;
+/// Values of every stream: nullable numbers.
+pub type V = Option<i64>;
+
+/// Partitions of every topic (input and repartition).
+pub const PARTITIONS: i32 = 3;
+
+/// The key space of the inputs.
+pub const KEYS: &[&str] = &["a", "b", "c", "d"];
+
+/// A splitmix64 step.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A small deterministic random generator (splitmix64).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        mix(self.0)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: i64, hi: i64) -> i64 {
+        lo + self.below((hi - lo + 1) as u64) as i64
+    }
+    /// True with `percent` % probability.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub fn pick<T: Clone>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize].clone()
+    }
+}
+
+/// A record predicate.
+#[derive(Debug, Clone, Copy)]
+pub enum Pred {
+    ValueAbove(i64),
+    KeyNot(&'static str),
+    HasValue,
+    EvenValue,
+}
+
+impl Pred {
+    pub fn test(self, k: &K, v: &V) -> bool {
+        match self {
+            Pred::ValueAbove(t) => v.is_some_and(|x| x > t),
+            Pred::KeyNot(s) => k.as_deref() != Some(s),
+            Pred::HasValue => v.is_some(),
+            Pred::EvenValue => v.is_some_and(|x| x % 2 == 0),
+        }
+    }
+    fn random(rng: &mut Rng) -> Self {
+        match rng.below(4) {
+            0 => Pred::ValueAbove(rng.range(-2, 12)),
+            1 => Pred::KeyNot(rng.pick(KEYS)),
+            2 => Pred::HasValue,
+            _ => Pred::EvenValue,
+        }
+    }
+}
+
+/// A value mapper.
+#[derive(Debug, Clone, Copy)]
+pub enum ValFn {
+    Add(i64),
+    Mul(i64),
+    OrZero,
+    Halve,
+}
+
+impl ValFn {
+    pub fn apply(self, v: V) -> V {
+        match self {
+            ValFn::Add(c) => v.map(|x| x + c),
+            ValFn::Mul(c) => v.map(|x| x * c),
+            ValFn::OrZero => Some(v.unwrap_or(0)),
+            ValFn::Halve => v.map(|x| x.div_euclid(2)),
+        }
+    }
+    fn random(rng: &mut Rng) -> Self {
+        match rng.below(4) {
+            0 => ValFn::Add(rng.range(-3, 3)),
+            1 => ValFn::Mul(rng.range(-2, 3)),
+            2 => ValFn::OrZero,
+            _ => ValFn::Halve,
+        }
+    }
+}
+
+/// A key mapper (for `select_key`, `map` and `group_by`).
+#[derive(Debug, Clone, Copy)]
+pub enum KeyFn {
+    Const(&'static str),
+    ByValueMod(i64),
+    Suffix(&'static str),
+    NullIfA,
+}
+
+impl KeyFn {
+    pub fn apply(self, k: &K, v: &V) -> K {
+        match self {
+            KeyFn::Const(s) => Some(s.to_owned()),
+            KeyFn::ByValueMod(m) => v.map(|x| format!("m{}", x.rem_euclid(m))),
+            KeyFn::Suffix(s) => k.as_ref().map(|k| format!("{k}{s}")),
+            KeyFn::NullIfA => k.clone().filter(|k| k != "a"),
+        }
+    }
+    fn random(rng: &mut Rng) -> Self {
+        match rng.below(4) {
+            0 => KeyFn::Const(rng.pick(KEYS)),
+            1 => KeyFn::ByValueMod(rng.range(2, 4)),
+            2 => KeyFn::Suffix(rng.pick(&["x", "y"])),
+            _ => KeyFn::NullIfA,
+        }
+    }
+}
+
+/// `flat_map_values`: `n` copies, the i-th valued `3v + i`.
+pub fn flat(n: u8, v: V) -> Vec<V> {
+    (0..i64::from(n)).map(|i| v.map(|x| x * 3 + i)).collect()
+}
+
+/// Stream–table joiner.
+pub fn stream_joiner(v: V, t: Option<i64>) -> V {
+    Some(v.unwrap_or(0) + 1000 * t.unwrap_or(-1))
+}
+
+/// Table–table joiner.
+pub fn table_joiner(a: i64, b: Option<i64>) -> i64 {
+    a * 100 + b.unwrap_or(-7)
+}
+
+/// A stream.
+#[derive(Debug, Clone)]
+pub enum S {
+    /// Input topic `s<i>`.
+    Source(usize),
+    Filter(Box<S>, Pred),
+    MapValues(Box<S>, ValFn),
+    SelectKey(Box<S>, KeyFn),
+    Map(Box<S>, KeyFn, ValFn),
+    FlatMapValues(Box<S>, u8),
+    Merge(Box<S>, Box<S>),
+    /// `split()`: one branch with the predicate and the default branch; `true` takes the branch.
+    Split(Box<S>, Pred, bool),
+    Repartition(Box<S>),
+    /// Stream–table join; `true`: left join.
+    Join(Box<S>, Box<T>, bool),
+    /// A table's update stream (values `Some`).
+    ToStream(Box<T>),
+}
+
+/// How a stream is grouped.
+#[derive(Debug, Clone, Copy)]
+pub enum Group {
+    Key,
+    /// `group_by` with `Grouped::with` (repartition when the updates go to a topic).
+    With(KeyFn),
+    /// `group_by` with `Grouped::direct`.
+    Direct(KeyFn),
+}
+
+impl Group {
+    pub fn key(self, k: &K, v: &V) -> K {
+        match self {
+            Group::Key => k.clone(),
+            Group::With(f) | Group::Direct(f) => f.apply(k, v),
+        }
+    }
+}
+
+/// An aggregation: count, sum (`aggregate`), max (`reduce` over non-null values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agg {
+    Count,
+    Sum,
+    Max,
+}
+
+/// A table (all valued `i64`).
+#[derive(Debug, Clone)]
+pub enum T {
+    /// `builder.table` of input topic `t<i>`.
+    Source(usize),
+    Agg(Box<S>, Group, Agg),
+    /// `to_table` of the non-null values.
+    ToTable(Box<S>),
+    /// Table–table join; `true`: left join.
+    Join(Box<T>, Box<T>, bool),
+    MapValues(Box<T>, i64),
+    /// Keeps the values above the bound.
+    Filter(Box<T>, i64),
+}
+
+/// Windows: tumbling (size) or hopping (size, advance), in ms.
+#[derive(Debug, Clone, Copy)]
+pub enum Win {
+    Tumbling(i64),
+    Hopping(i64, i64),
+}
+
+impl Win {
+    pub fn size(self) -> i64 {
+        match self {
+            Win::Tumbling(s) | Win::Hopping(s, _) => s,
+        }
+    }
+    pub fn advance(self) -> i64 {
+        match self {
+            Win::Tumbling(s) => s,
+            Win::Hopping(_, a) => a,
+        }
+    }
+}
+
+/// A windowed aggregation.
+#[derive(Debug, Clone)]
+pub struct W {
+    pub stream: S,
+    pub group: Group,
+    pub windows: Win,
+    pub grace: i64,
+    pub agg: Agg,
+}
+
+/// What goes to output topic `o<i>`.
+#[derive(Debug, Clone)]
+pub enum Out {
+    Stream(S),
+    /// The table's change stream (tombstones for deletions).
+    Table(T),
+    /// The windowed table's change stream, keyed `<key>@<start>`.
+    Windowed(W),
+}
+
+/// A random topology.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub outputs: Vec<Out>,
+    /// The smallest timestamp of the inputs.
+    pub time_base: i64,
+}
+
+impl S {
+    fn size(&self) -> usize {
+        match self {
+            S::Source(_) => 1,
+            S::Filter(s, _)
+            | S::MapValues(s, _)
+            | S::SelectKey(s, _)
+            | S::Map(s, _, _)
+            | S::FlatMapValues(s, _)
+            | S::Split(s, _, _)
+            | S::Repartition(s) => 1 + s.size(),
+            S::Merge(a, b) => 1 + a.size() + b.size(),
+            S::Join(s, t, _) => 1 + s.size() + t.size(),
+            S::ToStream(t) => 1 + t.size(),
+        }
+    }
+}
+
+impl T {
+    fn size(&self) -> usize {
+        match self {
+            T::Source(_) => 1,
+            T::Agg(s, _, _) | T::ToTable(s) => 1 + s.size(),
+            T::Join(a, b, _) => 1 + a.size() + b.size(),
+            T::MapValues(t, _) | T::Filter(t, _) => 1 + t.size(),
+        }
+    }
+}
+
+/// A chain of 0..=`depth` random stateless operators over `s`. `keep_key`: only
+/// operators that keep the key (so a key stays in its source partition).
+fn stateless(rng: &mut Rng, mut s: S, depth: u64, keep_key: bool) -> S {
+    for _ in 0..rng.below(depth + 1) {
+        s = match rng.below(if keep_key { 4 } else { 6 }) {
+            0 => S::Filter(Box::new(s), Pred::random(rng)),
+            1 => S::MapValues(Box::new(s), ValFn::random(rng)),
+            2 => S::FlatMapValues(Box::new(s), rng.below(3) as u8),
+            3 => S::Split(Box::new(s), Pred::random(rng), rng.chance(50)),
+            4 => S::SelectKey(Box::new(s), KeyFn::random(rng)),
+            _ => S::Map(Box::new(s), KeyFn::random(rng), ValFn::random(rng)),
+        };
+    }
+    s
+}
+
+/// A random stateless stream: chains, merges of two chains.
+fn stream(rng: &mut Rng, streams: usize, depth: u64) -> S {
+    let first = S::Source(rng.below(streams as u64) as usize);
+    let s = stateless(rng, first, depth, false);
+    if rng.chance(25) {
+        let second = S::Source(rng.below(streams as u64) as usize);
+        let other = stateless(rng, second, depth, false);
+        stateless(rng, S::Merge(Box::new(s), Box::new(other)), 1, false)
+    } else {
+        s
+    }
+}
+
+fn agg(rng: &mut Rng) -> Agg {
+    rng.pick(&[Agg::Count, Agg::Sum, Agg::Max])
+}
+
+fn windows(rng: &mut Rng, hopping: bool) -> Win {
+    let size = rng.pick(&[2_000, 5_000, 10_000]);
+    if hopping {
+        let advance = rng.pick(&[size / 2, size / 5, size]);
+        Win::Hopping(size, advance.max(1))
+    } else {
+        Win::Tumbling(size)
+    }
+}
+
+/// A grace that no record can be late for (the inputs span less than this).
+pub const NO_LATENESS: i64 = 10_000_000;
+
+impl Plan {
+    /// The number of operators (to pick the smallest failing case).
+    pub fn size(&self) -> usize {
+        self.outputs
+            .iter()
+            .map(|o| match o {
+                Out::Stream(s) => s.size(),
+                Out::Table(t) => t.size(),
+                Out::Windowed(w) => 1 + w.stream.size(),
+            })
+            .sum()
+    }
+
+    /// A random plan of `family` (see `FAMILIES`).
+    pub fn generate(family: &str, rng: &mut Rng) -> Plan {
+        let d = 2;
+        let mut time_base = 0;
+        let group =
+            |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
+                0 => Group::Key,
+                1 => Group::Direct(KeyFn::random(rng)),
+                _ => Group::With(KeyFn::random(rng)),
+            };
+        let source_table = |rng: &mut Rng| {
+            let t = T::Source(rng.below(2) as usize);
+            match rng.below(4) {
+                0 => T::MapValues(Box::new(t), rng.range(-2, 2)),
+                1 => T::Filter(Box::new(t), rng.range(0, 5)),
+                _ => t,
+            }
+        };
+        let outputs = match family {
+            "stateless" => vec![Out::Stream(stream(rng, 2, 3))],
+            "repartition_once" => {
+                let s = stream(rng, 2, d);
+                vec![Out::Stream(stateless(
+                    rng,
+                    S::Repartition(Box::new(s)),
+                    d,
+                    false,
+                ))]
+            }
+            "aggregate_by_key" => vec![Out::Table(T::Agg(
+                Box::new(stream(rng, 2, d)),
+                Group::Key,
+                agg(rng),
+            ))],
+            "aggregate_direct" => vec![Out::Table(T::Agg(
+                Box::new(stream(rng, 2, d)),
+                Group::Direct(KeyFn::random(rng)),
+                agg(rng),
+            ))],
+            "aggregate_repartition" => vec![Out::Table(T::Agg(
+                Box::new(stream(rng, 2, d)),
+                Group::With(KeyFn::random(rng)),
+                agg(rng),
+            ))],
+            "tumbling" | "hopping" | "hopping_near_zero" => {
+                let hopping = family != "tumbling";
+                let win = windows(rng, hopping);
+                if family == "hopping" {
+                    // Every timestamp at or after the first window that starts at 0 ends.
+                    time_base = win.size();
+                }
+                let g = group(rng, true);
+                vec![Out::Windowed(W {
+                    stream: stream(rng, 2, d),
+                    group: g,
+                    windows: win,
+                    grace: rng.pick(&[0, 1_000, 5_000, NO_LATENESS]),
+                    agg: agg(rng),
+                })]
+            }
+            "windowed_after_repartition" => {
+                let hopping = rng.chance(50);
+                let win = windows(rng, hopping);
+                time_base = win.size();
+                let (s, g) = if rng.chance(50) {
+                    (
+                        S::Repartition(Box::new(stream(rng, 2, d))),
+                        group(rng, true),
+                    )
+                } else {
+                    (stream(rng, 2, d), Group::With(KeyFn::random(rng)))
+                };
+                vec![Out::Windowed(W {
+                    stream: s,
+                    group: g,
+                    windows: win,
+                    grace: NO_LATENESS,
+                    agg: agg(rng),
+                })]
+            }
+            "table_source" => vec![Out::Table(source_table(rng))],
+            "to_table" => {
+                let source = S::Source(rng.below(2) as usize);
+                let s = stateless(rng, source, d, true);
+                vec![Out::Table(T::ToTable(Box::new(s)))]
+            }
+            "stream_table_join" => {
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
+                vec![Out::Stream(stateless(rng, s, d, false))]
+            }
+            "table_table_join" => {
+                let a = source_table(rng);
+                let b = T::Source(1 - rng.below(2) as usize);
+                vec![Out::Table(T::Join(
+                    Box::new(a),
+                    Box::new(b),
+                    rng.chance(50),
+                ))]
+            }
+            "join_then_aggregate" => {
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
+                let s = stateless(rng, s, 1, false);
+                vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+            }
+            "join_then_window" => {
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
+                let win = windows(rng, false);
+                vec![Out::Windowed(W {
+                    stream: s,
+                    group: group(rng, true),
+                    windows: win,
+                    grace: rng.pick(&[0, 1_000]),
+                    agg: agg(rng),
+                })]
+            }
+            "two_joins_then_aggregate" => {
+                let s = S::Join(
+                    Box::new(stream(rng, 2, 1)),
+                    Box::new(T::Source(0)),
+                    rng.chance(50),
+                );
+                let s = S::Join(
+                    Box::new(stateless(rng, s, 1, true)),
+                    Box::new(T::Source(1)),
+                    rng.chance(50),
+                );
+                vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+            }
+            "two_repartition_hops" => {
+                let s = S::Repartition(Box::new(stream(rng, 2, 1)));
+                let s = S::Repartition(Box::new(stateless(rng, s, 1, false)));
+                let s = stateless(rng, s, 1, false);
+                if rng.chance(50) {
+                    vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+                } else {
+                    vec![Out::Stream(s)]
+                }
+            }
+            "merge_direct_with_repartitioned" => {
+                let base = stream(rng, 2, 1);
+                let copy = S::Repartition(Box::new(stateless(rng, base.clone(), 1, false)));
+                let s = S::Merge(Box::new(base), Box::new(copy));
+                vec![Out::Table(T::Agg(Box::new(s), group(rng, true), agg(rng)))]
+            }
+            "table_update_stream_to_table" => {
+                let inner = T::Agg(Box::new(stream(rng, 2, 1)), group(rng, true), agg(rng));
+                vec![Out::Table(T::ToTable(Box::new(S::ToStream(Box::new(
+                    inner,
+                )))))]
+            }
+            other => panic!("unknown family {other}"),
+        };
+        Plan { outputs, time_base }
+    }
+
+    /// Builds the plan with the real DSL (it may panic: the builder refused it).
+    pub fn build(&self) -> Topology {
+        let builder = StreamsBuilder::new();
+        let mut b = Builder {
+            builder: &builder,
+            streams: HashMap::new(),
+            tables: HashMap::new(),
+            next: 0,
+        };
+        for (i, out) in self.outputs.iter().enumerate() {
+            let topic = format!("o{i}");
+            match out {
+                Out::Stream(s) => b.stream(s).to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
+                Out::Table(t) => {
+                    b.table(t)
+                        .to_change_stream()
+                        .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                }
+                Out::Windowed(w) => b
+                    .windowed(w)
+                    .to_change_stream()
+                    .map(|w, v| {
+                        (
+                            Some(format!("{}@{}", w.key.unwrap_or_default(), w.start)),
+                            v,
+                        )
+                    })
+                    .to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
+            }
+        }
+        drop(b);
+        builder.build()
+    }
+}
+
+/// Builds plans with the DSL; sources are read once per topic.
+struct Builder<'a> {
+    builder: &'a StreamsBuilder,
+    streams: HashMap<usize, KStream<K, V>>,
+    tables: HashMap<usize, KTable<K, i64>>,
+    next: usize,
+}
+
+impl Builder<'_> {
+    fn name(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+
+    fn stream(&mut self, s: &S) -> KStream<K, V> {
+        match s {
+            S::Source(i) => {
+                let builder = self.builder;
+                let source = self.streams.entry(*i).or_insert_with(|| {
+                    builder.stream(&format!("s{i}"), Nullable(Utf8), Nullable(DecimalI64))
+                });
+                // A pass-through child: the same source node for every use.
+                source.filter(|_, _| true)
+            }
+            S::Filter(s, p) => {
+                let p = *p;
+                self.stream(s).filter(move |k, v| p.test(k, v))
+            }
+            S::MapValues(s, f) => {
+                let f = *f;
+                self.stream(s).map_values(move |v| f.apply(v))
+            }
+            S::SelectKey(s, f) => {
+                let f = *f;
+                self.stream(s).select_key(move |k, v| f.apply(k, v))
+            }
+            S::Map(s, kf, vf) => {
+                let (kf, vf) = (*kf, *vf);
+                self.stream(s)
+                    .map(move |k, v| (kf.apply(&k, &v), vf.apply(v)))
+            }
+            S::FlatMapValues(s, n) => {
+                let n = *n;
+                self.stream(s).flat_map_values(move |v| flat(n, v))
+            }
+            S::Merge(a, b) => {
+                let a = self.stream(a);
+                let b = self.stream(b);
+                a.merge(&b)
+            }
+            S::Split(s, p, take) => {
+                let p = *p;
+                let split = self.stream(s).split();
+                let branch = split.branch("yes", move |k, v| p.test(k, v));
+                let default = split.default_branch("no");
+                if *take { branch } else { default }
+            }
+            S::Repartition(s) => {
+                let topic = self.name("rp");
+                self.stream(s)
+                    .repartition(&topic, Nullable(Utf8), Nullable(DecimalI64))
+            }
+            S::Join(s, t, left) => {
+                let stream = self.stream(s);
+                let table = self.table(t);
+                if *left {
+                    stream.left_join(&table, |_, v, t| stream_joiner(v, t))
+                } else {
+                    stream.join(&table, |_, v, t| stream_joiner(v, Some(t)))
+                }
+            }
+            S::ToStream(t) => self.table(t).to_stream().map_values(Some),
+        }
+    }
+
+    fn grouped(&mut self, s: &S, group: Group, agg: Agg) -> KGroupedStream<K, V> {
+        let mut stream = self.stream(s);
+        if agg == Agg::Max {
+            stream = stream.filter(|_, v| v.is_some());
+        }
+        match group {
+            Group::Key => stream.group_by_key(Nullable(Utf8)),
+            Group::With(f) => stream.group_by(
+                move |k, v| f.apply(k, v),
+                Grouped::with(Nullable(Utf8), Nullable(DecimalI64)),
+            ),
+            Group::Direct(f) => {
+                stream.group_by(move |k, v| f.apply(k, v), Grouped::direct(Nullable(Utf8)))
+            }
+        }
+    }
+
+    fn table(&mut self, t: &T) -> KTable<K, i64> {
+        match t {
+            T::Source(i) => {
+                let builder = self.builder;
+                let store = format!("table{i}");
+                let table = self.tables.entry(*i).or_insert_with(|| {
+                    builder.table(&format!("t{i}"), Nullable(Utf8), DecimalI64, &store)
+                });
+                table.filter(|_, _| true)
+            }
+            T::Agg(s, group, agg) => {
+                let store = self.name("agg");
+                let g = self.grouped(s, *group, *agg);
+                match agg {
+                    Agg::Count => g.count(&store),
+                    Agg::Sum => {
+                        g.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64)
+                    }
+                    Agg::Max => g
+                        .reduce(&store, |a, b| a.max(b), Nullable(DecimalI64))
+                        .map_values(|v| v.unwrap_or(i64::MIN)),
+                }
+            }
+            T::ToTable(s) => {
+                let store = self.name("totable");
+                self.stream(s)
+                    .filter(|_, v| v.is_some())
+                    .map_values(|v| v.unwrap_or_default())
+                    .to_table(&store, Nullable(Utf8), DecimalI64)
+            }
+            T::Join(a, b, left) => {
+                let a = self.table(a);
+                let b = self.table(b);
+                if *left {
+                    a.left_join(&b, |_, x, y| table_joiner(*x, y.copied()))
+                } else {
+                    a.join(&b, |_, x, y| table_joiner(*x, Some(*y)))
+                }
+            }
+            T::MapValues(t, c) => {
+                let c = *c;
+                self.table(t).map_values(move |v| v + c)
+            }
+            T::Filter(t, c) => {
+                let c = *c;
+                self.table(t).filter(move |_, v| *v > c)
+            }
+        }
+    }
+
+    fn windowed(&mut self, w: &W) -> KTable<lambda_streams::dsl::Windowed<K>, i64> {
+        let store = self.name("win");
+        let g = self.grouped(&w.stream, w.group, w.agg);
+        let windows = TimeWindows::of_size(Duration::from_millis(w.windows.size() as u64))
+            .advance_by(Duration::from_millis(w.windows.advance() as u64))
+            .grace(Duration::from_millis(w.grace as u64));
+        let wg = g.windowed_by(windows);
+        match w.agg {
+            Agg::Count => wg.count(&store),
+            Agg::Sum => wg.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64),
+            Agg::Max => wg.aggregate(
+                &store,
+                || i64::MIN,
+                |_, v, a| a.max(v.unwrap_or(i64::MIN)),
+                DecimalI64,
+            ),
+        }
+    }
+}
+
+/// One input record.
+#[derive(Debug, Clone)]
+pub struct In {
+    pub key: K,
+    pub value: V,
+    pub ts: i64,
+}
+
+/// The inputs: per topic and partition, the records in offset order.
+#[derive(Clone)]
+pub struct Inputs {
+    /// `(topic, partition) -> records`.
+    pub logs: std::collections::BTreeMap<(String, i32), Vec<In>>,
+}
+
+impl std::fmt::Debug for Inputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut m = f.debug_map();
+        for ((topic, p), records) in &self.logs {
+            let rs: Vec<String> = records
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}={}@{}",
+                        r.key.as_deref().unwrap_or("null"),
+                        r.value.map_or("null".to_owned(), |v| v.to_string()),
+                        r.ts
+                    )
+                })
+                .collect();
+            m.entry(&format!("{topic}-{p}"), &rs.join(" "));
+        }
+        m.finish()
+    }
+}
+
+/// The partition of a key (the same for input and repartition topics); `None` for a
+/// null key.
+pub fn partition_of(key: Option<&[u8]>) -> Option<i32> {
+    key.map(|k| (k.iter().map(|b| u32::from(*b)).sum::<u32>() % PARTITIONS as u32) as i32)
+}
+
+impl Inputs {
+    pub fn len(&self) -> usize {
+        self.logs.values().map(Vec::len).sum()
+    }
+
+    /// Random records for the stream topics `s0`, `s1` and the table topics `t0`, `t1`,
+    /// partitioned by key (a null key: a random partition).
+    pub fn generate(plan: &Plan, rng: &mut Rng) -> Inputs {
+        let mut logs = std::collections::BTreeMap::new();
+        for topic in ["s0", "s1", "t0", "t1"] {
+            for p in 0..PARTITIONS {
+                logs.insert((topic.to_owned(), p), Vec::new());
+            }
+        }
+        let n_stream = rng.below(40) as usize;
+        let n_table = rng.below(16) as usize;
+        let mut clock = plan.time_base;
+        for i in 0..n_stream + n_table {
+            let table = i >= n_stream;
+            let key = if rng.chance(if table { 5 } else { 10 }) {
+                None
+            } else {
+                Some(rng.pick(KEYS).to_owned())
+            };
+            let value = if rng.chance(if table { 25 } else { 10 }) {
+                None
+            } else if table {
+                Some(rng.range(0, 9))
+            } else {
+                Some(rng.range(-5, 20))
+            };
+            // Mostly forward, sometimes far back (out of order).
+            clock += rng.range(0, 1_500);
+            let ts = if rng.chance(20) {
+                (clock - rng.range(0, 8_000)).max(plan.time_base)
+            } else {
+                clock
+            };
+            let topic = if table {
+                format!("t{}", rng.below(2))
+            } else {
+                format!("s{}", rng.below(2))
+            };
+            let p = partition_of(key.as_deref().map(str::as_bytes))
+                .unwrap_or_else(|| rng.below(PARTITIONS as u64) as i32);
+            logs.get_mut(&(topic, p))
+                .unwrap()
+                .push(In { key, value, ts });
+        }
+        Inputs { logs }
+    }
+}
