@@ -1,20 +1,25 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
 use super::options::{BatchOptions, PoisonPolicy};
-use super::poison::{dead_letter, failure, guarded};
+use super::poison::{dead_letter, failure, guarded, rejected_record};
 use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
 use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
-use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
+use crate::state::limits::RejectedRecords;
+use crate::state::{
+    Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+};
 use crate::topology::Topology;
 use crate::topology::context::{Ctx, Origin, PendingItem, PendingKey};
 
@@ -123,6 +128,9 @@ impl Topology {
                         .try_for_each(|source| source(&mut ctx, record))
                 }));
                 let Some(error) = failure(result, &batch.tp, record.offset)? else {
+                    if let Some(source) = ctx.source {
+                        ctx.hopped.insert(source, (tp_index, record.offset));
+                    }
                     outcome.report.records_in += 1;
                     continue;
                 };
@@ -167,7 +175,13 @@ impl Topology {
         for step in steps {
             match step {
                 Some(index) => {
-                    self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
+                    let writing = Writing {
+                        event,
+                        store,
+                        sink,
+                        options,
+                    };
+                    self.write_and_emit(index, &mut ctx, &writing, &mut outcome.report)
                         .await?
                 }
                 None => {
@@ -200,7 +214,7 @@ impl Topology {
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
-        outcome.report.dead_lettered = dead_letters.len() as u64;
+        outcome.report.dead_lettered += dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
         outputs.extend(dead_letters);
         outcome.report.records_out += outputs.len() as u64;
@@ -243,7 +257,7 @@ impl Topology {
         &self,
         index: usize,
         ctx: &mut Ctx,
-        store: &dyn Store,
+        writing: &Writing<'_>,
         report: &mut BatchReport,
     ) -> Result<(), StreamError> {
         let pending = std::mem::take(&mut ctx.pending[index]);
@@ -251,9 +265,7 @@ impl Topology {
             return Ok(());
         }
         report.items_touched += pending.len() as u64;
-        let updates = self
-            .write_store(index, pending, ctx, store, &mut report.state)
-            .await?;
+        let updates = self.write_store(index, pending, ctx, writing, report).await?;
         let spec = &self.inner.stores[index];
         if spec.emit_on_close.is_some() {
             // Emitted once, when the window closes.
@@ -423,44 +435,135 @@ impl Topology {
 
     /// Writes one store's touched items, concurrently, and returns their new states
     /// sorted by key (so that emission order does not depend on response order).
+    ///
+    /// A store that rejects records of an item ([`StateErrorKind::Rejected`]: a key over
+    /// DynamoDB's limits, an item that would pass 400 KB, a user fold function that fails
+    /// or panics at write time) has written nothing of it: each rejected record is a poison
+    /// record, handled by the policy (with `Fail`, the whole batch fails, partial batch
+    /// responses or not, with the error naming the record), and the item is written again
+    /// without it. A dead-lettered record is produced and acknowledged before that write, so
+    /// a retry of a batch that fails later finds the item as it was and decides the same.
+    /// The record is dropped from the item that rejected it only: what it did elsewhere
+    /// (other items, other stores, its other outputs) stays, as when a Kafka Streams
+    /// processor fails on a record after the processors before it forwarded it.
     async fn write_store(
         &self,
         index: usize,
         pending: std::collections::HashMap<PendingKey, PendingItem>,
         ctx: &Ctx,
-        store: &dyn Store,
-        stats: &mut WriteStats,
+        writing: &Writing<'_>,
+        report: &mut BatchReport,
     ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
+        // Batch records already counted (and dead-lettered) as poison by another item.
+        let poisoned: Mutex<HashSet<(u32, i64)>> = Mutex::new(HashSet::new());
+        let poisoned = &poisoned;
+        let sent = AtomicU64::new(0);
+        let sent = &sent;
         let mut results: Vec<_> = futures::stream::iter(pending)
-            .map(|((key, window), item)| async move {
-                let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
-                let write = ItemWrite {
-                    store: name,
-                    key: &key,
-                    contributions: &item.contributions,
-                    partitions,
-                    window,
-                    expires_at: item.expires_at,
-                    close_at: item.close_at,
-                    fold,
-                };
-                let (state, stats) = store.apply(write).await?;
-                Ok::<_, StreamError>(((key, window), item.max_timestamp, state, stats))
+            .map(|((key, window), mut item)| async move {
+                let mut stats = WriteStats::default();
+                loop {
+                    let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
+                    let write = ItemWrite {
+                        store: name,
+                        key: &key,
+                        contributions: &item.contributions,
+                        partitions,
+                        window,
+                        expires_at: item.expires_at,
+                        close_at: item.close_at,
+                        fold,
+                    };
+                    let rejected = match writing.store.apply(write).await {
+                        Ok((state, item_stats)) => {
+                            stats.add(&item_stats);
+                            return Ok(Some(((key, window), item.max_timestamp, state, stats)));
+                        }
+                        Err(StateError {
+                            kind: StateErrorKind::Rejected(rejected),
+                            store: _,
+                            key: printable,
+                        }) => (rejected, printable),
+                        Err(other) => return Err(StreamError::from(other)),
+                    };
+                    let (RejectedRecords(records), printable) = rejected;
+                    let before = item.contributions.len();
+                    let mut letters = Vec::new();
+                    for (source, offset, why) in records {
+                        item.contributions
+                            .retain(|c| !(c.tp == source && c.offset == offset));
+                        if let Some(fold) = &mut item.fold {
+                            fold.forget(source, offset);
+                        }
+                        let reason = format!("state store {name:?}, key {printable}: {why}");
+                        let poison = rejected_record(ctx, writing.event, source, offset, reason);
+                        if writing.options.poison == PoisonPolicy::Fail {
+                            return Err(poison.error);
+                        }
+                        let first = poison.record.is_none_or(|at| {
+                            poisoned
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(at)
+                        });
+                        tracing::warn!(error = %poison.error, policy = ?writing.options.poison, "poison record at a state write");
+                        if let (true, PoisonPolicy::DeadLetter { topic }) =
+                            (first, &writing.options.poison)
+                            && let Some(letter) = poison.letter(topic)
+                        {
+                            letters.push(letter);
+                        }
+                    }
+                    if item.contributions.len() == before {
+                        return Err(StreamError::Config(format!(
+                            "state store {name:?}, key {printable}: the store rejected records \
+                             the write does not hold"
+                        )));
+                    }
+                    if !letters.is_empty() {
+                        let count = letters.len() as u64;
+                        writing.sink.send(letters).await?;
+                        sent.fetch_add(count, Ordering::SeqCst);
+                    }
+                    if item.contributions.is_empty() {
+                        return Ok(None);
+                    }
+                }
             })
             .buffer_unordered(WRITE_CONCURRENCY)
-            .try_collect()
-            .await?;
+            .try_collect::<Vec<_>>()
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        let poisoned = poisoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as u64;
+        report.poison_records += poisoned;
+        report.records_in = report.records_in.saturating_sub(poisoned);
+        let sent = sent.load(Ordering::SeqCst);
+        report.dead_lettered += sent;
+        report.records_out += sent;
         results.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(results
             .into_iter()
             .map(|(key, ts, state, item_stats)| {
-                stats.add(&item_stats);
+                report.state.add(&item_stats);
                 (key, ts, state)
             })
             .collect())
     }
+}
+
+/// What the state writes of a batch need besides the topology and the context.
+struct Writing<'a> {
+    event: &'a KafkaEvent,
+    store: &'a dyn Store,
+    sink: &'a dyn Sink,
+    options: &'a BatchOptions,
 }
 
 fn unix_millis() -> i64 {

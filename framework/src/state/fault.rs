@@ -95,7 +95,11 @@ impl<S: Store> FaultyStore<S> {
 
 #[async_trait]
 impl<S: Store> Store for FaultyStore<S> {
+    /// Checks the keys against DynamoDB's limits before anything else (a rejected write is
+    /// no request: it neither counts towards a crash nor is delayed), then injects the
+    /// faults, then writes through the inner store (which checks the item's size).
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        super::limits::check_keys(&write)?;
         let before = self.writes.fetch_add(1, Ordering::SeqCst);
         if let Some(hook) = &self.hook {
             hook(before);

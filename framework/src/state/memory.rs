@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
-    WriteStats, above_watermarks,
+    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
+    above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -40,25 +40,6 @@ impl Item {
             version: self.version,
         }
     }
-}
-
-/// DynamoDB's item size limit (400 KB), which this store enforces too, so that a
-/// topology that outgrows it fails in unit tests as it would in Lambda.
-const MAX_ITEM_BYTES: usize = 400 * 1024;
-
-/// An item's size as DynamoDB counts it (attribute names plus values), closely enough
-/// to enforce the limit: the keys (`pk` holds the key in base64), the aggregate, the
-/// version and format numbers, and one watermark per partition.
-fn estimated_item_size(
-    write: &ItemWrite<'_>,
-    aggregate: &[u8],
-    watermarks: &HashMap<String, i64>,
-) -> usize {
-    let key = write.key.len();
-    let pk = 2 + write.store.len() + 1 + key.div_ceil(3) * 4;
-    let numbers = 2 + 3 + 2 + 3 * 21;
-    let marks: usize = watermarks.keys().map(|tp| 2 + tp.len() + 21).sum();
-    pk + numbers + (1 + key) + (1 + aggregate.len()) + marks
 }
 
 /// The wall clock, epoch seconds, which TTLs are compared with.
@@ -124,39 +105,55 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
+    /// Checks DynamoDB's limits first ([`limits`](super::limits)), as the DynamoDB store
+    /// does, so that the test driver refuses what Lambda would: a rejected write changes
+    /// nothing.
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        limits::check_keys(&write)?;
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        let item = items
-            .entry((write.store.to_owned(), write.key.to_vec(), write.window))
-            .or_default();
-        let (delta, marks) = above_watermarks(&write, &item.watermarks);
+        let id = (write.store.to_owned(), write.key.to_vec(), write.window);
+        let empty = Item::default();
+        let stored = items.get(&id).unwrap_or(&empty);
+        let (delta, marks) = above_watermarks(&write, &stored.watermarks);
         let mut stats = WriteStats {
             requests: 1,
             ..WriteStats::default()
         };
         if marks.is_empty() {
             stats.conditional_failures = 1;
-            return Ok((item.state(), stats));
+            return Ok((stored.state(), stats));
         }
-        if let Some(fold) = write.fold {
-            let watermarks = item.watermarks.clone();
-            let held = super::held_up_to(&write, &watermarks);
-            let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
-            let aggregate = fold
-                .fold(item.aggregate.as_deref(), &include)
-                .map_err(|e| {
-                    StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
-                })?;
-            if estimated_item_size(&write, &aggregate, &item.watermarks) > MAX_ITEM_BYTES {
-                return Err(StateError::new(
-                    write.store,
-                    write.key,
-                    StateErrorKind::ItemTooLarge,
-                ));
+        let aggregate = match write.fold {
+            Some(fold) => {
+                let held = super::held_up_to(&write, &stored.watermarks);
+                let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
+                let mut watermarks = stored.watermarks.clone();
+                for (tp, offset) in &marks {
+                    watermarks.insert(write.partitions[*tp as usize].to_string(), *offset);
+                }
+                let fits = |bytes: usize| {
+                    let size = limits::item_bytes(
+                        &write,
+                        limits::ItemValue::Aggregate(bytes),
+                        stored.version + 1,
+                        watermarks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                    );
+                    limits::check_item_bytes(size)
+                };
+                Some(limits::fold_within_limits(
+                    &write,
+                    fold,
+                    stored.aggregate.as_deref(),
+                    &include,
+                    &fits,
+                )?)
             }
-            item.aggregate = Some(aggregate);
-        } else {
-            item.value += delta;
+            None => None,
+        };
+        let item = items.entry(id).or_default();
+        match aggregate {
+            Some(aggregate) => item.aggregate = Some(aggregate),
+            None => item.value += delta,
         }
         item.version += 1;
         if write.close_at.is_some() {
@@ -294,7 +291,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Contribution, Fold};
+    use crate::state::{Contribution, Fold, StateErrorKind};
 
     struct Grow(usize);
 
@@ -340,8 +337,9 @@ mod tests {
         let error = grow(&store, 1, &Grow(300 * 1024))
             .await
             .expect_err("600 KB do not");
+        // The record at offset 1 is to blame: nothing was written.
         assert!(
-            matches!(error.kind, StateErrorKind::ItemTooLarge),
+            matches!(&error.kind, StateErrorKind::Rejected(r) if r.0.len() == 1 && r.0[0].1 == 1),
             "{error}"
         );
         let state = store.get("s", b"k").await.expect("get").expect("item");

@@ -104,6 +104,10 @@ pub(crate) struct Ctx {
     /// Per source record (partition index, offset): how many records it has produced to
     /// repartition topics so far.
     pub(crate) sequences: HashMap<(u32, i64), u32>,
+    /// Per contribution coordinates of a record read from a repartition topic (see
+    /// [`source`](Self::source)): the batch record (partition index, offset) they stand
+    /// for, to name and dead-letter a record whose contribution a store rejects.
+    pub(crate) hopped: HashMap<(u32, i64), (u32, i64)>,
 }
 
 impl Ctx {
@@ -127,7 +131,18 @@ impl Ctx {
             source: None,
             seen: HashMap::new(),
             sequences: HashMap::new(),
+            hopped: HashMap::new(),
         }
+    }
+
+    /// The batch record (partition index, offset) whose contribution carries the
+    /// coordinates (`source`, `offset`): the record itself, or the repartitioned record
+    /// that stands for its original source record.
+    pub(crate) fn batch_record(&self, source: u32, offset: i64) -> Option<(u32, i64)> {
+        if (source as usize) < self.partitions.len() {
+            return Some((source, offset));
+        }
+        self.hopped.get(&(source, offset)).copied()
     }
 
     /// Adds `delta` to the state item `key` of store `store`, attributed to the current record.

@@ -32,8 +32,8 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedC
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
-    StateErrorKind, Store, WriteStats, above_watermarks, offset_ranges,
+    Clock, ClosedWindow, Fold, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
+    StateErrorKind, Store, WriteStats, above_watermarks, limits, offset_ranges,
 };
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
@@ -56,25 +56,124 @@ pub struct DynamoStore {
     guarantee: Guarantee,
     /// General aggregates' items as last written by this container: a batch folds onto
     /// them and writes once, conditioned on the cached version (a stale entry costs one
-    /// refused write, which returns the current item).
-    cache: Arc<Mutex<HashMap<String, Item>>>,
+    /// refused write, which returns the current item). Bounded by bytes.
+    cache: Arc<Mutex<Cache>>,
 }
 
 /// A DynamoDB item's attributes.
 type Item = HashMap<String, AttributeValue>;
 
-/// How many general-aggregate items the container keeps (then the cache starts over).
-const CACHE_ITEMS: usize = 100_000;
+/// The default [`DynamoStore::with_cache_bytes`]: 16 MiB, sized for a 128 MB function (the
+/// smallest Lambda size: the runtime, the SDK, librdkafka and a batch's records and outputs
+/// take 60-70 MB of it at their peak, BENCHMARKS.md section 4). A larger function can give
+/// the cache more (`LAMBDA_STREAMS_STATE_CACHE_BYTES`); 0 turns it off.
+pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// What one cached item costs beyond its DynamoDB size: the map entry, the attribute
+/// names' and values' headers (an estimate of the heap, not a measurement).
+const CACHE_ENTRY_OVERHEAD: usize = 64;
+/// See [`CACHE_ENTRY_OVERHEAD`]: per attribute.
+const CACHE_ATTRIBUTE_OVERHEAD: usize = 48;
+
+/// The items of general aggregates as last written, within a byte budget: an entry counts
+/// its item's DynamoDB size (the bytes of its names and values) plus an estimate of the
+/// map's overhead. Inserting past the budget evicts entries (in no particular order) until
+/// the new one fits; an item larger than the whole budget is not cached.
+#[derive(Debug, Default)]
+struct Cache {
+    items: HashMap<String, (Item, usize)>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl Cache {
+    fn insert(&mut self, key: String, item: Item) {
+        self.remove(&key);
+        let cost = CACHE_ENTRY_OVERHEAD
+            + key.len()
+            + item
+                .iter()
+                .map(|(name, value)| CACHE_ATTRIBUTE_OVERHEAD + attribute_bytes(name, value))
+                .sum::<usize>();
+        if cost > self.budget {
+            return;
+        }
+        while self.bytes + cost > self.budget {
+            let Some(victim) = self.items.keys().next().cloned() else {
+                break;
+            };
+            self.remove(&victim);
+        }
+        self.bytes += cost;
+        self.items.insert(key, (item, cost));
+    }
+
+    fn remove(&mut self, key: &str) {
+        if let Some((_, cost)) = self.items.remove(key) {
+            self.bytes -= cost;
+        }
+    }
+}
+
+/// An attribute's size as DynamoDB counts it (name plus value; see [`limits`]).
+fn attribute_bytes(name: &str, value: &AttributeValue) -> usize {
+    name.len()
+        + match value {
+            AttributeValue::S(s) => s.len(),
+            AttributeValue::B(b) => b.as_ref().len(),
+            AttributeValue::N(n) => n.parse::<i64>().map_or(n.len(), limits::number_bytes),
+            AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
+            AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
+            AttributeValue::Ns(v) => v.iter().map(String::len).sum(),
+            AttributeValue::L(v) => 3 + v.iter().map(|a| 1 + attribute_bytes("", a)).sum::<usize>(),
+            AttributeValue::M(m) => {
+                3 + m
+                    .iter()
+                    .map(|(n, a)| 1 + attribute_bytes(n, a))
+                    .sum::<usize>()
+            }
+            _ => 1,
+        }
+}
 
 impl DynamoStore {
-    /// A store on `table`, through `client`, with the given guarantee.
+    /// A store on `table`, through `client`, with the given guarantee, and an aggregate
+    /// cache of [`DEFAULT_CACHE_BYTES`].
     pub fn new(client: Client, table: impl Into<String>, guarantee: Guarantee) -> Self {
         DynamoStore {
             client,
             table: table.into(),
             guarantee,
-            cache: Arc::new(Mutex::new(HashMap::new())),
+            cache: Arc::new(Mutex::new(Cache {
+                budget: DEFAULT_CACHE_BYTES,
+                ..Cache::default()
+            })),
         }
+    }
+
+    /// The same store with an aggregate cache of at most `bytes` (0: no cache). The cache
+    /// keeps general aggregates' items as this container last wrote them, so that a batch
+    /// writes each once, conditioned on the cached version; an item not cached costs one
+    /// refused write more (which returns the current item). Counts are not cached.
+    pub fn with_cache_bytes(self, bytes: usize) -> Self {
+        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
+        cache.budget = bytes;
+        while cache.bytes > bytes {
+            let Some(victim) = cache.items.keys().next().cloned() else {
+                break;
+            };
+            cache.remove(&victim);
+        }
+        drop(cache);
+        self
+    }
+
+    /// The bytes the aggregate cache holds now (as it counts them; at most the budget).
+    pub fn cached_bytes(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes
     }
 
     /// The table name.
@@ -121,9 +220,6 @@ impl DynamoStore {
         let state = parse_state(&item).map_err(|e| Self::corrupt(write, e))?;
         if write.fold.is_some() {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            if cache.len() >= CACHE_ITEMS {
-                cache.clear();
-            }
             cache.insert(cache_key(write), item);
         }
         Ok(state)
@@ -164,7 +260,7 @@ impl DynamoStore {
     /// The item as this container last wrote it, if it is cached.
     fn cached(&self, write: &ItemWrite<'_>) -> Option<Item> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.get(&cache_key(write)).cloned()
+        cache.items.get(&cache_key(write)).map(|(item, _)| item.clone())
     }
 
     /// Read-modify-write: merge what the item (as last seen: `current`) does not hold yet,
@@ -197,9 +293,21 @@ impl DynamoStore {
                     let held = super::held_up_to(write, &watermarks);
                     let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
                     let current = stored.as_ref().and_then(|s| s.aggregate.as_deref());
-                    let aggregate = fold.fold(current, &include).map_err(|e| {
-                        StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
-                    })?;
+                    let mut marked = watermarks.clone();
+                    for (tp, last) in &marks {
+                        marked.insert(write.partitions[*tp as usize].to_string(), *last);
+                    }
+                    let version = stored.as_ref().map_or(0, |s| s.version) + 1;
+                    let fits = |bytes: usize| {
+                        limits::check_item_bytes(limits::item_bytes(
+                            write,
+                            limits::ItemValue::Aggregate(bytes),
+                            version,
+                            marked.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                        ))
+                    };
+                    let aggregate =
+                        limits::fold_within_limits(write, fold, current, &include, &fits)?;
                     request = request
                         .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
                     set.push("#v = :a".to_owned());
@@ -229,7 +337,9 @@ impl DynamoStore {
                     ),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
-            let request = request.update_expression(format!("{add} SET {}", set.join(", ")));
+            let expression = format!("{add} SET {}", set.join(", "));
+            limits::check_expression(write, &expression)?;
+            let request = request.update_expression(expression);
             if attempt > 0 {
                 stats.retries += 1;
                 tokio::time::sleep(backoff(attempt)).await;
@@ -267,9 +377,11 @@ impl DynamoStore {
             set.push(format!("#w{i} = :l{i}"));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
         }
+        let condition = conditions.join(" AND ");
+        limits::check_expression(write, &condition)?;
         let request = request
             .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
-            .condition_expression(conditions.join(" AND "));
+            .condition_expression(condition);
         let mut stats = WriteStats::default();
         let state = match self.send(request, write, &mut stats).await? {
             Ok(item) => self.written(write, item)?,
@@ -279,13 +391,9 @@ impl DynamoStore {
     }
 }
 
-#[async_trait]
-impl Store for DynamoStore {
-    /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
-    /// fallback when it is refused. General aggregates: one write conditioned on the
-    /// version of the item as this container last wrote it (cached), or on its absence
-    /// for an item it has not seen; a refused write returns the current item to merge with.
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+impl DynamoStore {
+    /// [`Store::apply`] for a write within the expression limits.
+    async fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         match (self.guarantee, write.fold) {
             (Guarantee::AtLeastOnce, _) => self.apply_at_least_once(&write).await,
             (Guarantee::ExactlyOnce, None) => self.apply_additive(&write).await,
@@ -295,6 +403,72 @@ impl Store for DynamoStore {
                 Ok((state, stats))
             }
         }
+    }
+}
+
+/// A fold restricted to the contributions of some partitions (one update of a write split
+/// by partitions).
+struct Restricted<'a> {
+    inner: &'a dyn Fold,
+    partitions: &'a [u32],
+}
+
+impl Fold for Restricted<'_> {
+    fn fold(
+        &self,
+        current: Option<&[u8]>,
+        include: &dyn Fn(u32, i64) -> bool,
+    ) -> Result<Vec<u8>, String> {
+        self.inner
+            .fold(current, &|tp, offset| self.partitions.contains(&tp) && include(tp, offset))
+    }
+}
+
+#[async_trait]
+impl Store for DynamoStore {
+    /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
+    /// fallback when it is refused. General aggregates: one write conditioned on the
+    /// version of the item as this container last wrote it (cached), or on its absence
+    /// for an item it has not seen; a refused write returns the current item to merge with.
+    ///
+    /// DynamoDB's limits are checked before any request ([`limits`]): a key over them, or
+    /// records whose fold fails or would take the item past 400 KB, are rejected
+    /// ([`StateErrorKind::Rejected`]) with nothing written. A write whose contributions come
+    /// from more than [`limits::MAX_PARTITIONS_PER_UPDATE`] source partitions is sent as one
+    /// update per that many partitions (in partition order; each is exact on its own
+    /// partitions' watermarks, so a crash between them loses nothing), to stay within
+    /// DynamoDB's 4 KB and 300-operator expression limits.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let mut partitions: Vec<u32> = write.contributions.iter().map(|c| c.tp).collect();
+        partitions.sort_unstable();
+        partitions.dedup();
+        if partitions.len() <= limits::MAX_PARTITIONS_PER_UPDATE {
+            return self.apply_one(write).await;
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        for chunk in partitions.chunks(limits::MAX_PARTITIONS_PER_UPDATE) {
+            let contributions: Vec<_> = write
+                .contributions
+                .iter()
+                .filter(|c| chunk.contains(&c.tp))
+                .copied()
+                .collect();
+            let restricted = write.fold.map(|inner| Restricted {
+                inner,
+                partitions: chunk,
+            });
+            let part = ItemWrite {
+                contributions: &contributions,
+                fold: restricted.as_ref().map(|r| r as &dyn Fold),
+                ..write
+            };
+            let (state, part_stats) = self.apply_one(part).await?;
+            stats.add(&part_stats);
+            last = Some(state);
+        }
+        Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
     }
 
     /// Strongly consistent `BatchGetItem`s, 100 keys each.
@@ -701,7 +875,7 @@ impl DynamoStore {
 
 fn classify(error: &UpdateItemError) -> StateErrorKind {
     let message = error.message().unwrap_or_default();
-    if error.code() == Some("ValidationException") && message.contains("size") {
+    if error.code() == Some("ValidationException") && message.starts_with("Item size") {
         StateErrorKind::ItemTooLarge
     } else {
         StateErrorKind::Request(format!(

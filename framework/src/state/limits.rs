@@ -1,0 +1,289 @@
+//! DynamoDB's limits, checked before every request by every store ([`MemoryStore`],
+//! [`FaultyStore`], [`DynamoStore`]) from this one place, so that what the test driver
+//! accepts is what Lambda accepts, and a record that would break a limit is a poison
+//! record of that record (handled by the poison policy), never a batch that fails on every
+//! retry.
+//!
+//! The limits (DynamoDB developer guide, "Constraints" and "Item sizes and formats"; 1 KB
+//! is 1,024 bytes):
+//!
+//! | limit | value | what breaks it here |
+//! |---|---|---|
+//! | partition key | 2,048 bytes | `pk` = `<store>#<key as unpadded base64url>`: a key over ~1,530 bytes |
+//! | sort key | 1,024 bytes | never: `sk` is a number (the window start), at most 11 bytes |
+//! | item | 400 KB (409,600 bytes) | an aggregate (a hot key's stream-join buffer, a growing list) |
+//! | expression | 4 KB (4,096 bytes), 300 operators | a write naming many partitions' watermarks: split, never refused |
+//!
+//! # Byte accounting
+//! An item's size is the sum, over its attributes, of the attribute name's UTF-8 bytes and
+//! the value's size:
+//! - a string (`S`): its UTF-8 bytes;
+//! - a binary (`B`): its raw bytes (not the base64 sent on the wire);
+//! - a number (`N`): 1 byte, plus 1 byte per two significant digits (leading and trailing
+//!   zeros trimmed, so `100` has one significant digit), plus 1 byte for a negative
+//!   number ([`number_bytes`]).
+//!
+//! [`item_bytes`] applies these rules to the store's item layout (see
+//! [`DynamoStore`]'s module docs): `pk`, `sk`, `v` (a count) or `a` (an aggregate), `ver`,
+//! `k`, `fv`, `ttl` and `cq`/`cl` where set, and one `w:<topic>-<partition>` per watermark.
+//!
+//! [`MemoryStore`]: super::memory::MemoryStore
+//! [`FaultyStore`]: super::fault::FaultyStore
+//! [`DynamoStore`]: super::dynamodb::DynamoStore
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use super::{Fold, ItemWrite, StateError, StateErrorKind};
+
+/// DynamoDB's limit on a partition key value (bytes).
+pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
+/// DynamoDB's limit on a sort key value (bytes).
+pub const MAX_SORT_KEY_BYTES: usize = 1024;
+/// DynamoDB's limit on an item: 400 KB.
+pub const MAX_ITEM_BYTES: usize = 400 * 1024;
+/// DynamoDB's limit on one expression string (update, condition).
+pub const MAX_EXPRESSION_BYTES: usize = 4096;
+/// How many source partitions' watermarks one update names at most. A write whose
+/// contributions come from more partitions is sent as several updates of at most this
+/// many partitions each (each exact on its own partitions' watermarks): the fast path's
+/// condition costs ~49 bytes and 4 operators per partition, so 50 partitions stay within
+/// the 4 KB expression and 300-operator limits (2,450 bytes, 199 operators).
+pub const MAX_PARTITIONS_PER_UPDATE: usize = 50;
+
+/// The length of `<store>#<key as unpadded base64url>`, the item's partition key.
+pub fn partition_key_bytes(store: &str, key: &[u8]) -> usize {
+    store.len() + 1 + (key.len() * 4).div_ceil(3)
+}
+
+/// The size DynamoDB counts for a number attribute's value (see the module docs).
+pub fn number_bytes(n: i64) -> usize {
+    if n == 0 {
+        return 1 + 1;
+    }
+    let digits = n.unsigned_abs().to_string();
+    let significant = digits.trim_end_matches('0').len();
+    significant.div_ceil(2) + 1 + usize::from(n < 0)
+}
+
+/// The value of a state item, for [`item_bytes`].
+#[derive(Debug, Clone, Copy)]
+pub enum ItemValue {
+    /// A count or sum (`v`, a number).
+    Number(i64),
+    /// A general aggregate of this many bytes (`a`, a binary).
+    Aggregate(usize),
+}
+
+/// The size DynamoDB counts for the item `write` leaves: its value, its version, and its
+/// watermarks (`(topic-partition, offset)`: the stored ones and the write's new ones,
+/// each partition once).
+pub fn item_bytes<'a>(
+    write: &ItemWrite<'_>,
+    value: ItemValue,
+    version: u64,
+    watermarks: impl IntoIterator<Item = (&'a str, i64)>,
+) -> usize {
+    let version = i64::try_from(version).unwrap_or(i64::MAX);
+    let mut size = 2 + partition_key_bytes(write.store, write.key)
+        + 2 + number_bytes(write.window.unwrap_or(0))
+        + 3 + number_bytes(version)
+        + 1 + write.key.len()
+        + 2 + number_bytes(1);
+    size += match value {
+        ItemValue::Number(n) => 1 + number_bytes(n),
+        ItemValue::Aggregate(bytes) => 1 + bytes,
+    };
+    if let Some(at) = write.expires_at {
+        size += 3 + number_bytes(at);
+    }
+    if let Some(at) = write.close_at {
+        size += 2 + write.store.len() + 2 + number_bytes(at);
+    }
+    for (tp, offset) in watermarks {
+        size += 2 + tp.len() + number_bytes(offset);
+    }
+    size
+}
+
+/// Checks an item's size (as [`item_bytes`] counts it) against [`MAX_ITEM_BYTES`]: `Err`
+/// says why, for the record to blame.
+pub fn check_item_bytes(size: usize) -> Result<(), String> {
+    if size <= MAX_ITEM_BYTES {
+        return Ok(());
+    }
+    Err(format!(
+        "the item would be {size} bytes, over DynamoDB's {MAX_ITEM_BYTES}-byte (400 KB) item limit"
+    ))
+}
+
+/// Checks the item's keys: the partition key within [`MAX_PARTITION_KEY_BYTES`] (the sort
+/// key, a number, is always within [`MAX_SORT_KEY_BYTES`]). A key over the limit is the
+/// fault of every record of the key: each of the write's contributions is rejected.
+pub fn check_keys(write: &ItemWrite<'_>) -> Result<(), StateError> {
+    let bytes = partition_key_bytes(write.store, write.key);
+    if bytes <= MAX_PARTITION_KEY_BYTES {
+        return Ok(());
+    }
+    let reason = format!(
+        "the item's partition key would be {bytes} bytes (the store name, '#' and the key \
+         in base64url), over DynamoDB's {MAX_PARTITION_KEY_BYTES}-byte limit"
+    );
+    Err(rejected(
+        write,
+        write
+            .contributions
+            .iter()
+            .map(|c| (c.tp, c.offset, reason.clone()))
+            .collect(),
+    ))
+}
+
+/// Checks an expression against [`MAX_EXPRESSION_BYTES`] before it is sent. The stores
+/// split their writes so that this never fails; an error here is a bug, not a record's.
+pub fn check_expression(write: &ItemWrite<'_>, expression: &str) -> Result<(), StateError> {
+    if expression.len() <= MAX_EXPRESSION_BYTES {
+        return Ok(());
+    }
+    Err(StateError::new(
+        write.store,
+        write.key,
+        StateErrorKind::Request(format!(
+            "an expression of {} bytes would pass DynamoDB's {MAX_EXPRESSION_BYTES}-byte limit",
+            expression.len()
+        )),
+    ))
+}
+
+/// The error of a write whose `records` (`(partition index, offset, why)`) it cannot hold.
+pub fn rejected(write: &ItemWrite<'_>, records: Vec<(u32, i64, String)>) -> StateError {
+    StateError::new(
+        write.store,
+        write.key,
+        StateErrorKind::Rejected(RejectedRecords(records)),
+    )
+}
+
+/// The records a write cannot hold, with why: the store wrote nothing; the caller drops
+/// them and writes the rest (see [`StateErrorKind::Rejected`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedRecords(pub Vec<(u32, i64, String)>);
+
+impl std::fmt::Display for RejectedRecords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.first() {
+            Some((_, _, why)) if self.0.len() == 1 => write!(f, "one record rejected: {why}"),
+            Some((_, _, why)) => write!(f, "{} records rejected, the first: {why}", self.0.len()),
+            None => write!(f, "no record rejected"),
+        }
+    }
+}
+
+/// Folds the write's new contributions (those `include` accepts) onto `current`, checking
+/// the result with `fits` (the item's size for the new aggregate's length: `Err` with why
+/// when it breaks a limit). When the fold fails, panics or does not fit, finds the records
+/// to blame — the first contribution, in the write's order, whose addition makes the fold
+/// fail, then again over the rest without it — and returns them as
+/// [`StateErrorKind::Rejected`]: the same stored item and contributions always give the same
+/// blame, so a retry decides the same. A failure with no contribution at all (the stored
+/// aggregate does not decode) is no record's fault: [`StateErrorKind::Aggregate`].
+pub fn fold_within_limits(
+    write: &ItemWrite<'_>,
+    fold: &dyn Fold,
+    current: Option<&[u8]>,
+    include: &dyn Fn(u32, i64) -> bool,
+    fits: &dyn Fn(usize) -> Result<(), String>,
+) -> Result<Vec<u8>, StateError> {
+    let attempt = |chosen: &dyn Fn(u32, i64) -> bool| -> Result<Vec<u8>, String> {
+        let folded = catch_unwind(AssertUnwindSafe(|| {
+            fold.fold(current, &|tp, offset| include(tp, offset) && chosen(tp, offset))
+        }))
+        .unwrap_or_else(|panic| {
+            Err(format!(
+                "the aggregation panicked: {}",
+                panic_message(panic.as_ref())
+            ))
+        })?;
+        fits(folded.len())?;
+        Ok(folded)
+    };
+    let first_error = match attempt(&|_, _| true) {
+        Ok(folded) => return Ok(folded),
+        Err(e) => e,
+    };
+    if let Err(e) = attempt(&|_, _| false) {
+        if current.is_some() {
+            return Err(StateError::new(
+                write.store,
+                write.key,
+                StateErrorKind::Aggregate(e),
+            ));
+        }
+        // A new item whose very start fails (an initializer that panics): every record of
+        // it is to blame.
+        let _ = first_error;
+        return Err(rejected(
+            write,
+            write
+                .contributions
+                .iter()
+                .filter(|c| include(c.tp, c.offset))
+                .map(|c| (c.tp, c.offset, e.clone()))
+                .collect(),
+        ));
+    }
+    let candidates: Vec<(u32, i64)> = write
+        .contributions
+        .iter()
+        .filter(|c| include(c.tp, c.offset))
+        .map(|c| (c.tp, c.offset))
+        .collect();
+    let mut blamed: Vec<(u32, i64, String)> = Vec::new();
+    // Candidates before `start` are accepted (or blamed); the fold of the accepted ones and
+    // all of `candidates[start..]` fails.
+    let mut start = 0;
+    while start < candidates.len() {
+        let allowed = |upto: usize| {
+            let blamed = &blamed;
+            let candidates = &candidates;
+            move |tp: u32, offset: i64| {
+                candidates[..upto].contains(&(tp, offset))
+                    && !blamed.iter().any(|b| b.0 == tp && b.1 == offset)
+            }
+        };
+        if attempt(&allowed(candidates.len())).is_ok() {
+            break;
+        }
+        // The smallest `end` in start+1..=len whose prefix fails.
+        let (mut low, mut high) = (start + 1, candidates.len());
+        let mut why = String::new();
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match attempt(&allowed(mid)) {
+                Ok(_) => low = mid + 1,
+                Err(e) => {
+                    why = e;
+                    high = mid;
+                }
+            }
+        }
+        if why.is_empty() {
+            why = match attempt(&allowed(low)) {
+                Err(e) => e,
+                Ok(_) => first_error.clone(),
+            };
+        }
+        let (tp, offset) = candidates[low - 1];
+        blamed.push((tp, offset, why));
+        start = low;
+    }
+    Err(rejected(write, blamed))
+}
+
+/// The message of a caught panic.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
