@@ -20,8 +20,8 @@ pub enum TlsRoots {
     /// compiled into the binary: every AWS endpoint's certificate chains to them. Nothing
     /// is read at start-up, and 5 roots are parsed instead of ~120 (the SDK's trust store
     /// takes PEM, which rustls decodes with a constant-time base64 and parses when the
-    /// client's connector is built, before the first event: callgrind, start-up to the
-    /// first poll, 17.1 M instructions with all of Mozilla's, 4.2 M with these). An endpoint with
+    /// client's connector is built, before the first event; parsing all of Mozilla's was
+    /// most of the start-up's work, BENCHMARKS.md section 4). An endpoint with
     /// another CA (`AWS_ENDPOINT_URL_DYNAMODB` pointing elsewhere over HTTPS) needs
     /// [`TlsRoots::Compiled`] or [`TlsRoots::System`].
     #[default]
@@ -82,13 +82,14 @@ pub fn static_credentials(
 
 /// The HTTPS client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
 /// the SDK's default client (hyper 1, rustls, proxy settings from the environment) with
-/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc is ~1 MB more of zip, and
-/// the binary links a second TLS stack, OpenSSL, for librdkafka anyway), trusting `roots`:
+/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc makes the zip larger,
+/// BENCHMARKS.md section 4, and the binary links a second TLS stack, OpenSSL, for
+/// librdkafka anyway), trusting `roots`:
 /// [`TlsRoots::Aws`], Amazon Trust Services' roots compiled into the binary (the default);
 /// [`TlsRoots::Compiled`], all of the root store compiled into the binary (Mozilla's, from
 /// `webpki-root-certs`; Amazon's roots included), nothing read at start-up either; or
 /// [`TlsRoots::System`], the system's (read and parsed when the first connector is built:
-/// a bundle and a directory of ~150 files each where `SSL_CERT_DIR` is set; BENCHMARKS.md
+/// the bundle, and every file of the directory where `SSL_CERT_DIR` is set; BENCHMARKS.md
 /// section 4). The SDK crates are built without their `default-https-client` feature, so a
 /// client without this one has no HTTP client: every SDK client of the framework is given
 /// it ([`crate::lambda::run`], [`crate::state::dynamodb::emulator_client`]).

@@ -75,7 +75,7 @@ use crate::event::{
 };
 use crate::runtime::BatchReport;
 use crate::serdes::{Serde, SerdeError};
-use crate::sink::{OutputRecord, Sink, SinkError};
+use crate::sink::{MemorySink, OutputRecord, Sink, SinkError};
 use crate::state::memory::MemoryStore;
 
 /// When the [`TestDriver`] processes the records piped into it.
@@ -543,33 +543,31 @@ impl<K: 'static, V: 'static> TestOutputTopic<'_, K, V> {
     }
 }
 
-/// The driver's sink: every record in production order, and a read position per topic.
+/// The driver's sink: a [`MemorySink`] (every record in production order) and a read
+/// position per topic.
 #[derive(Default)]
 struct DriverSink {
-    inner: Mutex<SinkState>,
-}
-
-#[derive(Default)]
-struct SinkState {
-    all: Vec<OutputRecord>,
-    /// Per topic: indexes into `all`, and how many of them have been read.
-    topics: HashMap<String, (Vec<usize>, usize)>,
+    records: MemorySink,
+    /// Per topic: how many of its records have been read.
+    read: Mutex<HashMap<String, usize>>,
 }
 
 impl DriverSink {
-    fn lock(&self) -> std::sync::MutexGuard<'_, SinkState> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn all(&self) -> Vec<OutputRecord> {
-        self.lock().all.clone()
+        self.records.records()
     }
 
     fn unread(&self, topic: &str) -> usize {
-        self.lock()
-            .topics
-            .get(topic)
-            .map_or(0, |(indexes, read)| indexes.len() - read)
+        let read = self.read_of(topic);
+        let produced = self
+            .records
+            .inspect(|all| all.iter().filter(|r| r.topic == topic).count());
+        produced - read
+    }
+
+    fn read_of(&self, topic: &str) -> usize {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        read.get(topic).copied().unwrap_or(0)
     }
 
     fn take(&self, topic: &str) -> Vec<OutputRecord> {
@@ -583,16 +581,16 @@ impl DriverSink {
         topic: &str,
         decode: impl Fn(&OutputRecord) -> Result<T, E>,
     ) -> Result<Vec<T>, E> {
-        let mut state = self.lock();
-        let SinkState { all, topics } = &mut *state;
-        let Some((indexes, read)) = topics.get_mut(topic) else {
-            return Ok(Vec::new());
-        };
-        let decoded = indexes[*read..]
-            .iter()
-            .map(|&i| decode(&all[i]))
-            .collect::<Result<Vec<T>, E>>()?;
-        *read = indexes.len();
+        let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let position = read.entry(topic.to_owned()).or_insert(0);
+        let decoded = self.records.inspect(|all| {
+            all.iter()
+                .filter(|r| r.topic == topic)
+                .skip(*position)
+                .map(&decode)
+                .collect::<Result<Vec<T>, E>>()
+        })?;
+        *position += decoded.len();
         Ok(decoded)
     }
 }
@@ -600,18 +598,7 @@ impl DriverSink {
 #[async_trait]
 impl Sink for DriverSink {
     async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
-        let mut state = self.lock();
-        for record in records {
-            let index = state.all.len();
-            state
-                .topics
-                .entry(record.topic.clone())
-                .or_default()
-                .0
-                .push(index);
-            state.all.push(record);
-        }
-        Ok(())
+        self.records.send(records).await
     }
 }
 

@@ -56,3 +56,30 @@ impl From<crate::aws::AwsConfigError> for StreamError {
         StreamError::Config(e.0)
     }
 }
+
+/// Why [`StreamsBuilder::try_build`](crate::StreamsBuilder::try_build) refuses a topology:
+/// a shape the framework cannot run exactly once, found before any record (as Kafka
+/// Streams' `TopologyException` at build). It names the operator as
+/// [`Topology::describe`](crate::Topology::describe) prints it, says why, and what to do
+/// instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("topology refused at {operator}: {reason}. Instead: {instead}")]
+pub struct TopologyError {
+    /// The refused operator's node name (e.g. `KSTREAM-AGGREGATE-0000000003`).
+    pub operator: String,
+    /// Why it cannot run exactly once.
+    pub reason: String,
+    /// What to write instead.
+    pub instead: String,
+}
+
+impl TopologyError {
+    /// An error at `operator`.
+    pub(crate) fn new(operator: String, reason: String, instead: &str) -> Self {
+        TopologyError {
+            operator,
+            reason,
+            instead: instead.to_owned(),
+        }
+    }
+}

@@ -40,7 +40,9 @@ use crate::state::dynamodb::DynamoStore;
 /// the DynamoDB client (the SDK's default chain: in Lambda, the function's role) and the
 /// Kafka producer once, then serves invocations until the runtime stops. Every batch
 /// either succeeds whole or fails whole (the event source retries it; the state's
-/// watermarks make the retry exact).
+/// watermarks make the retry exact). The DynamoDB client retries throttling as
+/// [`RetrySettings`](crate::state::dynamodb::RetrySettings) says
+/// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`).
 pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = Config::from_env()?;
@@ -53,12 +55,12 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
                     .into(),
             )
         })?;
+        let retry = crate::state::dynamodb::RetrySettings::from_env()?;
         let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .retry_config(crate::state::dynamodb::retry_config())
             .http_client(crate::aws::https_client(config.aws_tls_roots))
             .load()
             .await;
-        let client = aws_sdk_dynamodb::Client::new(&sdk);
+        let client = retry.client(&sdk, &table);
         Arc::new(DynamoStore::new(client, table, config.guarantee))
     };
     let mut handler = Handler::with_kafka_output(topology, store, config.bootstrap_servers)

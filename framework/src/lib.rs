@@ -64,6 +64,7 @@
 
 pub mod aws;
 mod config;
+pub mod config_env;
 pub mod driver;
 pub mod dsl;
 pub mod error;
@@ -80,7 +81,7 @@ pub(crate) mod topology;
 pub mod wire;
 
 pub use dsl::{StreamsBuilder, Topology};
-pub use error::StreamError;
+pub use error::{StreamError, TopologyError};
 pub use runtime::{
     BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
 };

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 /// The rdkafka producer, in [`crate::kafka`].
 pub use crate::kafka::KafkaSink;
-pub use crate::wire::{SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
+pub use crate::wire::{PATH_HEADER, SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
 
 /// A record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +70,11 @@ impl MemorySink {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Calls `f` on everything sent so far, in order, without copying it.
+    pub(crate) fn inspect<R>(&self, f: impl FnOnce(&[OutputRecord]) -> R) -> R {
+        f(&self.records.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

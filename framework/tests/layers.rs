@@ -34,6 +34,11 @@ const LAYERS: &[(&str, u8, &str)] = &[
         0,
         "the one owner of AWS plumbing (TLS roots, HTTPS client, credentials)",
     ),
+    (
+        "config_env",
+        0,
+        "a function's own settings from the environment: the std library only",
+    ),
     // L1: contracts and their in-memory implementations.
     ("sink", 1, "OutputRecord, the Sink contract and MemorySink"),
     (

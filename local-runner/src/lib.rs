@@ -14,12 +14,17 @@
 //! [`faults`](config::Faults) inject, on purpose, the redeliveries that the real event
 //! source produces now and then (a batch delivered twice, a retry whose batch ends later),
 //! to show that a function's effect stays exactly-once.
+//!
+//! The example functions of the workspace run in-process by name (module `functions`, the
+//! default cargo feature `examples`). Built with `--no-default-features`, the runner
+//! depends on the framework only and runs functions over the Lambda Invoke API.
 
 pub mod admin;
 pub mod batch;
 pub mod config;
 pub mod destination;
 pub mod embedded;
+#[cfg(feature = "examples")]
 pub mod functions;
 pub mod position;
 pub mod rebalance;

@@ -17,7 +17,6 @@ use lambda_streams::{Guarantee, Topology};
 use local_runner::embedded::EmbeddedDynamo;
 use local_runner::{
     EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
-    functions,
 };
 
 #[derive(Parser)]
@@ -109,7 +108,8 @@ struct StateArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// The workspace function to run in-process.
+    /// The workspace function to run in-process (a runner built with the default
+    /// `examples` feature).
     #[arg(
         long,
         required_unless_present = "function_url",
@@ -382,11 +382,29 @@ async fn create_repartition_topics(bootstrap: &str, topology: &Topology) -> Resu
     Ok(())
 }
 
+/// The topology of the workspace's example function `name`, to run in-process.
+#[cfg(feature = "examples")]
+fn example_topology(name: &str) -> Result<Topology, String> {
+    local_runner::functions::topology(name)
+}
+
+/// Built without the example functions, the runner runs none in-process: the error says
+/// how to run the function instead.
+#[cfg(not(feature = "examples"))]
+fn example_topology(name: &str) -> Result<Topology, String> {
+    Err(format!(
+        "--function {name}: this local-runner was built without the example functions (cargo feature \
+         `examples`); serve the function with `cargo lambda watch` and run it with \
+         --function-url http://127.0.0.1:9000 --function-name {name} --topic TOPIC, or build the \
+         runner with its default features"
+    ))
+}
+
 async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) =
         match (&args.function, &args.function_url, &args.function_name) {
             (Some(function), _, _) => {
-                let topology = functions::topology(function)?;
+                let topology = example_topology(function)?;
                 let guarantee: Guarantee = args.guarantee.parse()?;
                 let (stores, embedded) = match args.state_kind {
                     StateKind::Dynamodb => {

@@ -108,7 +108,7 @@ async fn partial_batch_response_commits_what_came_before_and_names_the_failed_re
         .expect("a partial success");
     assert_eq!(
         response,
-        serde_json::json!({"batchItemFailures": [{"itemIdentifier": {"partition": "events-0", "offset": 3}}]})
+        serde_json::json!({"batchItemFailures": [{"itemIdentifier": {"topic-partition": "events-0", "offset": 3}}]})
     );
     // Partition 0 up to offset 2, and all of partition 1.
     assert_eq!(

@@ -159,7 +159,7 @@ fn delivered(calls: &[Call]) -> BTreeMap<i32, Vec<i64>> {
 
 fn partial(topic: &str, partition: i32, offset: i64) -> String {
     serde_json::json!({"batchItemFailures": [
-        {"itemIdentifier": {"partition": format!("{topic}-{partition}"), "offset": offset}}
+        {"itemIdentifier": {"topic-partition": format!("{topic}-{partition}"), "offset": offset}}
     ]})
     .to_string()
 }

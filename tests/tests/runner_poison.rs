@@ -290,7 +290,10 @@ async fn fail_with_partial_responses_stops_only_the_poisoned_partitions() {
         for failure in response["batchItemFailures"].as_array().expect("a list") {
             let id = &failure["itemIdentifier"];
             reported.insert((
-                id["partition"].as_str().expect("partition").to_owned(),
+                id["topic-partition"]
+                    .as_str()
+                    .expect("topic-partition")
+                    .to_owned(),
                 id["offset"].as_i64().expect("offset"),
             ));
         }
@@ -549,6 +552,6 @@ async fn the_in_process_transport_forwards_partial_batch_responses() {
     let response: serde_json::Value = serde_json::from_slice(&body).expect("json");
     assert_eq!(
         response,
-        serde_json::json!({"batchItemFailures": [{"itemIdentifier": {"partition": format!("{}-0", s.input), "offset": 7}}]})
+        serde_json::json!({"batchItemFailures": [{"itemIdentifier": {"topic-partition": format!("{}-0", s.input), "offset": 7}}]})
     );
 }

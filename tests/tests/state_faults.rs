@@ -13,11 +13,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::dsl::{EmitStrategy, Grouped, TimeWindows};
+use lambda_streams::dsl::{EmitStrategy, Grouped, JoinWindows, TimeWindows};
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::{
+    DynamoStore, RetrySettings, create_table, emulator_client, emulator_client_with,
+};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
@@ -1299,6 +1301,211 @@ async fn a_store_that_keeps_throttling_fails_the_batch_and_loses_nothing() {
         .await
         .expect("the redelivery succeeds");
     assert_eq!(table_counts(&table, STORE).await, log.truth());
+}
+
+/// Sustained throttling: a client's retries are bounded by its retry budget, not only by
+/// its attempts. With a budget of 10 tokens (the SDK's standard mode charges 5 per
+/// throttled retry), a request that is always refused is tried 1 + 2 times although 10
+/// attempts are allowed; once the budget is spent, the next batch fails at the first
+/// refusal. Each batch fails as a whole with an error naming the table and the
+/// throttling, and emits nothing. Another client of the same process has a budget of its
+/// own. When throughput is back, the event source's redelivery (with other boundaries)
+/// completes exactly: 10 records, counted once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_retry_budget_fails_the_batch_at_once_and_the_redelivery_is_exact() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (_, table) = dynamo_table().await;
+    let throttling = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&throttling);
+    let proxy =
+        ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), move |_| {
+            flag.load(Ordering::SeqCst)
+        })
+        .await;
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port);
+    let retry = RetrySettings {
+        max_attempts: 10,
+        retry_budget: 10,
+        ..RetrySettings::default()
+    };
+    let store = DynamoStore::new(
+        emulator_client_with(&endpoint, retry),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    // One key: each batch is one state request.
+    let log = Log(vec![vec!["k0".to_owned(); 10]]);
+    let (topology, sink) = (topology(), MemorySink::new());
+    topology
+        .process(&log.event(&[(0, 0, 3)]), &store, &sink)
+        .await
+        .expect("the first batch is written before the throttling starts");
+    throttling.store(true, Ordering::SeqCst);
+    let failing = log.event(&[(0, 3, 6)]);
+    let throttled_error = |error: StreamError| {
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("table \"{table}\" throttled"))
+                && message.contains("ProvisionedThroughputExceeded")
+                && message.contains("state store \"counts\", key \"k0\""),
+            "names the table, the throttling, the store and the key: {message}"
+        );
+    };
+    let emitted = sink.records().len();
+    throttled_error(
+        topology
+            .process(&failing, &store, &sink)
+            .await
+            .expect_err("the budget pays for two retries, then the batch fails"),
+    );
+    assert_eq!(proxy.throttled(), 3, "1 attempt + 10 / 5 retries");
+    throttled_error(
+        topology
+            .process(&failing, &store, &sink)
+            .await
+            .expect_err("a spent budget retries nothing"),
+    );
+    assert_eq!(proxy.throttled(), 4, "no retry once the budget is spent");
+    let other = DynamoStore::new(
+        emulator_client_with(&endpoint, retry),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    );
+    throttled_error(
+        topology
+            .process(&failing, &other, &sink)
+            .await
+            .expect_err("still throttled"),
+    );
+    assert_eq!(
+        proxy.throttled(),
+        7,
+        "another client retries on a budget of its own"
+    );
+    assert_eq!(
+        sink.records().len(),
+        emitted,
+        "a failed batch emits nothing"
+    );
+    throttling.store(false, Ordering::SeqCst);
+    topology
+        .process(&log.event(&[(0, 3, 10)]), &store, &sink)
+        .await
+        .expect("the redelivery succeeds once throughput is back");
+    let truth = BTreeMap::from([("k0".to_owned(), 10)]);
+    assert_eq!(table_counts(&table, STORE).await, truth);
+    assert_eq!(latest_emitted(&sink), truth);
+}
+
+/// The timestamps (ms) of the `left` and `right` records of [`join_topology`] by offset; all
+/// have key `a`, and a record's value names it (`L<offset>`, `R<offset>`).
+const JOIN_LEFT: [i64; 6] = [10, 20, 30, 40, 50, 60];
+const JOIN_RIGHT: [i64; 6] = [12, 22, 33, 45, 51, 58];
+/// [`join_topology`]'s join window.
+const JOIN_DIFFERENCE: i64 = 5;
+
+/// An inner stream–stream join of `left` and `right` within [`JOIN_DIFFERENCE`] ms.
+fn join_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    let left = builder.stream("left", Utf8, Utf8);
+    let right = builder.stream("right", Utf8, Utf8);
+    left.join_stream(
+        &right,
+        JoinWindows::of(Duration::from_millis(JOIN_DIFFERENCE as u64)),
+        "pairs",
+        (Utf8, Utf8, Utf8),
+        |_, l: &String, r: &String| format!("{l}+{r}"),
+    )
+    .to("joined", Utf8, Utf8);
+    builder.build()
+}
+
+/// An event with `left` offsets `l.0..l.1` and `right` offsets `r.0..r.1`.
+fn join_event(l: (usize, usize), r: (usize, usize)) -> KafkaEvent {
+    use lambda_streams::event::{
+        EventSource, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    let records =
+        |topic: &str, (lo, hi): (usize, usize), times: &[i64], name: &str| PartitionRecords {
+            tp: TopicPartition::new(topic, 0),
+            records: (lo..hi)
+                .map(|o| Record {
+                    offset: o as i64,
+                    timestamp: times[o],
+                    timestamp_type: TimestampType::CreateTime,
+                    key: Some(b"a".to_vec().into()),
+                    value: Some(format!("{name}{o}").into_bytes().into()),
+                    headers: Vec::new(),
+                    key_schema_metadata: None,
+                    value_schema_metadata: None,
+                })
+                .collect(),
+        };
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "127.0.0.1:9092".into(),
+        partitions: vec![
+            records("left", l, &JOIN_LEFT, "L"),
+            records("right", r, &JOIN_RIGHT, "R"),
+        ],
+    }
+}
+
+/// A stream–stream join under a retry with other boundaries: the event source delivers
+/// `left` 0..3 and `right` 0..3, then (the commit lost) `left` 0..6 with `right` 2..6.
+/// Kafka Streams' join emits every pair within the window once (a nested loop over the
+/// input is the reference): lambda-streams loses none and invents none, but it is not
+/// exactly once under redelivery. A pair is emitted by its later record (by timestamp), so
+/// each extra delivery of that record emits it again, reading the other side's buffer
+/// (here R2, delivered twice, emits L2+R2 twice). The join's output is at least once, like
+/// every output of the framework (docs/state.md, "Stream–stream joins").
+#[tokio::test]
+async fn a_stream_join_retried_with_other_boundaries_emits_each_pair_at_least_once() {
+    let (deliveries_left, deliveries_right) = ([(0, 3), (0, 6)], [(0, 3), (2, 6)]);
+    let delivered = |ranges: &[(usize, usize)], offset: usize| {
+        ranges
+            .iter()
+            .filter(|(lo, hi)| (*lo..*hi).contains(&offset))
+            .count()
+    };
+    let mut reference = BTreeMap::new();
+    let mut expected = BTreeMap::new();
+    for (i, l) in JOIN_LEFT.iter().enumerate() {
+        for (j, r) in JOIN_RIGHT.iter().enumerate() {
+            if (l - r).abs() <= JOIN_DIFFERENCE {
+                let pair = format!("L{i}+R{j}");
+                reference.insert(pair.clone(), 1usize);
+                let emitter = if l > r {
+                    delivered(&deliveries_left, i)
+                } else {
+                    delivered(&deliveries_right, j)
+                };
+                expected.insert(pair, emitter);
+            }
+        }
+    }
+    let (topology, store, sink) = (join_topology(), MemoryStore::new(), MemorySink::new());
+    for (l, r) in deliveries_left.into_iter().zip(deliveries_right) {
+        topology
+            .process(&join_event(l, r), &store, &sink)
+            .await
+            .expect("delivered");
+    }
+    let mut emitted: BTreeMap<String, usize> = BTreeMap::new();
+    for record in sink.records() {
+        let value = String::from_utf8(record.value.clone().expect("value")).expect("utf-8");
+        *emitted.entry(value).or_default() += 1;
+    }
+    assert_eq!(
+        emitted.keys().collect::<Vec<_>>(),
+        reference.keys().collect::<Vec<_>>(),
+        "no pair lost, none invented"
+    );
+    assert_ne!(emitted, reference, "not exactly once under redelivery");
+    assert_eq!(
+        emitted, expected,
+        "each pair once per delivery of its later record"
+    );
 }
 
 /// An aggregate that outgrows DynamoDB's 400 KB item limit fails the batch with an error

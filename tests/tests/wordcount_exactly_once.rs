@@ -22,6 +22,8 @@ struct Scenario {
     fail_after_writes: Option<u64>,
     guarantee: Guarantee,
     batch_size: usize,
+    /// Tombstones (null lines) produced to each partition after the text.
+    tombstones: usize,
 }
 
 impl Default for Scenario {
@@ -31,6 +33,7 @@ impl Default for Scenario {
             fail_after_writes: None,
             guarantee: Guarantee::ExactlyOnce,
             batch_size: 40,
+            tombstones: 0,
         }
     }
 }
@@ -61,6 +64,10 @@ async fn run(name: &str, scenario: Scenario) -> Outcome {
         .expect("output topic");
     let lines = sample_text(300, name.len() as u64);
     produce_across_partitions(&input, &lines, PARTITIONS).await;
+    let tombstones = vec![("null-line".to_owned(), None); scenario.tombstones];
+    for p in 0..PARTITIONS {
+        produce_keyed(&input, &tombstones, Some(p)).await;
+    }
 
     let client = dynamo_client();
     create_table(&client, &table).await.expect("table");
@@ -90,7 +97,7 @@ async fn run(name: &str, scenario: Scenario) -> Outcome {
         .expect("the runner succeeded");
     assert_eq!(
         summary.records,
-        lines.len() as u64,
+        (lines.len() + scenario.tombstones * PARTITIONS as usize) as u64,
         "every record delivered once to a successful batch"
     );
 
@@ -122,6 +129,23 @@ fn assert_exact(outcome: &Outcome) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clean_run_is_exact() {
     let outcome = run("clean", Scenario::default()).await;
+    assert_eq!(outcome.failures, 0);
+    assert_exact(&outcome);
+}
+
+/// Null lines (tombstones) in `text-lines` have no words: the counts are the text's, and no
+/// batch fails (the default poison policy is `fail`, so a poison record would stop its
+/// partition and the runner would not finish).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tombstone_lines_count_no_words() {
+    let outcome = run(
+        "tombstones",
+        Scenario {
+            tombstones: 2,
+            ..Scenario::default()
+        },
+    )
+    .await;
     assert_eq!(outcome.failures, 0);
     assert_exact(&outcome);
 }

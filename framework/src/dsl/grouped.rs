@@ -8,12 +8,16 @@ use crate::error::StreamError;
 use crate::serdes::Serde;
 use crate::state::{Fold, ItemState};
 use crate::topology::context::{Ctx, PendingFold};
+use crate::topology::describe::NodeId;
 
 /// A stream grouped by key; its aggregations keep one state item per key.
 pub struct KGroupedStream<K, V> {
     pub(crate) shared: Shared,
     pub(crate) downstream: Downstream<K, V>,
     pub(crate) key_serde: Arc<dyn Serde<K>>,
+    /// The node its records come from: the parent of its aggregation nodes (and so the
+    /// edge along which the build orders the batch's store writes).
+    pub(crate) node: Option<NodeId>,
 }
 
 /// Which windows a record falls in, and whether each is still open (`None`: not windowed).
@@ -104,10 +108,13 @@ where
         downstream: Downstream<K, V>,
         key_serde: Arc<dyn Serde<K>>,
     ) -> Self {
+        // The grouping operator (`group_by`, `group_by_key`) has just set it.
+        let node = lock(&shared).description.grouped_parent();
         KGroupedStream {
             shared,
             downstream,
             key_serde,
+            node,
         }
     }
 
@@ -160,9 +167,11 @@ where
             on_update,
             emit_on_close: None,
         });
-        inner
-            .description
-            .push(format!("  Processor: {operator} (store: {store})"));
+        let node = inner.description.push_from(
+            format!("  Processor: {operator} (store: {store})"),
+            self.node,
+        );
+        inner.roles.write(node, index);
         drop(inner);
         (index, KTable::new(self.shared.clone(), updates))
     }
@@ -249,6 +258,7 @@ where
                 shared: self.shared.clone(),
                 downstream: self.downstream.clone(),
                 key_serde: Arc::clone(&self.key_serde),
+                node: self.node,
             },
             windows,
         )

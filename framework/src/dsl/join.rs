@@ -17,7 +17,7 @@ use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
 use crate::serdes::{Nullable, Serde, SerdeError};
 use crate::topology::context::{Ctx, Origin};
-use crate::topology::describe::NodeKind;
+use crate::topology::describe::{NodeId, NodeKind};
 
 impl StreamsBuilder {
     /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per
@@ -257,12 +257,12 @@ where
         };
         let (store_name, node) = {
             let mut inner = lock(&table.shared);
-            inner.join_targets.insert(lookup.store);
             let name = inner.stores[lookup.store].name.clone();
             let kind = NodeKind::Processor {
                 stores: vec![name.clone()],
             };
             let node = inner.description.add_node(prefix, kind, &[self.node()]);
+            inner.roles.read(node, lookup.store);
             (name, node)
         };
         let next = Downstream::<K, VR>::new();
@@ -394,7 +394,7 @@ where
             deletes: Downstream::<K, ()>::new(),
         };
         let (this_side, other_deleted) = (Arc::clone(&f), Arc::clone(&f));
-        watch(
+        let this_node = watch(
             self,
             other,
             &out,
@@ -402,7 +402,7 @@ where
             move |k, v, o| this_side(k, v, o).map_or(Joined::Nothing, Joined::Update),
             |_, _| Joined::Delete,
         );
-        watch(
+        let other_node = watch(
             other,
             self,
             &out,
@@ -416,7 +416,12 @@ where
                 Some(v) => other_deleted(k, v, None).map_or(Joined::Delete, Joined::Update),
             },
         );
-        KTable::new(self.shared.clone(), out.updates).with_deletes(out.deletes)
+        KTable::from_nodes(
+            self.shared.clone(),
+            out.updates,
+            vec![this_node, other_node],
+        )
+        .with_deletes(out.deletes)
     }
 }
 
@@ -471,26 +476,25 @@ fn watch<K, A, B, R>(
     prefix: &str,
     on_update: impl Fn(&K, &A, Option<&B>) -> Joined<R> + Send + Sync + 'static,
     on_delete: impl Fn(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
-) where
+) -> NodeId
+where
     K: Clone + Send + Sync + 'static,
     A: Clone + Send + Sync + 'static,
     B: Clone + Send + Sync + 'static,
     R: Clone + Send + Sync + 'static,
 {
-    let (Some(mine), Some(lookup)) = (&changed.lookup, &other.lookup) else {
+    let (Some(_), Some(lookup)) = (&changed.lookup, &other.lookup) else {
         panic!("a windowed table cannot be joined by key");
     };
-    let store: Arc<str> = {
+    let (store, node): (Arc<str>, NodeId) = {
         let mut inner = lock(&changed.shared);
-        inner.join_targets.insert(mine.store);
-        inner.join_targets.insert(lookup.store);
         let name = inner.stores[lookup.store].name.clone();
         let kind = NodeKind::Processor {
             stores: vec![name.clone()],
         };
-        let parents: Vec<_> = inner.description.table_parent().into_iter().collect();
-        inner.description.add_node(prefix, kind, &parents);
-        name.into()
+        let node = inner.description.add_node(prefix, kind, &changed.nodes);
+        inner.roles.read(node, lookup.store);
+        (name.into(), node)
     };
     let (on_update, on_delete) = (Arc::new(on_update), Arc::new(on_delete));
     let (updates_lookup, updates_out, updates_store) =
@@ -519,6 +523,7 @@ fn watch<K, A, B, R>(
             move |k, found| on_delete(k, found),
         )
     }));
+    node
 }
 
 /// Parks a table change until `lookup`'s value of `key` is read, then emits what `decide`

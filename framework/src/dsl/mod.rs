@@ -31,15 +31,15 @@ mod rekey;
 mod repartition;
 mod session;
 mod sliding;
+mod state_codec;
 mod stream_join;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
-use crate::error::StreamError;
+use crate::error::TopologyError;
 use crate::serdes::Serde;
-use crate::topology::context::Ctx;
 pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, UpdateFn, lock};
 
 /// A timestamp extractor: `(key, value, record timestamp) -> event time`.
@@ -141,10 +141,10 @@ impl StreamsBuilder {
         let source: SourceFn = Arc::new(move |ctx, record| {
             let key = key_serde
                 .deserialize(record.key.as_deref())
-                .map_err(|e| deserialize_error(ctx, "key", e))?;
+                .map_err(|e| ctx.deserialize_error("key", e))?;
             let value = value_serde
                 .deserialize(record.value.as_deref())
-                .map_err(|e| deserialize_error(ctx, "value", e))?;
+                .map_err(|e| ctx.deserialize_error("value", e))?;
             if let Some(extract) = &extractor {
                 ctx.set_event_time(extract(&key, &value, record.timestamp));
             }
@@ -167,28 +167,52 @@ impl StreamsBuilder {
         KStream::from_node(Arc::clone(&self.shared), downstream, node)
     }
 
-    /// Freezes the topology.
-    pub fn build(self) -> Topology {
+    /// Freezes the topology, or refuses it with a [`TopologyError`] naming the operator
+    /// (its node name, as [`Topology::describe`] prints it) when a batch could not run it
+    /// exactly once: a table's update stream aggregated (`to_stream().group_by_key()
+    /// .count()`, `to_stream().to_table()`), repartitioned or buffered by a stream–stream
+    /// join; a join of an emit-on-close window's updates; a store that would feed itself
+    /// within one batch. As Kafka Streams' `TopologyException` at build: a programming
+    /// error, found before any record.
+    ///
+    /// It also fixes the order of each batch's steps: every store is written once, after
+    /// all the stores whose updates or joins feed it, and a record waiting at a join goes
+    /// on after the joined store's write (so chains of joins, and aggregations of joined
+    /// records read by later joins, see the batch's own changes).
+    ///
+    /// ```
+    /// use lambda_streams::StreamsBuilder;
+    /// use lambda_streams::serdes::Utf8;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .table("customers", Utf8, Utf8, "customers")
+    ///     .to_stream()
+    ///     .group_by_key(Utf8)
+    ///     .count("updates"); // counts batches, not changes: refused
+    /// let refused = builder.try_build().err().expect("refused");
+    /// assert_eq!(refused.operator, "KSTREAM-AGGREGATE-0000000003");
+    /// ```
+    pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
-        let inner = std::mem::take(&mut *lock(&self.shared));
-        Topology {
+        let mut inner = std::mem::take(&mut *lock(&self.shared));
+        inner.write_order =
+            crate::topology::order::write_order(&inner.description, &inner.roles, &inner.stores)?;
+        Ok(Topology {
             inner: Arc::new(inner),
-        }
+        })
     }
-}
 
-fn deserialize_error(ctx: &Ctx, side: &'static str, e: crate::serdes::SerdeError) -> StreamError {
-    let (tp, offset) = ctx.record_coordinates().unwrap_or_else(|| {
-        let tp = crate::event::TopicPartition {
-            topic: "<table update>".to_owned(),
-            partition: -1,
-        };
-        (tp, -1)
-    });
-    StreamError::Deserialize {
-        tp,
-        offset,
-        side,
-        reason: e.0,
+    /// Freezes the topology: [`try_build`](Self::try_build), for a topology known to be
+    /// accepted.
+    ///
+    /// # Panics
+    /// When [`try_build`](Self::try_build) refuses the topology, with its error's message
+    /// (which names the operator, why, and what to do instead).
+    pub fn build(self) -> Topology {
+        match self.try_build() {
+            Ok(topology) => topology,
+            Err(refused) => panic!("{refused}"),
+        }
     }
 }

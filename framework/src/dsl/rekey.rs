@@ -1,6 +1,6 @@
 //! How [`KStream::group_by`](super::KStream::group_by) re-keys a stream: [`Grouped`], and
-//! the choice between the two modes of the design notes (section 4a), made when the
-//! topology is built.
+//! the choice between its two modes (docs/state.md, "Direct or repartition"), made when
+//! the topology is built.
 //!
 //! - **Repartition**: the re-keyed records go through an internal topic partitioned by
 //!   the new key (see [`KStream::repartition`](super::KStream::repartition)), which the

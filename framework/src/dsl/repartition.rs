@@ -1,17 +1,61 @@
-//! Repartitioning through an internal topic (design notes, section 4a).
+//! Repartitioning through an internal topic (docs/state.md, "Repartition mode").
 //!
 //! `repartition(topic, …)` produces the stream's records to `topic` (partitioned by their
-//! key, with the idempotent producer; each record carries its original source
-//! coordinates in the `lambda-streams-source` header) and reads them back from it: the
-//! same function consumes the repartition topic through a second event source. The
-//! records of one key then arrive in one partition, so one invocation at a time writes
-//! its state and its updates are ordered per key.
+//! key, with the idempotent producer) and reads them back from it: the same function
+//! consumes the repartition topic through a second event source. The records of one key
+//! then arrive in one partition, so one invocation at a time writes its state and its
+//! updates are ordered per key.
 //!
-//! Exactly once across the hop: a record read back contributes to state under its
-//! *original* source partition and offset, and items keep their watermarks on those. A
-//! retried producer can write a record again, but only after the first copy, so a copy at
-//! or below the highest original offset already seen (in the batch, or in the item's
-//! watermark) is a duplicate and counts nothing.
+//! # Exactly once across any number of hops: channels and positions
+//!
+//! A state item keeps one watermark per *channel* (the highest *position* on that channel
+//! whose effect it holds) and applies a record only above it, so that a copy at or below
+//! the watermark counts nothing. That is exact if, on every channel, **no record of a
+//! higher position arrives before the first copy of a record** (call it the *order* of the
+//! channel): then a first copy is never below the watermark, and every other copy is.
+//!
+//! - A **direct** record (read from a topic the topology does not produce) is on the
+//!   channel of its partition `P`, at its offset. A partition is read in order and holds
+//!   each record once, so the channel is in order. Watermark `w:<P>` (`w:lines-0`).
+//! - A record that crossed **one hop** `P → q` (partition `q` of the repartition topic) is
+//!   on the channel `P>q`, at position `(o, s)`: `o` the offset of its source record in
+//!   `P`, `s` its rank among the records that source record produced to the topic. Order:
+//!   the invocation that produces the first copy of `(o, s)` processes `P` in order from a
+//!   committed offset; if that offset is at or below `o`, it produced every lower position
+//!   of `P` in `q` before (its producer is idempotent: a retried send cannot land after a
+//!   later one); if above, the batches up to it were committed, so produced and
+//!   acknowledged, before it started. A copy made by a retry or a zombie is a copy, never a
+//!   first. The partition `q` is part of the channel because an item can be fed from
+//!   several partitions of the topic (a direct re-key after the hop): records of `P` come
+//!   through `q1` and `q2` from parallel invocations, in no order between the two.
+//! - **Several hops** `P → q → r`: the consumer of `q` reads it in order and is itself a
+//!   producer of that kind. On `P>q`, the first copy of a position comes before every record
+//!   of a higher position, so the consumer meets it before them (the in-batch filter below
+//!   never drops a first copy) and produces its records to `r` before theirs: in one
+//!   invocation by the order of processing, across invocations because the batches before
+//!   were committed. So the records that came through `P>q` are in order on `P>q>r`, at
+//!   position `(o, s1, s2)`. By induction, after `n` hops the channel is the source partition
+//!   and every hop's partition, and the position the source offset and the rank at every hop.
+//!   The records of `P` that reach `r` through another partition `q'` interleave with those
+//!   through `q` in no order: the channel must name the whole path.
+//! - A copy made by an upstream retry and read by the next hop in a later batch is forwarded
+//!   with its *original* coordinates ([`HopHeaders`]), so it reaches the next hop at the
+//!   position of its first copy and the item refuses it. With the current record's
+//!   coordinates instead, each copy would be a record of its own: counted twice.
+//! - A direct record and its repartitioned copy are on different channels (`w:in-0` and
+//!   `w:in-0>copy-1`), as are the copies of one source record through two repartition
+//!   topics (`w:in-0>a-0`, `w:in-0>b-1`): their positions are not comparable, and one
+//!   watermark for both would refuse the contributions of one of them.
+//!
+//! Within a batch the same rule drops duplicates before they reach the stores: per channel,
+//! a record at or below the highest position already seen in the batch (`Ctx::seen`) is a
+//! copy. The argument needs deterministic processing (a record produces the same records in
+//! the same order every time), which the DSL's operators have when the user's functions do.
+//!
+//! Positions are packed into the watermark's integer, ordered as `(o, s1, …, sn)`: after one
+//! hop `o * 2^20 + s1` (ranks below 2^20, offsets below 2^43); after two, three or four hops
+//! 12, 8 or 6 bits per rank, and offsets below 2^39. A record beyond these limits, or one
+//! that would cross a fifth hop, is refused with an error naming it (a poison record).
 
 use std::sync::Arc;
 
@@ -19,12 +63,10 @@ use super::{Downstream, KStream, SourceFn, lock};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::serdes::Serde;
-use crate::sink::{OutputRecord, SEQUENCE_HEADER, SOURCE_HEADER};
+use crate::sink::OutputRecord;
+use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
-
-/// How many records one source record may produce to a repartition topic: watermarks of
-/// repartitioned records are `offset * RANKS + rank`.
-const RANKS: i64 = 1 << 20;
+use crate::wire::{HopHeaders, SourceHeader};
 
 impl<K, V> KStream<K, V>
 where
@@ -79,9 +121,7 @@ where
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
         let source: SourceFn = Arc::new(move |ctx, record| {
-            let (Some((tp, offset)), Some((partition, _, _))) =
-                (ctx.record_coordinates(), ctx.record_time())
-            else {
+            let Some((tp, offset)) = ctx.record_coordinates() else {
                 return Ok(());
             };
             let bad = |reason: String| StreamError::Deserialize {
@@ -90,47 +130,21 @@ where
                 side: "header",
                 reason,
             };
-            let header = record
-                .headers
-                .iter()
-                .find(|h| h.name() == SOURCE_HEADER)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "a repartition topic's record needs its {SOURCE_HEADER} header"
-                    ))
-                })?;
-            let (origin, source_offset) = parse_source(&header.value).ok_or_else(|| {
-                bad(format!(
-                    "{SOURCE_HEADER} is not <topic>:<partition>:<offset>"
-                ))
-            })?;
-            let rank = record
-                .headers
-                .iter()
-                .find(|h| h.name() == SEQUENCE_HEADER)
-                .and_then(|h| std::str::from_utf8(&h.value).ok()?.parse::<i64>().ok())
-                .filter(|r| (0..RANKS).contains(r))
-                .ok_or_else(|| bad(format!("no valid {SEQUENCE_HEADER} header")))?;
-            if !(0..i64::MAX / RANKS).contains(&source_offset) {
-                return Err(bad(format!("source offset {source_offset} out of range")));
-            }
-            // The watermark position of this record: its source record, then its rank.
-            let original_offset = source_offset * RANKS + rank;
-            let index = match ctx.sources.iter().position(|t| *t == origin) {
-                Some(i) => i,
-                None => {
-                    ctx.sources.push(origin);
-                    ctx.sources.len() - 1
-                }
-            };
-            let index = u32::try_from(index).unwrap_or(u32::MAX);
-            let seen = ctx.seen.entry((partition, index)).or_insert(i64::MIN);
-            if original_offset <= *seen {
-                // A copy from a retried producer: its first copy came before.
+            let hop = HopHeaders::parse(&record.headers).map_err(bad)?;
+            let position = position(hop.source.offset, &hop.ranks).map_err(bad)?;
+            let mut hops = hop.path;
+            hops.push(tp.clone());
+            let channel = ctx.channel(Channel {
+                origin: hop.source.tp,
+                hops,
+            });
+            let seen = ctx.seen.entry(channel).or_insert(i64::MIN);
+            if position <= *seen {
+                // A copy: its first copy came before (see the module documentation).
                 return Ok(());
             }
-            *seen = original_offset;
-            ctx.source = Some((index, original_offset));
+            *seen = position;
+            ctx.source = Some((channel, position));
             let key = key_serde
                 .deserialize(record.key.as_deref())
                 .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
@@ -161,8 +175,10 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// Produces the records to repartition topic `topic` with their source coordinates and
-    /// their rank among their source record's records there.
+    /// Produces the records to repartition topic `topic` with their way so far
+    /// ([`HopHeaders`]): the original source record, the hops crossed before, and the rank
+    /// at every hop, this one's last (its rank among the records the current record
+    /// produced to repartition topics).
     fn produce_ranked(
         &self,
         topic: &str,
@@ -182,11 +198,35 @@ where
             let rank = ctx.sequences.entry((index, offset)).or_insert(0);
             let this_rank = *rank;
             *rank += 1;
-            if i64::from(this_rank) >= RANKS {
+            // The record's way so far: its source record, and the hops it crossed.
+            let mut hops = match ctx.source {
+                Some((channel, position)) => {
+                    let channel = &ctx.channels[channel as usize];
+                    let (offset, ranks) = unpack(position, channel.hops.len());
+                    HopHeaders {
+                        source: SourceHeader {
+                            tp: channel.origin.clone(),
+                            offset,
+                        },
+                        path: channel.hops.clone(),
+                        ranks,
+                    }
+                }
+                None => HopHeaders {
+                    source: SourceHeader {
+                        tp: tp.clone(),
+                        offset,
+                    },
+                    path: Vec::new(),
+                    ranks: Vec::new(),
+                },
+            };
+            hops.ranks.push(this_rank);
+            if let Err(reason) = position(hops.source.offset, &hops.ranks) {
                 return Err(StreamError::User {
                     tp,
                     offset,
-                    reason: format!("more than {RANKS} records repartitioned from one record"),
+                    reason: format!("cannot repartition to {topic:?}: {reason}"),
                 });
             }
             let encode_error = |side: &str, e: crate::serdes::SerdeError| StreamError::User {
@@ -204,16 +244,7 @@ where
                 topic: topic.clone(),
                 key,
                 value,
-                headers: vec![
-                    (
-                        SOURCE_HEADER.to_owned(),
-                        format!("{}:{}:{offset}", tp.topic, tp.partition).into_bytes(),
-                    ),
-                    (
-                        SEQUENCE_HEADER.to_owned(),
-                        this_rank.to_string().into_bytes(),
-                    ),
-                ],
+                headers: hops.write(),
                 timestamp: Some(timestamp),
             });
             Ok(())
@@ -222,9 +253,10 @@ where
         let mut inner = lock(&shared);
         inner.sink_topics.insert(name.clone());
         let kind = NodeKind::Sink { topic: name };
-        inner
+        let node = inner
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
+        inner.roles.records_only(node, "a repartition topic's sink");
     }
 }
 
@@ -237,12 +269,57 @@ fn bad_side(tp: &TopicPartition, offset: i64, side: &'static str, reason: String
     }
 }
 
-/// `<topic>:<partition>:<offset>` (topic names cannot hold `:`).
-fn parse_source(bytes: &[u8]) -> Option<(TopicPartition, i64)> {
-    let text = std::str::from_utf8(bytes).ok()?;
-    let mut parts = text.rsplitn(3, ':');
-    let offset = parts.next()?.parse().ok()?;
-    let partition = parts.next()?.parse().ok()?;
-    let topic = parts.next().filter(|t| !t.is_empty())?;
-    Some((TopicPartition::new(topic, partition), offset))
+/// The most repartition hops a record can cross (the bits of its position, see the module
+/// documentation).
+const MAX_HOPS: usize = 4;
+
+/// The bits of each rank in the position of a record that crossed `hops` hops.
+fn rank_bits(hops: usize) -> u32 {
+    match hops {
+        1 => 20,
+        2 => 12,
+        3 => 8,
+        _ => 6,
+    }
+}
+
+/// The watermark position of a record whose source record is at `offset` and whose ranks
+/// at its hops are `ranks` (`1..=MAX_HOPS` of them): ordered as `(offset, ranks…)`.
+fn position(offset: i64, ranks: &[u32]) -> Result<i64, String> {
+    let hops = ranks.len();
+    if !(1..=MAX_HOPS).contains(&hops) {
+        return Err(format!(
+            "a record can cross 1 to {MAX_HOPS} repartition hops, not {hops}"
+        ));
+    }
+    let bits = rank_bits(hops);
+    let offset_bits = 63 - bits * hops as u32;
+    if !(0..1i64 << offset_bits).contains(&offset) {
+        return Err(format!(
+            "source offset {offset} out of range after {hops} hop(s) (below 2^{offset_bits})"
+        ));
+    }
+    let mut position = offset;
+    for rank in ranks {
+        if *rank >= 1 << bits {
+            return Err(format!(
+                "more than {} records from one record at a hop of a {hops}-hop path",
+                1u32 << bits
+            ));
+        }
+        position = (position << bits) | i64::from(*rank);
+    }
+    Ok(position)
+}
+
+/// The source offset and ranks of a position of a record that crossed `hops` hops: the
+/// inverse of [`position`].
+fn unpack(position: i64, hops: usize) -> (i64, Vec<u32>) {
+    let bits = rank_bits(hops);
+    let mask = (1i64 << bits) - 1;
+    let mut ranks: Vec<u32> = (0..hops)
+        .map(|i| ((position >> (bits * i as u32)) & mask) as u32)
+        .collect();
+    ranks.reverse();
+    (position >> (bits * hops as u32), ranks)
 }

@@ -26,9 +26,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-
+use super::state_codec::StateCodec;
 use super::windowed::Windowed;
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
@@ -73,6 +71,9 @@ struct Sessions<A> {
     floor: Option<i64>,
 }
 
+/// The codec of [`Sessions`].
+const SESSIONS: StateCodec = StateCodec::new("sessions");
+
 /// Stores [`Sessions`] as JSON: `[[start, end, "<aggregate, base64>"], …]`.
 struct SessionsSerde<A>(Arc<dyn Serde<A>>);
 
@@ -85,22 +86,16 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
         let mut rows = Vec::with_capacity(value.sessions.len());
         for s in &value.sessions {
             let bytes = self.0.try_serialize(&s.aggregate)?.unwrap_or_default();
-            rows.push(serde_json::json!([s.start, s.end, STANDARD.encode(bytes)]));
+            rows.push((s.start, s.end, SESSIONS.encode_bytes(&bytes)));
         }
-        serde_json::to_vec(&rows)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("sessions do not encode: {e}")))
+        SESSIONS.encode(&rows)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let bad = |e: String| SerdeError(format!("stored sessions do not decode: {e}"));
-        let rows: Vec<(i64, i64, String)> = match data {
-            None => Vec::new(),
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?,
-        };
+        let rows: Vec<(i64, i64, String)> = SESSIONS.decode(data)?;
         let mut sessions = Vec::with_capacity(rows.len());
         for (start, end, aggregate) in rows {
-            let bytes = STANDARD.decode(aggregate).map_err(|e| bad(e.to_string()))?;
+            let bytes = SESSIONS.decode_bytes(&aggregate)?;
             sessions.push(Session {
                 start,
                 end,

@@ -31,9 +31,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
-
+use super::state_codec::StateCodec;
 use super::windowed::Windowed;
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
@@ -111,7 +109,10 @@ struct Records {
 /// base64>"], …]}`; reads back the bare array of records written by earlier versions too.
 struct RecordsSerde;
 
-/// The stored form of [`Records`].
+/// The codec of [`Records`].
+const RECORDS: StateCodec = StateCodec::new("window records");
+
+/// The stored form of [`Records`] (no item yet: no records).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 enum StoredRecords {
@@ -120,6 +121,12 @@ enum StoredRecords {
         records: Vec<(i64, String)>,
     },
     Bare(Vec<(i64, String)>),
+}
+
+impl Default for StoredRecords {
+    fn default() -> Self {
+        StoredRecords::Bare(Vec::new())
+    }
 }
 
 impl Serde<Records> for RecordsSerde {
@@ -131,30 +138,24 @@ impl Serde<Records> for RecordsSerde {
         let records = value
             .records
             .iter()
-            .map(|(ts, v)| (*ts, STANDARD.encode(v)))
+            .map(|(ts, v)| (*ts, RECORDS.encode_bytes(v)))
             .collect();
         let stored = StoredRecords::Kept {
             from: value.from,
             records,
         };
-        serde_json::to_vec(&stored)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("window records do not encode: {e}")))
+        RECORDS.encode(&stored)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
-        let bad = |e: String| SerdeError(format!("stored window records do not decode: {e}"));
-        let stored = match data {
-            None => StoredRecords::Bare(Vec::new()),
-            Some(bytes) => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?,
-        };
+        let stored: StoredRecords = RECORDS.decode(data)?;
         let (from, rows) = match stored {
             StoredRecords::Kept { from, records } => (from, records),
             StoredRecords::Bare(records) => (None, records),
         };
         let mut records = Vec::with_capacity(rows.len());
         for (ts, value) in rows {
-            records.push((ts, STANDARD.decode(value).map_err(|e| bad(e.to_string()))?));
+            records.push((ts, RECORDS.decode_bytes(&value)?));
         }
         let floor = records.iter().map(|r| r.0).max();
         Ok(Records {

@@ -9,13 +9,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use super::rekey::Grouped;
 use super::{Downstream, KGroupedStream, Shared, lock};
 use crate::error::StreamError;
-use crate::event::TopicPartition;
-use crate::event::encode::decimal;
 use crate::serdes::Serde;
 use crate::sink::{OutputRecord, SOURCE_HEADER, VERSION_HEADER};
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::describe::{NodeId, NodeKind};
 use crate::topology::{PendingRekey, Wire};
+use crate::wire::SourceHeader;
 
 /// A stream of key-value records, as Kafka Streams' `KStream`. Operators return new
 /// streams; a stream may feed several operators (each record reaches all of them once).
@@ -56,15 +55,14 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    /// The stream of a table's updates, hanging in the description from the last
-    /// aggregation declared (a `KTABLE-TOSTREAM` node). Prefer [`KStream::from_node`].
-    pub(crate) fn new(shared: Shared, downstream: Downstream<K, V>) -> Self {
+    /// The stream of a table's updates, emitted by the table's nodes `parents` (a
+    /// `KTABLE-TOSTREAM` node). Prefer [`KStream::from_node`].
+    pub(crate) fn new(shared: Shared, downstream: Downstream<K, V>, parents: &[NodeId]) -> Self {
         let mut inner = lock(&shared);
-        let parents: Vec<NodeId> = inner.description.table_parent().into_iter().collect();
         let node = inner.description.add_node(
             "KTABLE-TOSTREAM",
             NodeKind::Processor { stores: vec![] },
-            &parents,
+            parents,
         );
         drop(inner);
         KStream::from_node(shared, downstream, node)
@@ -486,7 +484,7 @@ where
             match result {
                 Ok(()) => Ok(()),
                 Err(TryError::Downstream(e)) => Err(e),
-                Err(TryError::User(e)) => Err(user_error(ctx, format!("{name}: {e}"))),
+                Err(TryError::User(e)) => Err(ctx.user_error(format!("{name}: {e}"))),
             }
         }));
         KStream::from_node(self.shared.clone(), next, node)
@@ -581,9 +579,9 @@ where
     ///
     /// With [`Grouped::with`]`(key_serde, value_serde)` the records go through a
     /// repartition topic when the aggregation's updates go to a topic and are emitted on
-    /// every update (design notes, section 4a): the function consumes that topic too, each
-    /// key is written by the one partition that owns it, and its updates reach the output
-    /// in order. Otherwise, and always with [`Grouped::direct`]`(key_serde)`, the
+    /// every update (docs/state.md, "Direct or repartition"): the function consumes that
+    /// topic too, each key is written by the one partition that owns it, and its updates
+    /// reach the output in order. Otherwise, and always with [`Grouped::direct`]`(key_serde)`, the
     /// aggregation writes the new key's item straight from every source partition: the
     /// per-partition watermarks keep the state exact, and each emitted update carries the
     /// item's version in the `lambda-streams-version` header, so a consumer keeps the
@@ -704,7 +702,7 @@ where
                 } => {
                     let tp = &ctx.partitions[tp as usize];
                     (
-                        vec![(SOURCE_HEADER.to_owned(), source_header(tp, offset))],
+                        vec![(SOURCE_HEADER.to_owned(), SourceHeader::write(tp, offset))],
                         timestamp,
                     )
                 }
@@ -715,7 +713,7 @@ where
             };
             let serialize_error = |ctx: &Ctx, side: &str, e: crate::serdes::SerdeError| {
                 let reason = format!("cannot serialize the {side} for topic {topic_name:?}: {e}");
-                user_error(ctx, reason)
+                ctx.user_error(reason)
             };
             let key = key_serde
                 .try_serialize_owned(k)
@@ -743,23 +741,6 @@ where
     }
 }
 
-/// The value of the [`SOURCE_HEADER`]: `<topic>:<partition>:<offset>`, as
-/// `format!("{}:{}:{}", ..)` writes it, in one allocation of the exact size and without
-/// the formatting machinery (it is built for every output record).
-fn source_header(tp: &TopicPartition, offset: i64) -> Vec<u8> {
-    let mut partition = [0u8; 20];
-    let partition = decimal(i64::from(tp.partition), &mut partition);
-    let mut digits = [0u8; 20];
-    let offset = decimal(offset, &mut digits);
-    let mut out = Vec::with_capacity(tp.topic.len() + partition.len() + offset.len() + 2);
-    out.extend_from_slice(tp.topic.as_bytes());
-    out.push(b':');
-    out.extend_from_slice(partition);
-    out.push(b':');
-    out.extend_from_slice(offset);
-    out
-}
-
 /// Either a user function's error or an error of the operators downstream of it.
 enum TryError<E> {
     User(E),
@@ -770,15 +751,6 @@ impl<E> From<E> for TryError<E> {
     fn from(e: E) -> Self {
         TryError::User(e)
     }
-}
-
-/// A user function's failure on the current record, naming the record.
-fn user_error(ctx: &Ctx, reason: String) -> StreamError {
-    let (tp, offset) = ctx.record_coordinates().unwrap_or_else(|| {
-        // A table update has no single source record.
-        (TopicPartition::new("<table update>", -1), -1)
-    });
-    StreamError::User { tp, offset, reason }
 }
 
 /// The branches of a [`KStream::split`], in declaration order.
@@ -842,27 +814,7 @@ where
 #[cfg(test)]
 mod tests {
     use crate::StreamsBuilder;
-    use crate::event::TopicPartition;
     use crate::serdes::{Unit, Utf8};
-
-    #[test]
-    fn source_header_is_what_format_writes() {
-        let tps = [
-            TopicPartition::new("page-views", 0),
-            TopicPartition::new("a-b:c", i32::MAX),
-            TopicPartition::new("t", i32::MIN),
-            TopicPartition::new("", -1),
-        ];
-        let offsets = [0, 1, 9, 10, 4_200_000, -1, i64::MAX, i64::MIN, -4_200_017];
-        for tp in &tps {
-            for offset in offsets {
-                assert_eq!(
-                    super::source_header(tp, offset),
-                    format!("{}:{}:{}", tp.topic, tp.partition, offset).into_bytes()
-                );
-            }
-        }
-    }
 
     #[test]
     fn every_operator_is_a_named_node() {

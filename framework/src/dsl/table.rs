@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KStream, Shared};
+use super::{Downstream, KStream, Shared, lock};
 use crate::serdes::Serde;
 use crate::state::ItemState;
+use crate::topology::describe::NodeId;
 
 /// A table's current value of a key, as a join reads it from the table's store.
 pub(crate) struct Lookup<K, V> {
@@ -51,6 +52,10 @@ pub struct KTable<K, V> {
     deletes: Downstream<K, ()>,
     /// How joins read it (tables of windowed aggregations cannot be joined).
     pub(crate) lookup: Option<Arc<Lookup<K, V>>>,
+    /// The nodes that emit its updates (its aggregation, or a table join's two sides):
+    /// the parents of the operators reading them, along which the build orders a
+    /// batch's store writes.
+    pub(crate) nodes: Vec<NodeId>,
 }
 
 impl<K, V> KTable<K, V>
@@ -58,12 +63,28 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    /// The table of the aggregation declared last (its updates come from `updates`).
     pub(crate) fn new(shared: Shared, updates: Downstream<K, V>) -> Self {
+        let nodes = lock(&shared)
+            .description
+            .table_parent()
+            .into_iter()
+            .collect();
+        Self::from_nodes(shared, updates, nodes)
+    }
+
+    /// A table whose updates `nodes` emit into `updates`.
+    pub(crate) fn from_nodes(
+        shared: Shared,
+        updates: Downstream<K, V>,
+        nodes: Vec<NodeId>,
+    ) -> Self {
         KTable {
             shared,
             updates,
             deletes: Downstream::new(),
             lookup: None,
+            nodes,
         }
     }
 
@@ -93,7 +114,7 @@ where
     /// key's value after the batch. Deletions are left out: see
     /// [`to_change_stream`](Self::to_change_stream).
     pub fn to_stream(&self) -> KStream<K, V> {
-        KStream::new(self.shared.clone(), self.updates.clone())
+        KStream::new(self.shared.clone(), self.updates.clone(), &self.nodes)
     }
 
     /// The table's changelog as a stream, as Kafka Streams' `KTable::toStream`: an update
@@ -132,7 +153,7 @@ where
         self.deletes.add(Arc::new(move |ctx, key, ()| {
             deleted.forward(ctx, key, None)
         }));
-        KStream::new(self.shared.clone(), changes)
+        KStream::new(self.shared.clone(), changes, &self.nodes)
     }
 
     /// The table of the keys whose value satisfies `predicate`: its updates are those that
@@ -197,6 +218,7 @@ where
             updates: next,
             deletes,
             lookup,
+            nodes: self.nodes.clone(),
         }
     }
 
@@ -251,6 +273,7 @@ where
             updates: next,
             deletes,
             lookup,
+            nodes: self.nodes.clone(),
         }
     }
 }
@@ -287,6 +310,7 @@ where
             updates: flat,
             deletes,
             lookup,
+            nodes: self.nodes.clone(),
         }
     }
 }

@@ -177,7 +177,7 @@ impl WindowSpec {
 /// the *wall clock*, while a window closes in *event time*. With close + retention alone, a
 /// replay of old data (a consumer starting from the oldest offset, or one lagging by more
 /// than the retention) would write items that are expired as they are born: hidden from
-/// reads at once and deleted while the window is still open. Design notes, section 4.
+/// reads at once and deleted while the window is still open. See docs/state.md, "Windows".
 pub(crate) fn expires_at(close_ms: i64, retention_ms: i64, wall_ms: i64) -> i64 {
     let retention_ms = retention_ms.max(0);
     close_ms
@@ -267,8 +267,9 @@ where
     /// whose records move the low watermark emits the windows it closes, after its own
     /// output; each emitted record carries the window's final version, and a window is
     /// marked closed only after its record is acknowledged, so a retried batch emits it
-    /// again with the same version (consumers keep the highest version per key: design
-    /// notes, section 4a). A record for a closed window is late: dropped and counted.
+    /// again with the same version (consumers keep the highest version per key:
+    /// docs/state.md, "Emit on window close"). A record for a closed window is late:
+    /// dropped and counted.
     ///
     /// Cost: the window items enter a sparse index (`closing`, keys only) when created
     /// and leave it when closed; closing reads the closed windows once (strongly

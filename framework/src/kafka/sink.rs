@@ -93,9 +93,9 @@ impl KafkaSink {
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "5")
             // Connect to a broker as soon as the metadata names it, not when a send first
-            // needs it (librdkafka's default throttles those connections to one per 50 ms):
-            // ~40 ms less on a cold start's first send (BENCHMARKS.md section 4). A producer
-            // sends to every partition's leader anyway.
+            // needs it (librdkafka's default throttles those connections to one per 50 ms,
+            // which a cold start's first send waits for; BENCHMARKS.md section 4). A
+            // producer sends to every partition's leader anyway.
             .set("enable.sparse.connections", "false")
             .set("message.timeout.ms", "30000");
         for (key, value) in extra {

@@ -21,11 +21,13 @@ use crate::state::{
     Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
 };
 use crate::topology::Topology;
-use crate::topology::context::{Ctx, Origin, PendingItem, PendingKey};
+use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 
 /// How many output records a batch holds before it sends them, while its records are
-/// processed: a record can emit many (a `flat_map` ahead of a repartition: one 6 MB event of
-/// text makes ~550,000), and holding them all took ~480 MB (BENCHMARKS.md section 4). Once
+/// processed: a record can emit many (a `flat_map` ahead of a repartition turns one event
+/// of text into hundreds of thousands), and holding them all would not fit a small
+/// function's memory; the bound keeps the peak memory bounded (BENCHMARKS.md section 4
+/// measures it). Once
 /// this many are held, they are sent (and acknowledged) before the next record; a chunk is
 /// at most this many plus one record's outputs. A batch that fails later has produced some of
 /// its outputs, as a failure in the middle of a send would; its retry produces them again
@@ -157,49 +159,36 @@ impl Topology {
                 }
             }
         }
-        // The stores that joins read are written first, so that the records waiting at
-        // joins see this batch's changes; then those records go on; then the other stores.
-        let targets = &self.inner.join_targets;
-        // `None` marks the point where the joins run.
-        let steps: Vec<Option<usize>> = targets
-            .iter()
-            .copied()
-            .map(Some)
-            .chain([None])
-            .chain(
-                (0..self.inner.stores.len())
-                    .filter(|i| !targets.contains(i))
-                    .map(Some),
+        // Each store once, in the order the build derived (every store after the stores
+        // whose updates or joins feed it); before each write, the records waiting at joins
+        // of the stores written so far go on (again and again: a record that passes one
+        // join may wait at the next), so they reach the store before its write.
+        let mut written = vec![false; self.inner.stores.len()];
+        for &index in &self.inner.write_order {
+            self.resume_joins(
+                &mut ctx,
+                &written,
+                event,
+                store,
+                options,
+                &mut outcome,
+                &mut dead_letters,
             )
-            .collect();
-        for step in steps {
-            match step {
-                Some(index) => {
-                    let writing = Writing {
-                        event,
-                        store,
-                        sink,
-                        options,
-                    };
-                    self.write_and_emit(index, &mut ctx, &writing, &mut outcome.report)
-                        .await?
-                }
-                None => {
-                    self.resume_joins(
-                        &mut ctx,
-                        event,
-                        store,
-                        options,
-                        &mut outcome,
-                        &mut dead_letters,
-                    )
-                    .await?
-                }
-            }
+            .await?;
+            let writing = Writing {
+                event,
+                store,
+                sink,
+                options,
+            };
+            self.write_and_emit(index, &mut ctx, &writing, &mut outcome.report)
+                .await?;
+            written[index] = true;
         }
-        // Updates of the other stores that reached a join.
+        // The records waiting at joins after the last write (its updates included).
         self.resume_joins(
             &mut ctx,
+            &written,
             event,
             store,
             options,
@@ -207,10 +196,20 @@ impl Topology {
             &mut dead_letters,
         )
         .await?;
-        if let Some(index) = targets.iter().find(|i| !ctx.pending[**i].is_empty()) {
+        // Never silent: what the order did not foresee fails the batch (a bug: `build()`
+        // refuses every shape that would get here).
+        if let Some(index) = (0..ctx.pending.len()).find(|i| !ctx.pending[*i].is_empty()) {
             return Err(StreamError::Config(format!(
-                "store {:?} is joined and also fed by joined records: not supported",
-                self.inner.stores[*index].name
+                "store {:?} was given contributions after its write in this batch: the \
+                 topology's write order missed a feeder",
+                self.inner.stores[index].name
+            )));
+        }
+        if let Some(index) = ctx.unattributed {
+            return Err(StreamError::Config(format!(
+                "store {:?} was given a table's update, which has no source record to \
+                 apply it exactly once",
+                self.inner.stores[index].name
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
@@ -281,12 +280,44 @@ impl Topology {
         Ok(())
     }
 
-    /// Takes the records waiting at joins on: reads the joined tables' values of their
+    /// Takes on the records waiting at joins of the stores `written` so far in this batch
+    /// (the others wait for their store's write): reads the joined tables' values of their
     /// keys (one batched, strongly consistent read per 100 distinct keys), then runs each
     /// record's continuation. A continuation that fails is a poison record, handled by
     /// the policy (with `Fail`, the whole batch fails, partial batch responses or not).
+    #[allow(clippy::too_many_arguments)]
     async fn resume_joins(
         &self,
+        ctx: &mut Ctx,
+        written: &[bool],
+        event: &KafkaEvent,
+        store: &dyn Store,
+        options: &BatchOptions,
+        outcome: &mut BatchOutcome,
+        dead_letters: &mut Vec<OutputRecord>,
+    ) -> Result<(), StreamError> {
+        // The records waiting at stores written already go on; a record that goes on may
+        // wait again at another join: repeat until none waits at a written store.
+        loop {
+            let (ready, waiting): (Vec<Deferred>, Vec<Deferred>) =
+                std::mem::take(&mut ctx.deferred)
+                    .into_iter()
+                    .partition(|d| written.get(d.store).copied().unwrap_or(false));
+            ctx.deferred = waiting;
+            if ready.is_empty() {
+                return Ok(());
+            }
+            self.resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
+                .await?;
+        }
+    }
+
+    /// Reads the joined tables' values of the keys `deferred` wait for, and takes each of
+    /// those records on (see [`resume_joins`](Self::resume_joins)).
+    #[allow(clippy::too_many_arguments)]
+    async fn resume_ready(
+        &self,
+        deferred: Vec<Deferred>,
         ctx: &mut Ctx,
         event: &KafkaEvent,
         store: &dyn Store,
@@ -294,10 +325,6 @@ impl Topology {
         outcome: &mut BatchOutcome,
         dead_letters: &mut Vec<OutputRecord>,
     ) -> Result<(), StreamError> {
-        let deferred = std::mem::take(&mut ctx.deferred);
-        if deferred.is_empty() {
-            return Ok(());
-        }
         let mut keys: BTreeMap<usize, BTreeSet<&[u8]>> = BTreeMap::new();
         for d in &deferred {
             keys.entry(d.store).or_default().insert(&d.key);

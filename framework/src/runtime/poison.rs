@@ -7,7 +7,7 @@ use crate::error::StreamError;
 use crate::event::{KafkaEvent, Record, TopicPartition};
 use crate::topology::context::Ctx;
 use crate::sink::{OutputRecord, SOURCE_HEADER};
-use crate::wire::ERROR_HEADER;
+use crate::wire::{ERROR_HEADER, SourceHeader};
 
 /// The record as it came, to the dead-letter topic, with the error and its source.
 pub(crate) fn dead_letter(
@@ -24,7 +24,7 @@ pub(crate) fn dead_letter(
     headers.push((ERROR_HEADER.to_owned(), error.to_string().into_bytes()));
     headers.push((
         SOURCE_HEADER.to_owned(),
-        format!("{}:{}:{}", tp.topic, tp.partition, record.offset).into_bytes(),
+        SourceHeader::write(tp, record.offset),
     ));
     OutputRecord {
         topic: topic.to_owned(),

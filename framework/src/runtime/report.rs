@@ -44,7 +44,7 @@ pub struct BatchOutcome {
 }
 
 impl BatchOutcome {
-    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"partition":"<topic>-<p>","offset":N}}]}`
+    /// The Lambda response: `{"batchItemFailures":[{"itemIdentifier":{"topic-partition":"<topic>-<p>","offset":N}}]}`
     /// ([`event::response`](crate::event::response)).
     pub fn response(&self) -> serde_json::Value {
         crate::event::response::batch_item_failures(&self.failures)

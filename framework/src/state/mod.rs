@@ -5,7 +5,7 @@
 //! source topic-partition: the highest source offset whose effect it already holds.
 //! A store applies a contribution only if its offset is above the item's watermark for
 //! its partition, so a batch delivered twice, retried with other boundaries, or racing
-//! a zombie invocation changes the item once (design notes, section 4).
+//! a zombie invocation changes the item once (docs/state.md, "Per batch").
 //!
 //! Two stores ship: [`DynamoStore`](dynamodb::DynamoStore) for Lambda, and
 //! [`MemoryStore`](memory::MemoryStore) for unit tests. [`fault::FaultyStore`] wraps
@@ -298,7 +298,7 @@ pub enum Guarantee {
     #[default]
     ExactlyOnce,
     /// Writes without conditions or watermarks: a redelivered record counts again. For
-    /// counts it costs the same write units as `ExactlyOnce` (measured, BENCHMARKS.md); it
+    /// counts it costs the same write units as `ExactlyOnce` (BENCHMARKS.md section 3); it
     /// saves only the refused writes of conflicts.
     AtLeastOnce,
 }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use crate::error::StreamError;
 use crate::event::TopicPartition;
+use crate::serdes::SerdeError;
 use crate::sink::OutputRecord;
 use crate::state::{Contribution, Fold};
 
@@ -71,6 +72,36 @@ pub(crate) struct ItemWindow {
     pub(crate) close_at: Option<i64>,
 }
 
+/// A way records reach state items, with one watermark per item (see `dsl::repartition`):
+/// a partition of the batch, read directly, or a source partition and the repartition
+/// partitions its records crossed, the last one a partition of the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Channel {
+    /// The source partition.
+    pub(crate) origin: TopicPartition,
+    /// The repartition partitions, first hop first (empty: direct).
+    pub(crate) hops: Vec<TopicPartition>,
+}
+
+impl Channel {
+    /// The channel's watermark name, as a topic-partition that displays as
+    /// `<origin>><hop>>…` (`lines-0>words-2>letters-1`; topic names cannot hold `>`), so
+    /// that stores name the watermark `w:<name>` as for a partition.
+    fn name(&self) -> TopicPartition {
+        let Some((last, before)) = self.hops.split_last() else {
+            return self.origin.clone();
+        };
+        let mut topic = self.origin.to_string();
+        for hop in before {
+            topic.push('>');
+            topic.push_str(&hop.to_string());
+        }
+        topic.push('>');
+        topic.push_str(&last.topic);
+        TopicPartition::new(topic, last.partition)
+    }
+}
+
 /// State of one batch as records move through the topology: what the aggregations
 /// will write, and what the sinks will produce.
 pub(crate) struct Ctx {
@@ -92,15 +123,20 @@ pub(crate) struct Ctx {
     pub(crate) deferred: Vec<Deferred>,
     /// Per partition of the batch: its first and last offsets.
     pub(crate) ranges: Vec<(i64, i64)>,
-    /// The partitions contributions are attributed to (their watermarks): the batch's,
-    /// then the original source partitions of records read from repartition topics.
+    /// The watermark channels contributions are attributed to, by name (the item's
+    /// watermark attribute is `w:<name>`): the batch's partitions, then the channels of
+    /// records read from repartition topics (`<source tp>><hop tp>…`, see
+    /// `dsl::repartition`). Indexed like `channels`.
     pub(crate) sources: Vec<TopicPartition>,
-    /// For the current record, when it came through a repartition topic: its original
-    /// source partition (index in `sources`) and offset, which its contributions carry.
+    /// What each of `sources` is: its source partition and the repartition partitions its
+    /// records crossed (none for a batch partition).
+    pub(crate) channels: Vec<Channel>,
+    /// For the current record, when it came through a repartition topic: its channel
+    /// (index in `sources`) and its position on it, which its contributions carry.
     pub(crate) source: Option<(u32, i64)>,
-    /// Per (batch partition, original source partition): the highest original offset seen
-    /// in this batch (a lower one again is a duplicate of a retried producer).
-    pub(crate) seen: HashMap<(u32, u32), i64>,
+    /// Per channel (index in `sources`) of records read from repartition topics: the
+    /// highest position seen in this batch (one at or below it again is a copy).
+    pub(crate) seen: HashMap<u32, i64>,
     /// Per source record (partition index, offset): how many records it has produced to
     /// repartition topics so far.
     pub(crate) sequences: HashMap<(u32, i64), u32>,
@@ -108,6 +144,9 @@ pub(crate) struct Ctx {
     /// [`source`](Self::source)): the batch record (partition index, offset) they stand
     /// for, to name and dead-letter a record whose contribution a store rejects.
     pub(crate) hopped: HashMap<(u32, i64), (u32, i64)>,
+    /// A store given a table's update (which has no source coordinates to attribute it
+    /// to): the batch fails. `build()` refuses the topologies that would do it.
+    pub(crate) unattributed: Option<usize>,
 }
 
 impl Ctx {
@@ -127,11 +166,19 @@ impl Ctx {
             closed: vec![i64::MIN; stores],
             deferred: Vec::new(),
             ranges: Vec::new(),
+            channels: partitions_copy
+                .iter()
+                .map(|tp| Channel {
+                    origin: tp.clone(),
+                    hops: Vec::new(),
+                })
+                .collect(),
             sources: partitions_copy,
             source: None,
             seen: HashMap::new(),
             sequences: HashMap::new(),
             hopped: HashMap::new(),
+            unattributed: None,
         }
     }
 
@@ -145,6 +192,19 @@ impl Ctx {
         self.hopped.get(&(source, offset)).copied()
     }
 
+    /// The index of `channel` in `sources`, added on first use.
+    pub(crate) fn channel(&mut self, channel: Channel) -> u32 {
+        let index = match self.channels.iter().position(|c| *c == channel) {
+            Some(i) => i,
+            None => {
+                self.sources.push(channel.name());
+                self.channels.push(channel);
+                self.channels.len() - 1
+            }
+        };
+        u32::try_from(index).unwrap_or(u32::MAX)
+    }
+
     /// Adds `delta` to the state item `key` of store `store`, attributed to the current record.
     pub(crate) fn contribute(
         &mut self,
@@ -156,7 +216,8 @@ impl Ctx {
         let (Some((tp, offset)), Some((_, _, timestamp))) =
             (self.contribution_coordinates(), self.record_time())
         else {
-            // A table's updates do not feed aggregations (the builder cannot express it).
+            // A table's updates do not feed aggregations (`build()` refuses it); never silent.
+            self.unattributed.get_or_insert(store);
             return;
         };
         let item = self.pending[store]
@@ -184,6 +245,7 @@ impl Ctx {
         let (Some((tp, offset)), Some((_, _, timestamp))) =
             (self.contribution_coordinates(), self.record_time())
         else {
+            self.unattributed.get_or_insert(store);
             return;
         };
         let item = self.pending[store]
@@ -301,6 +363,31 @@ impl Ctx {
                 Some((self.partitions[tp as usize].clone(), offset))
             }
             Origin::Update { .. } => None,
+        }
+    }
+
+    /// The record to blame for an error raised now: the current record's topic-partition
+    /// and offset, or, during a table's update (which no single source record caused),
+    /// `<table update>` with partition and offset -1.
+    pub(crate) fn blame(&self) -> (TopicPartition, i64) {
+        self.record_coordinates()
+            .unwrap_or_else(|| (TopicPartition::new("<table update>", -1), -1))
+    }
+
+    /// A user function's failure on the current record, naming the record.
+    pub(crate) fn user_error(&self, reason: String) -> StreamError {
+        let (tp, offset) = self.blame();
+        StreamError::User { tp, offset, reason }
+    }
+
+    /// A key or value of the current record that does not deserialize, naming the record.
+    pub(crate) fn deserialize_error(&self, side: &'static str, e: SerdeError) -> StreamError {
+        let (tp, offset) = self.blame();
+        StreamError::Deserialize {
+            tp,
+            offset,
+            side,
+            reason: e.0,
         }
     }
 }

@@ -89,6 +89,21 @@ impl Graph {
         self.nodes.get(node).map_or("", |n| n.name.as_str())
     }
 
+    /// How many nodes the graph has (node ids are `0..len()`).
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The parents of `node` (empty for an unknown id).
+    pub(crate) fn parents(&self, node: NodeId) -> &[NodeId] {
+        self.nodes.get(node).map_or(&[], |n| n.parents.as_slice())
+    }
+
+    /// The node a grouped stream made now reads from (see [`Graph::set_grouped_parent`]).
+    pub(crate) fn grouped_parent(&self) -> Option<NodeId> {
+        self.grouped_parent
+    }
+
     /// The nodes that have `node` as a parent.
     fn children(&self, node: NodeId) -> impl Iterator<Item = NodeId> + '_ {
         (0..self.nodes.len()).filter(move |&n| self.nodes[n].parents.contains(&node))
@@ -146,22 +161,22 @@ impl Graph {
     }
 
     /// Adds a node from a line of the walking skeleton's text description
-    /// (`"Source: t"`, `"Processor: count (store: s)"`, `"Sink: t"`): kept so that
-    /// code written against it still shows in the description. New code calls
-    /// [`Graph::add_node`] with explicit parents.
-    pub(crate) fn push(&mut self, line: String) {
+    /// (`"Source: t"`, `"Processor: count (store: s)"`, `"Sink: t"`), reading from
+    /// `parent` (`None`: the grouped parent, or the last node), and returns it. New code
+    /// calls [`Graph::add_node`] with explicit parents.
+    pub(crate) fn push_from(&mut self, line: String, parent: Option<NodeId>) -> NodeId {
         let line = line.trim();
-        let parents: Vec<NodeId> = self
-            .grouped_parent
+        let parents: Vec<NodeId> = parent
+            .or(self.grouped_parent)
             .or_else(|| self.nodes.len().checked_sub(1))
             .into_iter()
             .collect();
         if let Some(topic) = line.strip_prefix("Source: ") {
             let topics = vec![topic.to_owned()];
-            self.add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
+            self.add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[])
         } else if let Some(topic) = line.strip_prefix("Sink: ") {
             let topic = topic.to_owned();
-            self.add_node("KSTREAM-SINK", NodeKind::Sink { topic }, &parents);
+            self.add_node("KSTREAM-SINK", NodeKind::Sink { topic }, &parents)
         } else {
             let what = line.strip_prefix("Processor: ").unwrap_or(line);
             let (op, rest) = what.split_once(' ').unwrap_or((what, ""));
@@ -179,6 +194,7 @@ impl Graph {
             if owns_store {
                 self.table_parent = Some(node);
             }
+            node
         }
     }
 
@@ -523,10 +539,10 @@ mod tests {
     #[test]
     fn legacy_lines_hang_from_the_grouped_parent() {
         let mut g = Graph::default();
-        g.push("Source: in".into());
+        g.push_from("Source: in".into(), None);
         let key = g.add_node("KSTREAM-KEY-SELECT", processor(), &[0]);
         g.set_grouped_parent(key);
-        g.push("  Processor: count (store: counts)".into());
+        g.push_from("  Processor: count (store: counts)".into(), None);
         let d = g.describe();
         let count = d.node("KSTREAM-AGGREGATE-0000000002").unwrap();
         assert_eq!(

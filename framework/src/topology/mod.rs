@@ -5,6 +5,7 @@
 
 pub(crate) mod context;
 pub(crate) mod describe;
+pub(crate) mod order;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -81,13 +82,17 @@ pub(crate) struct TopologyInner {
     pub(crate) description: describe::Graph,
     /// Whether a windowed aggregation needs the partitions' stream times.
     pub(crate) windowed: bool,
-    /// The stores joins read (written before the joins run in each batch).
-    pub(crate) join_targets: BTreeSet<usize>,
     /// The topics read with a timestamp extractor: their stream time is that of the
     /// extracted timestamps (the source updates it), not of the records' own.
     pub(crate) extracted: BTreeSet<String>,
     /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
     pub(crate) rekeys: Vec<PendingRekey>,
+    /// What the graph's nodes do with state (which store a node writes, which stores its
+    /// records wait at), from which the build derives [`write_order`](Self::write_order).
+    pub(crate) roles: order::Roles,
+    /// The order in which a batch writes the stores (indices into `stores`): every store
+    /// after all of its feeders (see [`order`]). Set when the topology is built.
+    pub(crate) write_order: Vec<usize>,
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;

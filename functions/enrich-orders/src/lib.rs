@@ -16,6 +16,7 @@
 //! `ENRICH_OUTPUT_TOPIC`, plus the framework's (`LAMBDA_STREAMS_TABLE`, …; see
 //! `lambda_streams::lambda`).
 
+use lambda_streams::config_env::env_or;
 use lambda_streams::serdes::{Json, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 use serde::{Deserialize, Serialize};
@@ -71,16 +72,10 @@ pub fn topology(customers: &str, orders: &str, output: &str) -> Topology {
 /// The topology with its topics from `ENRICH_CUSTOMERS_TOPIC` (default `customers`),
 /// `ENRICH_ORDERS_TOPIC` (`orders`) and `ENRICH_OUTPUT_TOPIC` (`enriched-orders`).
 pub fn topology_from_env() -> Topology {
-    let var = |name: &str, default: &str| {
-        std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default.to_owned())
-    };
     topology(
-        &var("ENRICH_CUSTOMERS_TOPIC", "customers"),
-        &var("ENRICH_ORDERS_TOPIC", "orders"),
-        &var("ENRICH_OUTPUT_TOPIC", "enriched-orders"),
+        &env_or("ENRICH_CUSTOMERS_TOPIC", "customers"),
+        &env_or("ENRICH_ORDERS_TOPIC", "orders"),
+        &env_or("ENRICH_OUTPUT_TOPIC", "enriched-orders"),
     )
 }
 

@@ -31,6 +31,7 @@
 
 use std::time::Duration;
 
+use lambda_streams::config_env::env_or;
 use lambda_streams::dsl::{EmitStrategy, Grouped, TimeWindowedKStream, TimeWindows};
 use lambda_streams::serdes::{Json, Unit, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
@@ -210,18 +211,12 @@ pub fn topology(topics: &Topics) -> Topology {
 /// The topics from `PAGEVIEWS_INPUT_TOPIC`, `PAGEVIEWS_VIEWS_TOPIC`, `PAGEVIEWS_TOP_TOPIC`
 /// and `PAGEVIEWS_UNIQUE_TOPIC` (an unset or empty variable keeps the default).
 pub fn topics_from_env() -> Topics {
-    let var = |name: &str, default: String| {
-        std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or(default)
-    };
     let d = Topics::default();
     Topics {
-        input: var("PAGEVIEWS_INPUT_TOPIC", d.input),
-        views: var("PAGEVIEWS_VIEWS_TOPIC", d.views),
-        top: var("PAGEVIEWS_TOP_TOPIC", d.top),
-        unique: var("PAGEVIEWS_UNIQUE_TOPIC", d.unique),
+        input: env_or("PAGEVIEWS_INPUT_TOPIC", d.input),
+        views: env_or("PAGEVIEWS_VIEWS_TOPIC", d.views),
+        top: env_or("PAGEVIEWS_TOP_TOPIC", d.top),
+        unique: env_or("PAGEVIEWS_UNIQUE_TOPIC", d.unique),
     }
 }
 

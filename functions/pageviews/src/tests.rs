@@ -162,7 +162,7 @@ fn unknown_fields_are_ignored_and_topics_have_defaults() {
 #[test]
 fn windows_emitted_on_close_need_no_repartition_topic() {
     // Each window is emitted once, with its final version: direct re-keying suffices
-    // (design notes, section 4a), so the function consumes its input topic only.
+    // (docs/state.md, "Direct or repartition"), so the function consumes its input topic only.
     let topology = topology(&Topics::default());
     assert!(topology.repartition_topics().is_empty());
     assert_eq!(topology.source_topics(), ["page-views"]);

@@ -5,14 +5,16 @@
 //! produces `(word, count)` to the output topic (`word-counts`): the key is the word,
 //! the value the word's count after the batch as decimal UTF-8 text, with the state
 //! item's version in the `lambda-streams-version` header (the record with the highest
-//! version per word carries its current count).
+//! version per word carries its current count). A null line (a tombstone in `text-lines`)
+//! has no words: it counts nothing and is not a poison record.
 //!
 //! Environment: `WORDCOUNT_INPUT_TOPIC` (default `text-lines`), `WORDCOUNT_OUTPUT_TOPIC`
 //! (default `word-counts`), plus the framework's (`LAMBDA_STREAMS_TABLE`, …; see
 //! `lambda_streams::lambda`).
 
+use lambda_streams::config_env::env_or;
 use lambda_streams::dsl::Grouped;
-use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
+use lambda_streams::serdes::{DecimalI64, Nullable, Unit, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
 /// The name of the state store holding the counts.
@@ -54,8 +56,10 @@ pub fn topology_direct(input: &str, output: &str) -> Topology {
 fn build(input: &str, output: &str, grouped: Grouped<String, String>) -> Topology {
     let builder = StreamsBuilder::new();
     builder
-        .stream(input, Unit, Utf8)
-        .flat_map_values(|line: String| words(&line))
+        // `Nullable`: a tombstone (null line) is `None`, which has no words, rather than a
+        // value `Utf8` refuses (a poison record that stops the partition under `fail`).
+        .stream(input, Unit, Nullable(Utf8))
+        .flat_map_values(|line: Option<String>| line.as_deref().map(words).unwrap_or_default())
         .group_by(|_, word| word.clone(), grouped)
         .count(STORE)
         .to_stream()
@@ -70,20 +74,14 @@ fn build(input: &str, output: &str, grouped: Grouped<String, String>) -> Topolog
 /// # Errors
 /// An unknown `WORDCOUNT_REKEYING` (neither `repartition` nor `direct`), named.
 pub fn topology_from_env() -> Result<Topology, String> {
-    let var = |name: &str, default: &str| {
-        std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default.to_owned())
-    };
     let (input, output) = (
-        var("WORDCOUNT_INPUT_TOPIC", "text-lines"),
-        var("WORDCOUNT_OUTPUT_TOPIC", "word-counts"),
+        env_or("WORDCOUNT_INPUT_TOPIC", "text-lines"),
+        env_or("WORDCOUNT_OUTPUT_TOPIC", "word-counts"),
     );
-    match var("WORDCOUNT_REKEYING", "repartition").as_str() {
+    match env_or("WORDCOUNT_REKEYING", "repartition").as_str() {
         "repartition" => Ok(topology_repartitioned(
             &input,
-            &var("WORDCOUNT_REPARTITION_TOPIC", REPARTITION_TOPIC),
+            &env_or("WORDCOUNT_REPARTITION_TOPIC", REPARTITION_TOPIC),
             &output,
         )),
         "direct" => Ok(topology_direct(&input, &output)),
@@ -118,5 +116,45 @@ mod tests {
             ["the", "quick", "brown", "fox"]
         );
         assert!(words("   ").is_empty());
+    }
+
+    /// A tombstone between two lines: Kafka Streams' WordCount counts the words of the
+    /// lines only (a null line has none), and the batch holding it succeeds under the
+    /// default `fail` poison policy.
+    #[test]
+    fn a_tombstone_line_counts_nothing_and_is_not_poison() {
+        use lambda_streams::driver::{Batching, TestDriver};
+        for topology in [
+            topology("lines", "counts"),
+            topology_direct("lines", "counts"),
+        ] {
+            let driver = TestDriver::new(topology).with_batching(Batching::Manual);
+            driver
+                .pipe("lines", 0, None, Some(b"the fox".to_vec()), 1)
+                .expect("piped");
+            driver.pipe("lines", 0, None, None, 2).expect("piped");
+            driver
+                .pipe("lines", 0, None, Some(b"The end".to_vec()), 3)
+                .expect("piped");
+            let report = driver.flush().expect("the batch with a tombstone succeeds");
+            assert_eq!(report.poison_records, 0);
+            // The repartitioned topology's second hop runs in the batch the driver
+            // delivers next.
+            driver.flush().expect("second hop");
+            assert_eq!(driver.pending(), 0);
+            let counts: Vec<(Vec<u8>, i64)> = driver
+                .store(STORE)
+                .into_iter()
+                .map(|(key, count, _)| (key, count))
+                .collect();
+            assert_eq!(
+                counts,
+                [
+                    (b"end".to_vec(), 1),
+                    (b"fox".to_vec(), 1),
+                    (b"the".to_vec(), 2)
+                ]
+            );
+        }
     }
 }

@@ -107,9 +107,13 @@ where
             let kind = NodeKind::Processor {
                 stores: vec![format!("{store}-this"), format!("{store}-other")],
             };
-            inner
-                .description
-                .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()])
+            let node =
+                inner
+                    .description
+                    .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()]);
+            inner.roles.read(node, this_buffer.store);
+            inner.roles.read(node, that_buffer.store);
+            node
         };
         KStream::from_node(self.shared(), next, node)
     }
@@ -117,7 +121,7 @@ where
     /// This stream's records with their timestamp, source and encoded value.
     pub(super) fn buffered(&self, side: &Side<V>) -> KStream<K, (V, Buffered)> {
         let serde = Arc::clone(&side.serde);
-        self.child("KSTREAM-JOINSIDE", move |ctx, key, value: V, out| {
+        let side = self.child("KSTREAM-JOINSIDE", move |ctx, key, value: V, out| {
             let (Some((tp, offset)), Some((_, _, ts))) =
                 (ctx.record_coordinates(), ctx.record_time())
             else {
@@ -138,7 +142,11 @@ where
                 value: bytes,
             };
             out.forward(ctx, key, (value, entry))
-        })
+        });
+        lock(&side.shared())
+            .roles
+            .records_only(side.node(), "a stream–stream join");
+        side
     }
 }
 
@@ -153,25 +161,22 @@ pub(super) struct Buffer {
 }
 
 /// Stores a [`Buffer`] as the JSON array of its entries.
+/// The codec of [`Buffer`].
+const BUFFER: StateCodec = StateCodec::new("join buffer");
+
 pub(super) struct BufferSerde;
 
 impl Serde<Buffer> for BufferSerde {
     fn serialize(&self, value: &Buffer) -> Option<Vec<u8>> {
-        serde_json::to_vec(&value.entries).ok()
+        self.try_serialize(value).ok().flatten()
     }
 
     fn try_serialize(&self, value: &Buffer) -> Result<Option<Vec<u8>>, SerdeError> {
-        serde_json::to_vec(&value.entries)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("a join buffer does not encode: {e}")))
+        BUFFER.encode(&value.entries)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
-        let entries: Vec<Buffered> = match data {
-            None => Vec::new(),
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map_err(|e| SerdeError(format!("a join buffer does not decode: {e}")))?,
-        };
+        let entries: Vec<Buffered> = BUFFER.decode(data)?;
         let floor = entries.iter().map(|e| e.ts).max();
         Ok(Buffer { entries, floor })
     }
@@ -224,8 +229,6 @@ pub(super) fn probe<K, V, VO, VR>(
     VO: Clone + Send + Sync + 'static,
     VR: Clone + Send + Sync + 'static,
 {
-    let shared = records.shared();
-    lock(&shared).join_targets.insert(other.store);
     let (other, serde, join) = (
         Arc::clone(other),
         Arc::clone(&other_side.serde),

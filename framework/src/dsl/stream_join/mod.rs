@@ -10,10 +10,12 @@
 //! buffer as it stands after the batch's own buffer writes, so two records of one batch
 //! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
 //! is emitted once. A pair whose records arrive in two batches is emitted by the later
-//! batch. Two batches running at the same time (one per side) can each see the other's
-//! record: the pair is then emitted twice, identically (the output is at least once, as
-//! every output of the framework; the `lambda-streams-source` header names the record that
-//! emitted it).
+//! batch. So with every record delivered once, each pair is emitted once whatever the
+//! batch boundaries. A redelivered record (a retry with the same or other boundaries)
+//! emits its pairs again, and two batches running at the same time (one per side) can each
+//! see the other's record: the pair is then emitted twice, identically (the output is at
+//! least once, as every output of the framework; the `lambda-streams-source` header names
+//! the record that emitted it). The buffers themselves are exact.
 //!
 //! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
 //! semantics: a record that joined nothing is emitted alone once it can no longer join, and
@@ -26,6 +28,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::state_codec::StateCodec;
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, lock};
 use crate::error::StreamError;

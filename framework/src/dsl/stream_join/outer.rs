@@ -93,25 +93,22 @@ pub(super) struct JoinState {
 }
 
 /// Stores a [`JoinState`] as JSON.
+/// The codec of [`JoinState`].
+const JOIN_STATE: StateCodec = StateCodec::new("join state");
+
 pub(super) struct JoinStateSerde;
 
 impl Serde<JoinState> for JoinStateSerde {
     fn serialize(&self, value: &JoinState) -> Option<Vec<u8>> {
-        serde_json::to_vec(value).ok()
+        self.try_serialize(value).ok().flatten()
     }
 
     fn try_serialize(&self, value: &JoinState) -> Result<Option<Vec<u8>>, SerdeError> {
-        serde_json::to_vec(value)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("a join state does not encode: {e}")))
+        JOIN_STATE.encode(value)
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<JoinState, SerdeError> {
-        match data {
-            None => Ok(JoinState::default()),
-            Some(bytes) => serde_json::from_slice(bytes)
-                .map_err(|e| SerdeError(format!("a join state does not decode: {e}"))),
-        }
+        JOIN_STATE.decode(data)
     }
 }
 
@@ -414,12 +411,12 @@ where
         let Some(lookup) = table.lookup else {
             unreachable!("a key's aggregate can be looked up")
         };
+        let join_store = lookup.store;
         let shared = self.shared();
         {
             let mut inner = lock(&shared);
             // The join's stream time starts from the partitions' persisted stream times.
             inner.windowed = true;
-            inner.join_targets.insert(lookup.store);
         }
         let next = Downstream::<K, VR>::new();
         let out = next.clone();
@@ -507,9 +504,11 @@ where
             let kind = NodeKind::Processor {
                 stores: vec![store.to_owned()],
             };
-            inner
+            let node = inner
                 .description
-                .add_node(name, kind, &[self.node(), other.node()])
+                .add_node(name, kind, &[self.node(), other.node()]);
+            inner.roles.read(node, join_store);
+            node
         };
         KStream::from_node(shared, next, node)
     }

@@ -1,8 +1,6 @@
 //! Table administration (creating the state table) and the SDK client settings of the
 //! store: the emulator's client and the retry policy.
 
-use std::time::Duration;
-
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::ProvideErrorMetadata;
 use aws_sdk_dynamodb::types::{
@@ -12,6 +10,7 @@ use aws_sdk_dynamodb::types::{
 
 use super::{CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, TTL_ATTRIBUTE, describe_sdk_error};
 use crate::aws::{TlsRoots, https_client, static_credentials};
+use super::retry::RetrySettings;
 use crate::state::{StateError, StateErrorKind};
 
 /// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`, the
@@ -82,8 +81,15 @@ fn key(name: &str, kind: KeyType) -> KeySchemaElement {
 
 /// A client for a local emulator at `endpoint` (e.g. dynoxide), with static dummy
 /// credentials and a fixed region: it never consults the default credential chain
-/// (which would query the instance metadata service).
+/// (which would query the instance metadata service). The client has the default
+/// [`RetrySettings`] and a retry budget of its own.
 pub fn emulator_client(endpoint: &str) -> Client {
+    emulator_client_with(endpoint, RetrySettings::default())
+}
+
+/// [`emulator_client`] with other retry settings; every call gets a retry budget of its
+/// own, so clients (tests, stores) never spend one another's.
+pub fn emulator_client_with(endpoint: &str, retry: RetrySettings) -> Client {
     let config = aws_sdk_dynamodb::Config::builder()
         .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
         .endpoint_url(endpoint)
@@ -93,17 +99,9 @@ pub fn emulator_client(endpoint: &str) -> Client {
             "lambda-streams-local",
             "lambda-streams-emulator",
         ))
-        .retry_config(retry_config())
+        .retry_config(retry.retry_config())
+        .retry_partition(retry.retry_partition(endpoint))
         .http_client(https_client(TlsRoots::System))
         .build();
     Client::from_conf(config)
-}
-
-/// How DynamoDB requests are retried on throttling and transient errors: up to 6
-/// attempts, exponential backoff with jitter from 25 ms (the SDK's standard mode). A batch
-/// whose writes still fail fails as a whole and is delivered again; nothing is lost.
-pub fn retry_config() -> aws_sdk_dynamodb::config::retry::RetryConfig {
-    aws_sdk_dynamodb::config::retry::RetryConfig::standard()
-        .with_max_attempts(6)
-        .with_initial_backoff(Duration::from_millis(25))
 }

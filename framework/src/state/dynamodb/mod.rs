@@ -1,5 +1,5 @@
 //! The DynamoDB store: exactly-once effect with one conditional write per touched item
-//! per batch in the common case (design notes, section 4).
+//! per batch in the common case (docs/state.md, "Per batch").
 //!
 //! # Write path
 //! *Fast path*: `ADD v :delta, ver :1 SET w:<tp> = :last, …` on the condition
@@ -16,6 +16,7 @@
 
 mod admin;
 mod item;
+mod retry;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -38,7 +39,9 @@ use super::{
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
-pub use admin::{create_table, emulator_client, retry_config};
+pub use admin::{create_table, emulator_client, emulator_client_with};
+pub use retry::{RetrySettings, retry_config};
+use retry::describe_request;
 pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
     TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
@@ -181,6 +184,15 @@ impl DynamoStore {
         &self.table
     }
 
+    /// [`describe_sdk_error`], naming the table when the request was throttled.
+    fn describe<E, R>(&self, error: &SdkError<E, R>) -> String
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug,
+    {
+        describe_request(&self.table, error.code(), describe_sdk_error(error))
+    }
+
     /// Sends one update; `Ok(Err(item))` is a failed condition with the current item.
     async fn send(
         &self,
@@ -201,12 +213,16 @@ impl DynamoStore {
                     stats.conditional_failures += 1;
                     Ok(Err(failed.item))
                 }
-                other => Err(StateError::new(write.store, write.key, classify(&other))),
+                other => Err(StateError::new(
+                    write.store,
+                    write.key,
+                    classify(&self.table, &other),
+                )),
             },
             Err(other) => Err(StateError::new(
                 write.store,
                 write.key,
-                StateErrorKind::Request(describe_sdk_error(&other)),
+                StateErrorKind::Request(self.describe(&other)),
             )),
         }
     }
@@ -520,7 +536,7 @@ impl Store for DynamoStore {
             .send()
             .await
             .map_err(|e| {
-                StateError::new(store, key, StateErrorKind::Request(describe_sdk_error(&e)))
+                StateError::new(store, key, StateErrorKind::Request(self.describe(&e)))
             })?;
         out.item()
             .map(parse_state)
@@ -551,7 +567,7 @@ impl Store for DynamoStore {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            let page = page.map_err(|e| err(self.describe(&e)))?;
             for item in page.items() {
                 if expired(item, now) {
                     continue;
@@ -585,7 +601,7 @@ impl Store for DynamoStore {
                 StateError::new(
                     STREAM_TIME_KEY,
                     b"",
-                    StateErrorKind::Request(describe_sdk_error(&e)),
+                    StateErrorKind::Request(self.describe(&e)),
                 )
             })?;
         let item = out.item().cloned().unwrap_or_default();
@@ -664,7 +680,7 @@ impl Store for DynamoStore {
                     "cannot query index {CLOSING_INDEX:?} of table {:?} (emit-on-close \
                      stores need it; see create_table and template.yaml): {}",
                     self.table,
-                    describe_sdk_error(&e)
+                    self.describe(&e)
                 ))
             })?;
             for item in page.items() {
@@ -746,7 +762,7 @@ impl DynamoStore {
                     .request_items(&self.table, pending.clone())
                     .send()
                     .await
-                    .map_err(|e| describe_sdk_error(&e))?;
+                    .map_err(|e| self.describe(&e))?;
                 if let Some(found) = out.responses.as_mut().and_then(|r| r.remove(&self.table)) {
                     items.extend(found);
                 }
@@ -793,7 +809,7 @@ impl DynamoStore {
                 return Err(StateError::new(
                     store,
                     &window.key,
-                    StateErrorKind::Request(describe_sdk_error(&e)),
+                    StateErrorKind::Request(self.describe(&e)),
                 ));
             }
         }
@@ -830,7 +846,7 @@ impl DynamoStore {
             Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
                 Ok(())
             }
-            Err(e) => Err(StateErrorKind::Request(describe_sdk_error(&e))),
+            Err(e) => Err(StateErrorKind::Request(self.describe(&e))),
         }
     }
 
@@ -851,7 +867,7 @@ impl DynamoStore {
             .into_paginator()
             .send();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| err(describe_sdk_error(&e)))?;
+            let page = page.map_err(|e| err(self.describe(&e)))?;
             for item in page.items() {
                 if expired(item, now) {
                     continue;
@@ -873,14 +889,15 @@ impl DynamoStore {
     }
 }
 
-fn classify(error: &UpdateItemError) -> StateErrorKind {
+fn classify(table: &str, error: &UpdateItemError) -> StateErrorKind {
     let message = error.message().unwrap_or_default();
     if error.code() == Some("ValidationException") && message.starts_with("Item size") {
         StateErrorKind::ItemTooLarge
     } else {
-        StateErrorKind::Request(format!(
-            "{}: {message}",
-            error.code().unwrap_or("unknown error")
+        StateErrorKind::Request(describe_request(
+            table,
+            error.code(),
+            format!("{}: {message}", error.code().unwrap_or("unknown error")),
         ))
     }
 }

@@ -1,0 +1,244 @@
+//! The order of a batch's steps, derived from the topology's graph when it is built.
+//!
+//! A batch first takes every record through the stateless operators; what reaches an
+//! aggregation is folded in memory per state item, and what reaches a join waits there
+//! for the table's value of its key. Then each store is written once, and the records
+//! waiting at a join go on once the joined store has been written. The records that go on
+//! may reach another store (an aggregation of joined records) or another join (a chain of
+//! joins), and a store's updates flow on after its write, into other stores and joins. So
+//! the stores are written in an order in which every store comes after all of its
+//! *feeders*: the stores whose updates, or whose joins, lie upstream of its aggregation.
+//! That order is a topological order of the feeder graph, computed here; a cycle in it
+//! (a store that would feed itself in one batch) is refused at build.
+//!
+//! The same walk refuses the shapes a batch cannot run exactly once:
+//!
+//! - **A table's update stream aggregated** (`table.to_stream().group_by_key().count()`,
+//!   `to_table`, a count of a count): a batch emits one update per key per batch, where
+//!   Kafka Streams (record at a time, without caching) emits one per input record, so what
+//!   an aggregation of updates folds depends on batch boundaries; and an update has no
+//!   source record whose watermark would apply it once (design notes, section 4).
+//! - **A table's update stream repartitioned or buffered by a stream–stream join**: both
+//!   need each record's source coordinates, which an update does not have.
+//! - **A join of an emit-on-close window's updates**: those updates are emitted after the
+//!   batch's joins, when the window closes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::StoreSpec;
+use super::describe::{Graph, NodeId};
+use crate::error::TopologyError;
+
+/// What the nodes of the graph do with state, as the DSL declares it.
+#[derive(Debug, Default)]
+pub(crate) struct Roles {
+    /// Aggregation nodes, and the store (by index) each writes.
+    pub(crate) writes: BTreeMap<NodeId, usize>,
+    /// Join nodes, and the stores their records wait at (read after the store's write).
+    pub(crate) reads: BTreeMap<NodeId, BTreeSet<usize>>,
+    /// Nodes that need source records (their coordinates), and what they are, for errors.
+    pub(crate) records_only: BTreeMap<NodeId, &'static str>,
+}
+
+impl Roles {
+    /// Declares that `node` writes store `store`.
+    pub(crate) fn write(&mut self, node: NodeId, store: usize) {
+        self.writes.insert(node, store);
+    }
+
+    /// Declares that records at `node` wait for store `store`'s value of their key.
+    pub(crate) fn read(&mut self, node: NodeId, store: usize) {
+        self.reads.entry(node).or_default().insert(store);
+    }
+
+    /// Declares that `node` needs source records (`what` names it in errors).
+    pub(crate) fn records_only(&mut self, node: NodeId, what: &'static str) {
+        self.records_only.insert(node, what);
+    }
+}
+
+/// What flows out of a node, as far as ordering is concerned.
+#[derive(Debug, Clone, Default)]
+struct Flow {
+    /// The stores that must be written (and their joins resumed) before a record leaves it.
+    after: BTreeSet<usize>,
+    /// When its records are a table's updates: the store whose updates they are.
+    updates_of: Option<usize>,
+    /// When its records are updates of an emit-on-close store: that store.
+    on_close_of: Option<usize>,
+}
+
+/// The order in which a batch writes the stores (indices into `stores`): every store after
+/// all of its feeders. Refuses a cycle, and the shapes the module documentation lists.
+pub(crate) fn write_order(
+    graph: &Graph,
+    roles: &Roles,
+    stores: &[StoreSpec],
+) -> Result<Vec<usize>, TopologyError> {
+    let mut walk = Walk {
+        graph,
+        roles,
+        stores,
+        flows: vec![None; graph.len()],
+        visiting: vec![false; graph.len()],
+        feeders: vec![BTreeSet::new(); stores.len()],
+        writer: vec![None; stores.len()],
+    };
+    for node in 0..graph.len() {
+        walk.flow(node)?;
+    }
+    let Walk {
+        feeders, writer, ..
+    } = walk;
+    let name = |store: usize| {
+        writer[store].map_or_else(|| stores[store].name.clone(), |n| graph.name(n).to_owned())
+    };
+    // Kahn's algorithm, the lowest index first among the stores that are ready, so that
+    // independent stores keep the order they were declared in.
+    let mut remaining: Vec<BTreeSet<usize>> = feeders.clone();
+    let mut order = Vec::with_capacity(stores.len());
+    let mut done = vec![false; stores.len()];
+    while order.len() < stores.len() {
+        let Some(next) = (0..stores.len()).find(|&s| !done[s] && remaining[s].is_empty()) else {
+            let stuck = (0..stores.len()).find(|&s| !done[s]).unwrap_or_default();
+            return Err(TopologyError::new(
+                name(stuck),
+                format!(
+                    "store {:?} is fed, within one batch, by its own updates or joins \
+                     (a cycle through the stores {:?})",
+                    stores[stuck].name,
+                    (0..stores.len())
+                        .filter(|&s| !done[s])
+                        .map(|s| stores[s].name.as_str())
+                        .collect::<Vec<_>>()
+                ),
+                "break the cycle with a topic: produce the updates with `to` and read them \
+                 with `builder.stream` or `builder.table` in another sub-topology",
+            ));
+        };
+        done[next] = true;
+        order.push(next);
+        for r in &mut remaining {
+            r.remove(&next);
+        }
+    }
+    Ok(order)
+}
+
+/// The walk over the graph that computes each node's [`Flow`] from its parents'.
+struct Walk<'a> {
+    graph: &'a Graph,
+    roles: &'a Roles,
+    stores: &'a [StoreSpec],
+    flows: Vec<Option<Flow>>,
+    visiting: Vec<bool>,
+    /// Per store: the stores that must be written before it.
+    feeders: Vec<BTreeSet<usize>>,
+    /// Per store: the node that writes it.
+    writer: Vec<Option<NodeId>>,
+}
+
+impl Walk<'_> {
+    fn flow(&mut self, node: NodeId) -> Result<Flow, TopologyError> {
+        if let Some(flow) = &self.flows[node] {
+            return Ok(flow.clone());
+        }
+        let name = self.graph.name(node).to_owned();
+        if std::mem::replace(&mut self.visiting[node], true) {
+            return Err(TopologyError::new(
+                name,
+                "the operator reads, within one batch, records it emits itself (a cycle)".into(),
+                "break the cycle with a topic read in another sub-topology",
+            ));
+        }
+        let mut input = Flow::default();
+        for &parent in self.graph.parents(node) {
+            let flow = self.flow(parent)?;
+            input.after.extend(flow.after);
+            input.updates_of = input.updates_of.or(flow.updates_of);
+            input.on_close_of = input.on_close_of.or(flow.on_close_of);
+        }
+        let store_name = |s: usize| self.stores[s].name.as_str();
+        let flow = if let Some(&store) = self.roles.writes.get(&node) {
+            if let Some(table) = input.updates_of {
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "it aggregates into store {:?} the update stream of the table in store \
+                         {:?}; a batch emits one update per key per batch (Kafka Streams one \
+                         per input record), so the result would depend on batch boundaries, \
+                         and an update has no source record to apply it exactly once",
+                        store_name(store),
+                        store_name(table)
+                    ),
+                    "aggregate the stream that feeds that table instead (group it and \
+                     aggregate), or use the table itself (`KTable::map_values`, `filter`, \
+                     joins) for its latest value per key",
+                ));
+            }
+            if input.after.contains(&store) {
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "store {:?} is fed, within one batch, by its own updates or joins \
+                         (a cycle)",
+                        store_name(store)
+                    ),
+                    "break the cycle with a topic read in another sub-topology",
+                ));
+            }
+            self.feeders[store].extend(input.after.iter().copied());
+            self.writer[store] = Some(node);
+            let mut after = input.after;
+            after.insert(store);
+            let on_close = self.stores[store].emit_on_close.is_some();
+            Flow {
+                after,
+                updates_of: Some(store),
+                on_close_of: if on_close {
+                    Some(store)
+                } else {
+                    input.on_close_of
+                },
+            }
+        } else {
+            if let (Some(what), Some(table)) =
+                (self.roles.records_only.get(&node), input.updates_of)
+            {
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "{what} takes source records, and it is given the update stream of \
+                         the table in store {:?} (an update has no source coordinates)",
+                        store_name(table)
+                    ),
+                    "apply it to the stream that feeds that table instead, or produce the \
+                     updates with `to` and read that topic with `builder.stream`",
+                ));
+            }
+            let reads = self.roles.reads.get(&node);
+            if let (Some(_), Some(windows)) = (reads, input.on_close_of) {
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "it joins the updates of store {:?}, which emits once per window when \
+                         the window closes, after the batch's joins have run",
+                        store_name(windows)
+                    ),
+                    "emit the windows on every update (`EmitStrategy::OnWindowUpdate`), or \
+                     produce them with `to` and join that topic in another sub-topology",
+                ));
+            }
+            let mut after = input.after;
+            after.extend(reads.into_iter().flatten().copied());
+            Flow {
+                after,
+                updates_of: input.updates_of,
+                on_close_of: input.on_close_of,
+            }
+        };
+        self.visiting[node] = false;
+        self.flows[node] = Some(flow.clone());
+        Ok(flow)
+    }
+}
