@@ -207,7 +207,6 @@ async fn a_panicking_reducer_at_write_time_is_a_poison_record() {
         .process_with(&event, &store, &sink, &options(PoisonPolicy::Skip))
         .await
         .expect("the batch goes on");
-    eprintln!("{:?} {:?}", outcome.report, sink.records());
     assert_eq!(outcome.report.poison_records, 1);
     let out: Vec<_> = sink
         .records()

@@ -2,7 +2,6 @@
 //! touched state item, then the table updates, then the sinks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -164,6 +163,7 @@ impl Topology {
         // of the stores written so far go on (again and again: a record that passes one
         // join may wait at the next), so they reach the store before its write.
         let mut written = vec![false; self.inner.stores.len()];
+        let poisoned = Mutex::new(HashSet::new());
         for &index in &self.inner.write_order {
             self.resume_joins(
                 &mut ctx,
@@ -180,6 +180,7 @@ impl Topology {
                 store,
                 sink,
                 options,
+                poisoned: &poisoned,
             };
             self.write_and_emit(index, &mut ctx, &writing, &mut outcome.report)
                 .await?;
@@ -468,11 +469,12 @@ impl Topology {
     /// or panics at write time) has written nothing of it: each rejected record is a poison
     /// record, handled by the policy (with `Fail`, the whole batch fails, partial batch
     /// responses or not, with the error naming the record), and the item is written again
-    /// without it. A dead-lettered record is produced and acknowledged before that write, so
-    /// a retry of a batch that fails later finds the item as it was and decides the same.
-    /// The record is dropped from the item that rejected it only: what it did elsewhere
-    /// (other items, other stores, its other outputs) stays, as when a Kafka Streams
-    /// processor fails on a record after the processors before it forwarded it.
+    /// without it. A dead-lettered record is produced and acknowledged before that write:
+    /// once the item is written, its watermark may be past the record, and a retry of a
+    /// batch that fails later would not meet the record again. The record is dropped from
+    /// the item that rejected it only: what it did elsewhere (other items, other stores,
+    /// its other outputs) stays, as when a Kafka Streams processor fails on a record after
+    /// the processors before it forwarded it.
     async fn write_store(
         &self,
         index: usize,
@@ -483,14 +485,10 @@ impl Topology {
     ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
-        // Batch records already counted (and dead-lettered) as poison by another item.
-        let poisoned: Mutex<HashSet<(u32, i64)>> = Mutex::new(HashSet::new());
-        let poisoned = &poisoned;
-        let sent = AtomicU64::new(0);
-        let sent = &sent;
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|((key, window), mut item)| async move {
                 let mut stats = WriteStats::default();
+                let mut rejections = Rejections::default();
                 loop {
                     let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                     let write = ItemWrite {
@@ -503,19 +501,19 @@ impl Topology {
                         close_at: item.close_at,
                         fold,
                     };
-                    let rejected = match writing.store.apply(write).await {
+                    let (records, printable) = match writing.store.apply(write).await {
                         Ok((state, item_stats)) => {
                             stats.add(&item_stats);
-                            return Ok(Some(((key, window), item.max_timestamp, state, stats)));
+                            let written = ((key, window), item.max_timestamp, state);
+                            return Ok((Some(written), stats, rejections));
                         }
                         Err(StateError {
-                            kind: StateErrorKind::Rejected(rejected),
-                            store: _,
+                            kind: StateErrorKind::Rejected(RejectedRecords(records)),
                             key: printable,
-                        }) => (rejected, printable),
+                            ..
+                        }) => (records, printable),
                         Err(other) => return Err(StreamError::from(other)),
                     };
-                    let (RejectedRecords(records), printable) = rejected;
                     let before = item.contributions.len();
                     let mut letters = Vec::new();
                     for (source, offset, why) in records {
@@ -529,15 +527,24 @@ impl Topology {
                         if writing.options.poison == PoisonPolicy::Fail {
                             return Err(poison.error);
                         }
+                        tracing::warn!(
+                            error = %poison.error,
+                            policy = ?writing.options.poison,
+                            "poison record at a state write"
+                        );
+                        // A record rejected by several items is one poison record.
                         let first = poison.record.is_none_or(|at| {
-                            poisoned
+                            writing
+                                .poisoned
                                 .lock()
                                 .unwrap_or_else(PoisonError::into_inner)
                                 .insert(at)
                         });
-                        tracing::warn!(error = %poison.error, policy = ?writing.options.poison, "poison record at a state write");
-                        if let (true, PoisonPolicy::DeadLetter { topic }) =
-                            (first, &writing.options.poison)
+                        if !first {
+                            continue;
+                        }
+                        rejections.poison_records += 1;
+                        if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison
                             && let Some(letter) = poison.letter(topic)
                         {
                             letters.push(letter);
@@ -550,12 +557,11 @@ impl Topology {
                         )));
                     }
                     if !letters.is_empty() {
-                        let count = letters.len() as u64;
+                        rejections.dead_lettered += letters.len() as u64;
                         writing.sink.send(letters).await?;
-                        sent.fetch_add(count, Ordering::SeqCst);
                     }
                     if item.contributions.is_empty() {
-                        return Ok(None);
+                        return Ok((None, stats, rejections));
                     }
                 }
             })
@@ -563,26 +569,27 @@ impl Topology {
             .try_collect::<Vec<_>>()
             .await?
             .into_iter()
-            .flatten()
-            .collect();
-        let poisoned = poisoned
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len() as u64;
-        report.poison_records += poisoned;
-        report.records_in = report.records_in.saturating_sub(poisoned);
-        let sent = sent.load(Ordering::SeqCst);
-        report.dead_lettered += sent;
-        report.records_out += sent;
-        results.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(results
-            .into_iter()
-            .map(|(key, ts, state, item_stats)| {
+            .filter_map(|(written, item_stats, rejections)| {
                 report.state.add(&item_stats);
-                (key, ts, state)
+                report.poison_records += rejections.poison_records;
+                report.records_in = report.records_in.saturating_sub(rejections.poison_records);
+                report.dead_lettered += rejections.dead_lettered;
+                report.records_out += rejections.dead_lettered;
+                written
             })
-            .collect())
+            .collect();
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(results)
     }
+}
+
+/// The poison records one item's write met.
+#[derive(Debug, Default)]
+struct Rejections {
+    /// Records rejected (each counted once per batch).
+    poison_records: u64,
+    /// Of those, the ones produced to the dead-letter topic.
+    dead_lettered: u64,
 }
 
 /// What the state writes of a batch need besides the topology and the context.
@@ -591,6 +598,9 @@ struct Writing<'a> {
     store: &'a dyn Store,
     sink: &'a dyn Sink,
     options: &'a BatchOptions,
+    /// The batch records (partition index, offset) a store rejected so far, over every
+    /// store of the batch: a record is one poison record however many items reject it.
+    poisoned: &'a Mutex<HashSet<(u32, i64)>>,
 }
 
 fn unix_millis() -> i64 {

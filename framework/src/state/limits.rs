@@ -31,9 +31,13 @@
 //! [`FaultyStore`]: super::fault::FaultyStore
 //! [`DynamoStore`]: super::dynamodb::DynamoStore
 
+use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::{Fold, ItemWrite, StateError, StateErrorKind};
+
+/// The item format version the stores write (`fv`), counted in every item.
+const FORMAT_VERSION: i64 = 1;
 
 /// DynamoDB's limit on a partition key value (bytes).
 pub const MAX_PARTITION_KEY_BYTES: usize = 2048;
@@ -58,7 +62,7 @@ pub fn partition_key_bytes(store: &str, key: &[u8]) -> usize {
 /// The size DynamoDB counts for a number attribute's value (see the module docs).
 pub fn number_bytes(n: i64) -> usize {
     if n == 0 {
-        return 1 + 1;
+        return 1;
     }
     let digits = n.unsigned_abs().to_string();
     let significant = digits.trim_end_matches('0').len();
@@ -88,7 +92,7 @@ pub fn item_bytes<'a>(
         + 2 + number_bytes(write.window.unwrap_or(0))
         + 3 + number_bytes(version)
         + 1 + write.key.len()
-        + 2 + number_bytes(1);
+        + 2 + number_bytes(FORMAT_VERSION);
     size += match value {
         ItemValue::Number(n) => 1 + number_bytes(n),
         ItemValue::Aggregate(bytes) => 1 + bytes,
@@ -103,6 +107,55 @@ pub fn item_bytes<'a>(
         size += 2 + tp.len() + number_bytes(offset);
     }
     size
+}
+
+/// The size DynamoDB counts for the update request a store sends to write `write` with
+/// `value` and the new watermarks `marks`, before it reads the item (it refuses a request
+/// over [`MAX_ITEM_BYTES`] as it refuses such an item): 3 bytes, plus, for each `SET` or
+/// `ADD` action, 19 bytes, the attribute's name and the value's size. The request is the
+/// one the DynamoDB store's read-modify-write sends: `SET k, fv, [ttl], [cq, cl], a` and
+/// the watermarks, `ADD ver` (and `ADD v` for a count).
+pub fn update_bytes<'a>(
+    write: &ItemWrite<'_>,
+    value: ItemValue,
+    marks: impl IntoIterator<Item = (&'a str, i64)>,
+) -> usize {
+    const STATEMENT: usize = 3;
+    const ACTION: usize = 19;
+    let mut size = STATEMENT
+        + ACTION + 1 + write.key.len()
+        + ACTION + 2 + number_bytes(FORMAT_VERSION)
+        + ACTION + 3 + number_bytes(1);
+    size += match value {
+        ItemValue::Number(delta) => ACTION + 1 + number_bytes(delta),
+        ItemValue::Aggregate(bytes) => ACTION + 1 + bytes,
+    };
+    if let Some(at) = write.expires_at {
+        size += ACTION + 3 + number_bytes(at);
+    }
+    if let Some(at) = write.close_at {
+        size += ACTION + 2 + write.store.len() + ACTION + 2 + number_bytes(at);
+    }
+    for (tp, offset) in marks {
+        size += ACTION + 2 + tp.len() + number_bytes(offset);
+    }
+    size
+}
+
+/// Checks a general aggregate of `bytes` against the 400 KB limit, both as the item it
+/// leaves ([`item_bytes`], with `version` and every watermark after the write) and as the
+/// update request that writes it ([`update_bytes`], with the write's new watermarks
+/// `marks`): `Err` says why, for the record to blame.
+pub fn check_aggregate<'a>(
+    write: &ItemWrite<'_>,
+    bytes: usize,
+    version: u64,
+    watermarks: impl IntoIterator<Item = (&'a str, i64)>,
+    marks: impl IntoIterator<Item = (&'a str, i64)>,
+) -> Result<(), String> {
+    let value = ItemValue::Aggregate(bytes);
+    let size = item_bytes(write, value, version, watermarks).max(update_bytes(write, value, marks));
+    check_item_bytes(size)
 }
 
 /// Checks an item's size (as [`item_bytes`] counts it) against [`MAX_ITEM_BYTES`]: `Err`
@@ -179,13 +232,20 @@ impl std::fmt::Display for RejectedRecords {
 }
 
 /// Folds the write's new contributions (those `include` accepts) onto `current`, checking
-/// the result with `fits` (the item's size for the new aggregate's length: `Err` with why
-/// when it breaks a limit). When the fold fails, panics or does not fit, finds the records
-/// to blame — the first contribution, in the write's order, whose addition makes the fold
-/// fail, then again over the rest without it — and returns them as
-/// [`StateErrorKind::Rejected`]: the same stored item and contributions always give the same
-/// blame, so a retry decides the same. A failure with no contribution at all (the stored
-/// aggregate does not decode) is no record's fault: [`StateErrorKind::Aggregate`].
+/// the result with `fits` (`Err` with why when an aggregate of that many bytes would break
+/// a limit).
+///
+/// The batch's values of one item are folded together and the aggregate encoded once (an
+/// intermediate aggregate is never encoded, so only the batch's result must encode and
+/// fit). When that fails, panics or does not fit, the records to blame are found as a
+/// record-at-a-time processor would meet them: the first contribution, in the write's
+/// order, whose addition to the ones accepted before it makes the fold fail is rejected,
+/// then the search goes on after it (a binary search over prefixes, exact when a failing
+/// prefix stays failing as records are added: a panic on one value, an aggregate that
+/// grows). They are returned as [`StateErrorKind::Rejected`]: the same stored item and
+/// contributions always give the same blame, so a retry decides the same. A stored
+/// aggregate that does not fold even without a new value (it does not decode, or no
+/// longer encodes) is no record's fault: [`StateErrorKind::Aggregate`].
 pub fn fold_within_limits(
     write: &ItemWrite<'_>,
     fold: &dyn Fold,
@@ -193,72 +253,66 @@ pub fn fold_within_limits(
     include: &dyn Fn(u32, i64) -> bool,
     fits: &dyn Fn(usize) -> Result<(), String>,
 ) -> Result<Vec<u8>, StateError> {
-    let attempt = |chosen: &dyn Fn(u32, i64) -> bool| -> Result<Vec<u8>, String> {
-        let folded = catch_unwind(AssertUnwindSafe(|| {
-            fold.fold(current, &|tp, offset| include(tp, offset) && chosen(tp, offset))
-        }))
-        .unwrap_or_else(|panic| {
-            Err(format!(
-                "the aggregation panicked: {}",
-                panic_message(panic.as_ref())
-            ))
-        })?;
-        fits(folded.len())?;
-        Ok(folded)
-    };
-    let first_error = match attempt(&|_, _| true) {
-        Ok(folded) => return Ok(folded),
-        Err(e) => e,
-    };
-    if let Err(e) = attempt(&|_, _| false) {
-        if current.is_some() {
-            return Err(StateError::new(
-                write.store,
-                write.key,
-                StateErrorKind::Aggregate(e),
-            ));
-        }
-        // A new item whose very start fails (an initializer that panics): every record of
-        // it is to blame.
-        let _ = first_error;
-        return Err(rejected(
-            write,
-            write
-                .contributions
-                .iter()
-                .filter(|c| include(c.tp, c.offset))
-                .map(|c| (c.tp, c.offset, e.clone()))
-                .collect(),
-        ));
-    }
+    // The new contributions, in the write's order, and each one's place among them.
     let candidates: Vec<(u32, i64)> = write
         .contributions
         .iter()
         .filter(|c| include(c.tp, c.offset))
         .map(|c| (c.tp, c.offset))
         .collect();
-    let mut blamed: Vec<(u32, i64, String)> = Vec::new();
-    // Candidates before `start` are accepted (or blamed); the fold of the accepted ones and
-    // all of `candidates[start..]` fails.
-    let mut start = 0;
-    while start < candidates.len() {
-        let allowed = |upto: usize| {
-            let blamed = &blamed;
-            let candidates = &candidates;
-            move |tp: u32, offset: i64| {
-                candidates[..upto].contains(&(tp, offset))
-                    && !blamed.iter().any(|b| b.0 == tp && b.1 == offset)
-            }
+    let place: HashMap<(u32, i64), usize> = candidates
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (*c, i))
+        .collect();
+    // Folds the candidates before `upto` that are not `blamed`.
+    let attempt = |upto: usize, blamed: &[bool]| -> Result<Vec<u8>, String> {
+        let chosen = |tp: u32, offset: i64| {
+            place
+                .get(&(tp, offset))
+                .is_some_and(|i| *i < upto && !blamed[*i])
         };
-        if attempt(&allowed(candidates.len())).is_ok() {
-            break;
-        }
-        // The smallest `end` in start+1..=len whose prefix fails.
-        let (mut low, mut high) = (start + 1, candidates.len());
-        let mut why = String::new();
+        let folded = catch_unwind(AssertUnwindSafe(|| fold.fold(current, &chosen)))
+            .unwrap_or_else(|panic| {
+                Err(format!(
+                    "the aggregation panicked: {}",
+                    panic_message(panic.as_ref())
+                ))
+            })?;
+        fits(folded.len())?;
+        Ok(folded)
+    };
+    let mut blamed = vec![false; candidates.len()];
+    let all = candidates.len();
+    if all == 0 {
+        // Nothing new to blame (the stores do not fold a write that adds nothing).
+        return attempt(0, &blamed).map_err(|e| {
+            StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
+        });
+    }
+    let mut why = match attempt(all, &blamed) {
+        Ok(folded) => return Ok(folded),
+        Err(e) => e,
+    };
+    if current.is_some()
+        && let Err(e) = attempt(0, &blamed)
+    {
+        return Err(StateError::new(
+            write.store,
+            write.key,
+            StateErrorKind::Aggregate(e),
+        ));
+    }
+    let mut rejected_records = Vec::new();
+    // Invariant: the accepted candidates before `start` fold (or `start` is 0), and all of
+    // them, the failing `why` said, do not.
+    let mut start = 0;
+    loop {
+        // The smallest `end` in start+1..=all whose prefix fails.
+        let (mut low, mut high) = (start + 1, all);
         while low < high {
             let mid = low + (high - low) / 2;
-            match attempt(&allowed(mid)) {
+            match attempt(mid, &blamed) {
                 Ok(_) => low = mid + 1,
                 Err(e) => {
                     why = e;
@@ -266,17 +320,19 @@ pub fn fold_within_limits(
                 }
             }
         }
-        if why.is_empty() {
-            why = match attempt(&allowed(low)) {
-                Err(e) => e,
-                Ok(_) => first_error.clone(),
-            };
-        }
         let (tp, offset) = candidates[low - 1];
-        blamed.push((tp, offset, why));
+        blamed[low - 1] = true;
+        rejected_records.push((tp, offset, why));
         start = low;
+        if start >= all {
+            break;
+        }
+        match attempt(all, &blamed) {
+            Ok(_) => break,
+            Err(e) => why = e,
+        }
     }
-    Err(rejected(write, blamed))
+    Err(rejected(write, rejected_records))
 }
 
 /// The message of a caught panic.

@@ -127,18 +127,20 @@ impl Store for MemoryStore {
             Some(fold) => {
                 let held = super::held_up_to(&write, &stored.watermarks);
                 let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
+                let new_marks: Vec<(String, i64)> = marks
+                    .iter()
+                    .map(|(tp, offset)| (write.partitions[*tp as usize].to_string(), *offset))
+                    .collect();
                 let mut watermarks = stored.watermarks.clone();
-                for (tp, offset) in &marks {
-                    watermarks.insert(write.partitions[*tp as usize].to_string(), *offset);
-                }
+                watermarks.extend(new_marks.iter().cloned());
                 let fits = |bytes: usize| {
-                    let size = limits::item_bytes(
+                    limits::check_aggregate(
                         &write,
-                        limits::ItemValue::Aggregate(bytes),
+                        bytes,
                         stored.version + 1,
                         watermarks.iter().map(|(tp, o)| (tp.as_str(), *o)),
-                    );
-                    limits::check_item_bytes(size)
+                        new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                    )
                 };
                 Some(limits::fold_within_limits(
                     &write,

@@ -309,18 +309,21 @@ impl DynamoStore {
                     let held = super::held_up_to(write, &watermarks);
                     let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
                     let current = stored.as_ref().and_then(|s| s.aggregate.as_deref());
+                    let new_marks: Vec<(String, i64)> = marks
+                        .iter()
+                        .map(|(tp, last)| (write.partitions[*tp as usize].to_string(), *last))
+                        .collect();
                     let mut marked = watermarks.clone();
-                    for (tp, last) in &marks {
-                        marked.insert(write.partitions[*tp as usize].to_string(), *last);
-                    }
+                    marked.extend(new_marks.iter().cloned());
                     let version = stored.as_ref().map_or(0, |s| s.version) + 1;
                     let fits = |bytes: usize| {
-                        limits::check_item_bytes(limits::item_bytes(
+                        limits::check_aggregate(
                             write,
-                            limits::ItemValue::Aggregate(bytes),
+                            bytes,
                             version,
                             marked.iter().map(|(tp, o)| (tp.as_str(), *o)),
-                        ))
+                            new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                        )
                     };
                     let aggregate =
                         limits::fold_within_limits(write, fold, current, &include, &fits)?;
