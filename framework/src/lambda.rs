@@ -61,7 +61,11 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
             .load()
             .await;
         let client = retry.client(&sdk, &table);
-        Arc::new(DynamoStore::new(client, table, config.guarantee))
+        let store = DynamoStore::new(client, table, config.guarantee);
+        Arc::new(match config.state_cache_bytes {
+            Some(bytes) => store.with_cache_bytes(bytes),
+            None => store,
+        })
     };
     let mut handler = Handler::with_kafka_output(topology, store, config.bootstrap_servers)
         .with_kafka_settings(config.kafka)

@@ -144,7 +144,10 @@ async fn a_write_time_poison_record_is_dead_lettered_with_its_coordinates() {
         .collect();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].value.as_deref(), Some(&b"panic"[..]));
-    assert_eq!(dead[0].header("lambda-streams-source"), Some(&b"in:0:1"[..]));
+    assert_eq!(
+        dead[0].header("lambda-streams-source"),
+        Some(&b"in:0:1"[..])
+    );
     let error = String::from_utf8_lossy(dead[0].header(ERROR_HEADER).expect("error header"));
     assert!(error.contains("panic"), "{error}");
     assert_eq!(sum_of(&store, "k"), Some((1, 1)));
@@ -324,8 +327,9 @@ async fn the_record_that_would_take_an_item_past_400_kb_is_a_poison_record() {
     let big = "b".repeat(100_000);
     let topology = concat();
     let (store, sink) = (MemoryStore::new(), MemorySink::new());
-    let mut records: Vec<(i32, i64, &str, &str)> =
-        (0..5).map(|offset| (0, offset, "k", big.as_str())).collect();
+    let mut records: Vec<(i32, i64, &str, &str)> = (0..5)
+        .map(|offset| (0, offset, "k", big.as_str()))
+        .collect();
     records.push((0, 5, "k", "tail"));
     let event = event(&records);
     let outcome = topology
@@ -339,7 +343,10 @@ async fn the_record_that_would_take_an_item_past_400_kb_is_a_poison_record() {
         .filter(|r| r.topic == "dlq")
         .collect();
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].header("lambda-streams-source"), Some(&b"in:0:4"[..]));
+    assert_eq!(
+        dead[0].header("lambda-streams-source"),
+        Some(&b"in:0:4"[..])
+    );
     let (_, state) = store.states("concat").pop().expect("the item");
     assert_eq!(state.aggregate.map(|a| a.len()), Some(400_004));
     // Redelivered: nothing changes, and nothing is blamed again.
@@ -348,5 +355,8 @@ async fn the_record_that_would_take_an_item_past_400_kb_is_a_poison_record() {
         .await
         .expect("a redelivery");
     assert_eq!(again.report.poison_records, 0);
-    assert_eq!(store.states("concat").pop().map(|(_, s)| s.version), Some(1));
+    assert_eq!(
+        store.states("concat").pop().map(|(_, s)| s.version),
+        Some(1)
+    );
 }

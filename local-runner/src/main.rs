@@ -406,11 +406,19 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             (Some(function), _, _) => {
                 let topology = example_topology(function)?;
                 let guarantee: Guarantee = args.guarantee.parse()?;
+                // The function's own settings, as in Lambda: poison policy, partial batch
+                // responses, emit-on-close windows, the aggregate cache, the producer's
+                // TLS/SASL (LAMBDA_STREAMS_*).
+                let settings =
+                    lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
                 let (stores, embedded) = match args.state_kind {
                     StateKind::Dynamodb => {
                         let default_table = format!("lambda-streams-{function}");
-                        let (dynamo, embedded) =
+                        let (mut dynamo, embedded) =
                             open_store(&args.state, &default_table, guarantee).await?;
+                        if let Some(bytes) = settings.state_cache_bytes {
+                            dynamo = dynamo.with_cache_bytes(bytes);
+                        }
                         (Stores::Dynamo(dynamo), embedded)
                     }
                     StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),
@@ -423,10 +431,6 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
                     None => inner,
                 };
-                // The function's own settings, as in Lambda: poison policy, partial batch
-                // responses, emit-on-close windows, the producer's TLS/SASL (LAMBDA_STREAMS_*).
-                let settings =
-                    lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
                 let handler = Arc::new(
                     Handler::with_kafka_output(topology.clone(), store, None)
                         .with_kafka_settings(settings.kafka)

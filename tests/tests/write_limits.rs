@@ -121,11 +121,15 @@ async fn count_of(store: &DynamoStore, key: &str) -> Option<i64> {
 }
 
 async fn sum_of(store: &DynamoStore, key: &str) -> Option<i64> {
-    store.get("sums", key.as_bytes()).await.expect("get").map(|s| {
-        DecimalI64
-            .deserialize(s.aggregate.as_deref())
-            .expect("a number")
-    })
+    store
+        .get("sums", key.as_bytes())
+        .await
+        .expect("get")
+        .map(|s| {
+            DecimalI64
+                .deserialize(s.aggregate.as_deref())
+                .expect("a number")
+        })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,8 @@
 //! touched state item, then the table updates, then the sinks.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
@@ -265,7 +265,9 @@ impl Topology {
             return Ok(());
         }
         report.items_touched += pending.len() as u64;
-        let updates = self.write_store(index, pending, ctx, writing, report).await?;
+        let updates = self
+            .write_store(index, pending, ctx, writing, report)
+            .await?;
         let spec = &self.inner.stores[index];
         if spec.emit_on_close.is_some() {
             // Emitted once, when the window closes.

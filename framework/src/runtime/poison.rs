@@ -5,8 +5,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, Record, TopicPartition};
-use crate::topology::context::Ctx;
 use crate::sink::{OutputRecord, SOURCE_HEADER};
+use crate::topology::context::Ctx;
 use crate::wire::{ERROR_HEADER, SourceHeader};
 
 /// The record as it came, to the dead-letter topic, with the error and its source.

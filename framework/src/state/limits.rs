@@ -59,6 +59,13 @@ pub fn partition_key_bytes(store: &str, key: &[u8]) -> usize {
     store.len() + 1 + (key.len() * 4).div_ceil(3)
 }
 
+/// Whether the item key of `key` in `store` is within DynamoDB's key limits. A read of a
+/// key over them finds nothing (no store can hold such an item), and is not sent: DynamoDB
+/// would refuse the whole request, and with it the batch, on every retry.
+pub fn key_fits(store: &str, key: &[u8]) -> bool {
+    partition_key_bytes(store, key) <= MAX_PARTITION_KEY_BYTES
+}
+
 /// The size DynamoDB counts for a number attribute's value (see the module docs).
 pub fn number_bytes(n: i64) -> usize {
     if n == 0 {
@@ -88,11 +95,16 @@ pub fn item_bytes<'a>(
     watermarks: impl IntoIterator<Item = (&'a str, i64)>,
 ) -> usize {
     let version = i64::try_from(version).unwrap_or(i64::MAX);
-    let mut size = 2 + partition_key_bytes(write.store, write.key)
-        + 2 + number_bytes(write.window.unwrap_or(0))
-        + 3 + number_bytes(version)
-        + 1 + write.key.len()
-        + 2 + number_bytes(FORMAT_VERSION);
+    let mut size = 2
+        + partition_key_bytes(write.store, write.key)
+        + 2
+        + number_bytes(write.window.unwrap_or(0))
+        + 3
+        + number_bytes(version)
+        + 1
+        + write.key.len()
+        + 2
+        + number_bytes(FORMAT_VERSION);
     size += match value {
         ItemValue::Number(n) => 1 + number_bytes(n),
         ItemValue::Aggregate(bytes) => 1 + bytes,
@@ -123,9 +135,15 @@ pub fn update_bytes<'a>(
     const STATEMENT: usize = 3;
     const ACTION: usize = 19;
     let mut size = STATEMENT
-        + ACTION + 1 + write.key.len()
-        + ACTION + 2 + number_bytes(FORMAT_VERSION)
-        + ACTION + 3 + number_bytes(1);
+        + ACTION
+        + 1
+        + write.key.len()
+        + ACTION
+        + 2
+        + number_bytes(FORMAT_VERSION)
+        + ACTION
+        + 3
+        + number_bytes(1);
     size += match value {
         ItemValue::Number(delta) => ACTION + 1 + number_bytes(delta),
         ItemValue::Aggregate(bytes) => ACTION + 1 + bytes,
@@ -286,9 +304,8 @@ pub fn fold_within_limits(
     let all = candidates.len();
     if all == 0 {
         // Nothing new to blame (the stores do not fold a write that adds nothing).
-        return attempt(0, &blamed).map_err(|e| {
-            StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
-        });
+        return attempt(0, &blamed)
+            .map_err(|e| StateError::new(write.store, write.key, StateErrorKind::Aggregate(e)));
     }
     let mut why = match attempt(all, &blamed) {
         Ok(folded) => return Ok(folded),

@@ -295,22 +295,26 @@ mod tests {
     use super::*;
     use crate::state::{Contribution, Fold, StateErrorKind};
 
-    struct Grow(usize);
+    /// The record at (t-0, `.1`) grows the aggregate by `.0` bytes.
+    struct Grow(usize, i64);
 
     impl Fold for Grow {
         fn fold(
             &self,
             current: Option<&[u8]>,
-            _include: &dyn Fn(u32, i64) -> bool,
+            include: &dyn Fn(u32, i64) -> bool,
         ) -> Result<Vec<u8>, String> {
             let mut out = current.unwrap_or_default().to_vec();
-            out.extend(std::iter::repeat_n(b'x', self.0));
+            if include(0, self.1) {
+                out.extend(std::iter::repeat_n(b'x', self.0));
+            }
             Ok(out)
         }
     }
 
-    /// Applies the record at `offset` of partition t-0 to item "k", growing it by `grow`.
-    async fn grow(store: &MemoryStore, offset: i64, grow: &Grow) -> Result<ItemState, StateError> {
+    /// Applies the record at `grow.1` of partition t-0 to item "k", growing it by `grow.0`.
+    async fn grow(store: &MemoryStore, grow: &Grow) -> Result<ItemState, StateError> {
+        let offset = grow.1;
         let partitions = [TopicPartition::new("t", 0)];
         let contributions = [Contribution {
             tp: 0,
@@ -333,10 +337,10 @@ mod tests {
     #[tokio::test]
     async fn an_item_over_400_kb_is_refused_and_left_unchanged() {
         let store = MemoryStore::new();
-        grow(&store, 0, &Grow(300 * 1024))
+        grow(&store, &Grow(300 * 1024, 0))
             .await
             .expect("300 KB fit");
-        let error = grow(&store, 1, &Grow(300 * 1024))
+        let error = grow(&store, &Grow(300 * 1024, 1))
             .await
             .expect_err("600 KB do not");
         // The record at offset 1 is to blame: nothing was written.
@@ -349,6 +353,6 @@ mod tests {
             (state.aggregate.map(|a| a.len()), state.version),
             (Some(300 * 1024), 1)
         );
-        grow(&store, 2, &Grow(99 * 1024)).await.expect("399 KB fit");
+        grow(&store, &Grow(99 * 1024, 2)).await.expect("399 KB fit");
     }
 }

@@ -8,9 +8,9 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
 
+use super::retry::RetrySettings;
 use super::{CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, TTL_ATTRIBUTE, describe_sdk_error};
 use crate::aws::{TlsRoots, https_client, static_credentials};
-use super::retry::RetrySettings;
 use crate::state::{StateError, StateErrorKind};
 
 /// Creates the state table (`pk` S + `sk` N, on-demand, TTL on `ttl`, the

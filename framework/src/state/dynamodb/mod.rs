@@ -15,6 +15,7 @@
 //! the emulator's client) in `admin.rs`.
 
 mod admin;
+mod cache;
 mod item;
 mod retry;
 
@@ -40,13 +41,15 @@ use super::{
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
 pub use admin::{create_table, emulator_client, emulator_client_with};
-pub use retry::{RetrySettings, retry_config};
-use retry::describe_request;
+use cache::Cache;
+pub use cache::DEFAULT_CACHE_BYTES;
 pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
     TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
 use item::{cache_key, expired, number, parse_state, parse_watermarks};
+use retry::describe_request;
+pub use retry::{RetrySettings, retry_config};
 
 /// How many times the fallback path retries a conflicting write before giving up.
 const MAX_CONFLICT_ATTEMPTS: u32 = 16;
@@ -59,85 +62,12 @@ pub struct DynamoStore {
     guarantee: Guarantee,
     /// General aggregates' items as last written by this container: a batch folds onto
     /// them and writes once, conditioned on the cached version (a stale entry costs one
-    /// refused write, which returns the current item). Bounded by bytes.
+    /// refused write, which returns the current item). Bounded by bytes (`cache.rs`).
     cache: Arc<Mutex<Cache>>,
 }
 
 /// A DynamoDB item's attributes.
 type Item = HashMap<String, AttributeValue>;
-
-/// The default [`DynamoStore::with_cache_bytes`]: 16 MiB, sized for a 128 MB function (the
-/// smallest Lambda size: the runtime, the SDK, librdkafka and a batch's records and outputs
-/// take 60-70 MB of it at their peak, BENCHMARKS.md section 4). A larger function can give
-/// the cache more (`LAMBDA_STREAMS_STATE_CACHE_BYTES`); 0 turns it off.
-pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
-
-/// What one cached item costs beyond its DynamoDB size: the map entry, the attribute
-/// names' and values' headers (an estimate of the heap, not a measurement).
-const CACHE_ENTRY_OVERHEAD: usize = 64;
-/// See [`CACHE_ENTRY_OVERHEAD`]: per attribute.
-const CACHE_ATTRIBUTE_OVERHEAD: usize = 48;
-
-/// The items of general aggregates as last written, within a byte budget: an entry counts
-/// its item's DynamoDB size (the bytes of its names and values) plus an estimate of the
-/// map's overhead. Inserting past the budget evicts entries (in no particular order) until
-/// the new one fits; an item larger than the whole budget is not cached.
-#[derive(Debug, Default)]
-struct Cache {
-    items: HashMap<String, (Item, usize)>,
-    bytes: usize,
-    budget: usize,
-}
-
-impl Cache {
-    fn insert(&mut self, key: String, item: Item) {
-        self.remove(&key);
-        let cost = CACHE_ENTRY_OVERHEAD
-            + key.len()
-            + item
-                .iter()
-                .map(|(name, value)| CACHE_ATTRIBUTE_OVERHEAD + attribute_bytes(name, value))
-                .sum::<usize>();
-        if cost > self.budget {
-            return;
-        }
-        while self.bytes + cost > self.budget {
-            let Some(victim) = self.items.keys().next().cloned() else {
-                break;
-            };
-            self.remove(&victim);
-        }
-        self.bytes += cost;
-        self.items.insert(key, (item, cost));
-    }
-
-    fn remove(&mut self, key: &str) {
-        if let Some((_, cost)) = self.items.remove(key) {
-            self.bytes -= cost;
-        }
-    }
-}
-
-/// An attribute's size as DynamoDB counts it (name plus value; see [`limits`]).
-fn attribute_bytes(name: &str, value: &AttributeValue) -> usize {
-    name.len()
-        + match value {
-            AttributeValue::S(s) => s.len(),
-            AttributeValue::B(b) => b.as_ref().len(),
-            AttributeValue::N(n) => n.parse::<i64>().map_or(n.len(), limits::number_bytes),
-            AttributeValue::Ss(v) => v.iter().map(String::len).sum(),
-            AttributeValue::Bs(v) => v.iter().map(|b| b.as_ref().len()).sum(),
-            AttributeValue::Ns(v) => v.iter().map(String::len).sum(),
-            AttributeValue::L(v) => 3 + v.iter().map(|a| 1 + attribute_bytes("", a)).sum::<usize>(),
-            AttributeValue::M(m) => {
-                3 + m
-                    .iter()
-                    .map(|(n, a)| 1 + attribute_bytes(n, a))
-                    .sum::<usize>()
-            }
-            _ => 1,
-        }
-}
 
 impl DynamoStore {
     /// A store on `table`, through `client`, with the given guarantee, and an aggregate
@@ -147,36 +77,29 @@ impl DynamoStore {
             client,
             table: table.into(),
             guarantee,
-            cache: Arc::new(Mutex::new(Cache {
-                budget: DEFAULT_CACHE_BYTES,
-                ..Cache::default()
-            })),
+            cache: Arc::new(Mutex::new(Cache::new(DEFAULT_CACHE_BYTES))),
         }
     }
 
-    /// The same store with an aggregate cache of at most `bytes` (0: no cache). The cache
-    /// keeps general aggregates' items as this container last wrote them, so that a batch
-    /// writes each once, conditioned on the cached version; an item not cached costs one
-    /// refused write more (which returns the current item). Counts are not cached.
+    /// The same store with an aggregate cache of at most `bytes` (0: no cache; see
+    /// `cache.rs`). The cache keeps general aggregates' items as this container last wrote
+    /// them, so that a batch writes each once, conditioned on the cached version; an item
+    /// not cached costs one refused write more (which returns the current item), never
+    /// another result. Counts are not cached.
     pub fn with_cache_bytes(self, bytes: usize) -> Self {
-        let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.budget = bytes;
-        while cache.bytes > bytes {
-            let Some(victim) = cache.items.keys().next().cloned() else {
-                break;
-            };
-            cache.remove(&victim);
-        }
-        drop(cache);
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_budget(bytes);
         self
     }
 
-    /// The bytes the aggregate cache holds now (as it counts them; at most the budget).
+    /// What the aggregate cache holds now, in bytes as it counts them (at most its budget).
     pub fn cached_bytes(&self) -> usize {
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .bytes
+            .bytes()
     }
 
     /// The table name.
@@ -276,7 +199,7 @@ impl DynamoStore {
     /// The item as this container last wrote it, if it is cached.
     fn cached(&self, write: &ItemWrite<'_>) -> Option<Item> {
         let cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-        cache.items.get(&cache_key(write)).map(|(item, _)| item.clone())
+        cache.get(&cache_key(write)).cloned()
     }
 
     /// Read-modify-write: merge what the item (as last seen: `current`) does not hold yet,
@@ -438,8 +361,9 @@ impl Fold for Restricted<'_> {
         current: Option<&[u8]>,
         include: &dyn Fn(u32, i64) -> bool,
     ) -> Result<Vec<u8>, String> {
-        self.inner
-            .fold(current, &|tp, offset| self.partitions.contains(&tp) && include(tp, offset))
+        self.inner.fold(current, &|tp, offset| {
+            self.partitions.contains(&tp) && include(tp, offset)
+        })
     }
 }
 
@@ -490,7 +414,8 @@ impl Store for DynamoStore {
         Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
     }
 
-    /// Strongly consistent `BatchGetItem`s, 100 keys each.
+    /// Strongly consistent `BatchGetItem`s, 100 keys each. A key over DynamoDB's key
+    /// limits is not asked for ([`limits::key_fits`]): no item can have it.
     async fn get_many(
         &self,
         store: &str,
@@ -498,6 +423,7 @@ impl Store for DynamoStore {
     ) -> Result<HashMap<Vec<u8>, ItemState>, StateError> {
         let requests = keys
             .iter()
+            .filter(|key| limits::key_fits(store, key))
             .map(|key| {
                 HashMap::from([
                     ("pk".to_owned(), AttributeValue::S(item_key(store, key))),
@@ -529,6 +455,9 @@ impl Store for DynamoStore {
     }
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        if !limits::key_fits(store, key) {
+            return Ok(None);
+        }
         let out = self
             .client
             .get_item()
@@ -538,9 +467,7 @@ impl Store for DynamoStore {
             .consistent_read(true)
             .send()
             .await
-            .map_err(|e| {
-                StateError::new(store, key, StateErrorKind::Request(self.describe(&e)))
-            })?;
+            .map_err(|e| StateError::new(store, key, StateErrorKind::Request(self.describe(&e))))?;
         out.item()
             .map(parse_state)
             .transpose()
@@ -555,6 +482,9 @@ impl Store for DynamoStore {
         from: i64,
         to: i64,
     ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        if !limits::key_fits(store, key) {
+            return Ok(Vec::new());
+        }
         let err = |e: String| StateError::new(store, key, StateErrorKind::Request(e));
         let now = unix_seconds();
         let mut out = Vec::new();
