@@ -224,3 +224,51 @@ async fn an_aggregate_fed_by_many_partitions_in_one_batch_stays_within_the_expre
         .expect("a redelivery");
     assert_eq!(sum_of(&store, "hot").await, Some(800));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_join_lookup_of_a_key_over_the_limit_finds_nothing_and_the_batch_goes_on() {
+    let store = store().await;
+    // A table keyed by customer, and orders joined to it; one order's key (3,000 bytes)
+    // cannot be a DynamoDB key, so no customer can have it: the left join finds none.
+    let builder = StreamsBuilder::new();
+    let customers = builder.table("customers", Utf8, Utf8, "customers");
+    builder
+        .stream("orders", Utf8, Utf8)
+        .left_join(&customers, |_, order: String, name: Option<String>| {
+            format!("{order}|{}", name.unwrap_or_else(|| "-".to_owned()))
+        })
+        .to("enriched", Utf8, Utf8);
+    let topology = builder.build();
+    let long = "x".repeat(3000);
+    let json = |topic: &str, offset: i64, key: &str, value: &str| {
+        format!(
+            r#"{{"topic":"{topic}","partition":0,"offset":{offset},"timestamp":{offset},"timestampType":"CREATE_TIME","key":"{}","value":"{}","headers":[]}}"#,
+            STANDARD.encode(key),
+            STANDARD.encode(value)
+        )
+    };
+    let customers_event = format!(
+        r#"{{"eventSource":"SelfManagedKafka","bootstrapServers":"b:9092","records":{{"customers-0":[{}]}}}}"#,
+        json("customers", 0, "c1", "Ada")
+    );
+    let orders_event = format!(
+        r#"{{"eventSource":"SelfManagedKafka","bootstrapServers":"b:9092","records":{{"orders-0":[{},{}]}}}}"#,
+        json("orders", 0, "c1", "o1"),
+        json("orders", 1, &long, "o2")
+    );
+    let sink = MemorySink::new();
+    for event in [customers_event, orders_event] {
+        let event = KafkaEvent::decode(event.as_bytes()).expect("a valid event");
+        topology
+            .process_with(&event, &store, &sink, &skip())
+            .await
+            .expect("the batch goes on");
+    }
+    let enriched: Vec<String> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "enriched")
+        .map(|r| String::from_utf8(r.value.expect("a value")).expect("UTF-8"))
+        .collect();
+    assert_eq!(enriched, ["o1|Ada", "o2|-"]);
+}
