@@ -360,3 +360,120 @@ async fn the_record_that_would_take_an_item_past_400_kb_is_a_poison_record() {
         Some(1)
     );
 }
+
+#[tokio::test]
+async fn a_write_time_poison_record_after_a_repartition_hop_is_the_hop_record_and_siblings_apply_once()
+ {
+    use lambda_streams::dsl::Grouped;
+    use lambda_streams::event::TopicPartition;
+    use lambda_streams::event::{EventSource, Header, PartitionRecords, Record, TimestampType};
+
+    // Values re-keyed by their first letter through the repartition topic "by-letter", then
+    // summed by their length; the adder panics on "panic".
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("in", Utf8, Utf8)
+        .group_by(
+            |_, v: &String| v[..1].to_owned(),
+            Grouped::with(Utf8, Utf8).with_topic("by-letter"),
+        )
+        .aggregate(
+            "lengths",
+            || 0i64,
+            |_, value: String, sum: i64| {
+                assert!(value != "panic", "the adder panics on this record");
+                sum + i64::try_from(value.len()).unwrap_or(0)
+            },
+            DecimalI64,
+        )
+        .to_stream()
+        .to("lengths-out", Utf8, DecimalI64);
+    let topology = builder.build();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    // The source batch: only produces to the repartition topic.
+    let source = event(&[
+        (0, 0, "a", "pear"),
+        (0, 1, "b", "panic"),
+        (0, 2, "c", "plum"),
+    ]);
+    topology
+        .process_with(&source, &store, &sink, &options(dead_letter()))
+        .await
+        .expect("the source batch");
+    // The repartition topic as the event source delivers it (one partition here).
+    let hop: Vec<Record> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "by-letter")
+        .enumerate()
+        .map(|(offset, r)| Record {
+            offset: i64::try_from(offset).unwrap_or(0) + 10,
+            timestamp: r.timestamp.unwrap_or_default(),
+            timestamp_type: TimestampType::CreateTime,
+            key: r.key.clone().map(Into::into),
+            value: r.value.clone().map(Into::into),
+            headers: r
+                .headers
+                .iter()
+                .map(|(name, value)| Header::new(name.as_str(), value.clone()))
+                .collect(),
+            key_schema_metadata: None,
+            value_schema_metadata: None,
+        })
+        .collect();
+    assert_eq!(hop.len(), 3);
+    let hop_event = KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "b:9092".to_owned(),
+        partitions: vec![PartitionRecords {
+            tp: TopicPartition::new("by-letter", 0),
+            records: hop,
+        }],
+    };
+    // Delivered, then delivered again (a redelivery).
+    let first = topology
+        .process_with(&hop_event, &store, &sink, &options(dead_letter()))
+        .await
+        .expect("the hop batch goes on");
+    assert_eq!(
+        (first.report.poison_records, first.report.dead_lettered),
+        (1, 1)
+    );
+    topology
+        .process_with(&hop_event, &store, &sink, &options(dead_letter()))
+        .await
+        .expect("a redelivery");
+    let dead: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .collect();
+    // The hop record at by-letter-0@11 is the one dead-lettered (the batch holds it, not
+    // in-0@1), unchanged (its own source header, in:0:1, first) with its coordinates in the
+    // last source header (what Kafka's `Headers::lastHeader` reads); named so in its error.
+    // Once: on the redelivery the item's watermark is past it ("plum" came after it).
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].value.as_deref(), Some(&b"panic"[..]));
+    let sources: Vec<&[u8]> = dead[0]
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "lambda-streams-source")
+        .map(|(_, value)| value.as_slice())
+        .collect();
+    assert_eq!(sources, [&b"in:0:1"[..], &b"by-letter:0:11"[..]]);
+    let error = String::from_utf8_lossy(dead[0].header(ERROR_HEADER).expect("error header"));
+    assert!(
+        error.contains("by-letter-0") && error.contains("offset 11"),
+        "{error}"
+    );
+    // "pear" and "plum" under "p": 4 + 4, once, whatever the redelivery.
+    let (_, state) = store
+        .states("lengths")
+        .into_iter()
+        .find(|(k, _)| k == b"p")
+        .expect("the item of p");
+    let sum = DecimalI64
+        .deserialize(state.aggregate.as_deref())
+        .expect("a number");
+    assert_eq!((sum, state.version), (8, 1));
+}
