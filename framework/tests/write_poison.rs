@@ -477,3 +477,56 @@ async fn a_write_time_poison_record_after_a_repartition_hop_is_the_hop_record_an
         .expect("a number");
     assert_eq!((sum, state.version), (8, 1));
 }
+
+#[tokio::test]
+async fn a_hot_keys_stream_join_buffer_past_400_kb_blames_the_record_that_overflows_it() {
+    use lambda_streams::dsl::JoinWindows;
+    use std::time::Duration;
+
+    let builder = StreamsBuilder::new();
+    let left = builder.stream("in", Utf8, Utf8);
+    let right = builder.stream("right", Utf8, Utf8);
+    left.join_stream(
+        &right,
+        JoinWindows::of(Duration::from_secs(3600)),
+        "pairs",
+        (Utf8, Utf8, Utf8),
+        |_, l: &String, r: &String| format!("{}+{r}", l.len()),
+    )
+    .to("joined", Utf8, Utf8);
+    let topology = builder.build();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    // The buffer holds each value's bytes as a JSON array of numbers: 20,000 bytes of 'v'
+    // ("118,") take 80,001 in it, so five fit in one item (400,005 bytes and a little
+    // bookkeeping per record), a sixth and a seventh do not.
+    let big = "v".repeat(20_000);
+    let records: Vec<(i32, i64, &str, &str)> = (0..7)
+        .map(|offset| (0, offset, "hot", big.as_str()))
+        .collect();
+    let outcome = topology
+        .process_with(&event(&records), &store, &sink, &options(dead_letter()))
+        .await
+        .expect("the batch goes on: no partition stuck on the hot key");
+    assert_eq!(
+        (outcome.report.poison_records, outcome.report.dead_lettered),
+        (2, 2)
+    );
+    let dead: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .collect();
+    let sources: Vec<_> = dead
+        .iter()
+        .map(|r| r.header("lambda-streams-source").map(<[u8]>::to_vec))
+        .collect();
+    assert_eq!(
+        sources,
+        [Some(b"in:0:5".to_vec()), Some(b"in:0:6".to_vec())]
+    );
+    let error = String::from_utf8_lossy(dead[0].header(ERROR_HEADER).expect("error header"));
+    assert!(
+        error.contains("pairs-this") && error.contains("400 KB") && error.contains("in-0"),
+        "{error}"
+    );
+}
