@@ -105,7 +105,7 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    /// Checks DynamoDB's limits first ([`limits`](super::limits)), as the DynamoDB store
+    /// Checks DynamoDB's limits first ([`limits`]), as the DynamoDB store
     /// does, so that the test driver refuses what Lambda would: a rejected write changes
     /// nothing.
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {

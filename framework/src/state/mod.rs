@@ -9,7 +9,8 @@
 //!
 //! Two stores ship: [`DynamoStore`](dynamodb::DynamoStore) for Lambda, and
 //! [`MemoryStore`](memory::MemoryStore) for unit tests. [`fault::FaultyStore`] wraps
-//! either to inject failures in tests and demos.
+//! either to inject failures in tests and demos. Every one checks DynamoDB's limits before
+//! a write from [`limits`], so that the test driver refuses what Lambda would.
 
 pub mod dynamodb;
 pub mod fault;

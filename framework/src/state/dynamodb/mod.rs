@@ -11,8 +11,11 @@
 //! only the contributions above the stored watermarks and writes them on the
 //! condition `ver = :read`, retrying with backoff and jitter on conflict.
 //!
-//! The item layout and the update expressions are in `item.rs`, table administration (and
-//! the emulator's client) in `admin.rs`.
+//! DynamoDB's limits are checked before every request (`state/limits.rs`): a record that
+//! would break one is rejected, for the batch to treat as a poison record.
+//!
+//! The item layout and the update expressions are in `item.rs`, the aggregate cache in
+//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`.
 
 mod admin;
 mod cache;
