@@ -272,3 +272,51 @@ async fn a_join_lookup_of_a_key_over_the_limit_finds_nothing_and_the_batch_goes_
         .collect();
     assert_eq!(enriched, ["o1|Ada", "o2|-"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_time_poison_records_are_decided_the_same_under_redelivery_on_dynamodb() {
+    use lambda_streams::state::fault::FaultyStore;
+    let store = store().await;
+    // Two partitions; k gets 1, a panic and 3 from in-0 and 10 from in-1; j gets 5 and a
+    // panic. The first attempt crashes after one item write, the event source delivers it
+    // again, then once more with a later end (in-0@3: 100 more for k).
+    let first = event(&[
+        record(0, 0, "k", "1"),
+        record(0, 1, "k", "panic"),
+        record(0, 2, "k", "3"),
+        record(1, 0, "j", "5"),
+        record(1, 1, "j", "panic"),
+        record(1, 2, "k", "10"),
+    ]);
+    let longer = event(&[
+        record(0, 0, "k", "1"),
+        record(0, 1, "k", "panic"),
+        record(0, 2, "k", "3"),
+        record(0, 3, "k", "100"),
+        record(1, 0, "j", "5"),
+        record(1, 1, "j", "panic"),
+        record(1, 2, "k", "10"),
+    ]);
+    let topology = sums();
+    let faulty = FaultyStore::fail_once_after(&store, 1);
+    let sink = MemorySink::new();
+    assert!(
+        topology
+            .process_with(&first, &faulty, &sink, &skip())
+            .await
+            .is_err(),
+        "the injected crash"
+    );
+    let again = topology
+        .process_with(&first, &faulty, &sink, &skip())
+        .await
+        .expect("the redelivery");
+    assert_eq!(again.report.poison_records, 2);
+    topology
+        .process_with(&longer, &faulty, &sink, &skip())
+        .await
+        .expect("the longer retry");
+    // By hand: k = 1 + 3 + 10 + 100, j = 5; each record once, the panics never.
+    assert_eq!(sum_of(&store, "k").await, Some(114));
+    assert_eq!(sum_of(&store, "j").await, Some(5));
+}
