@@ -318,8 +318,10 @@ fn windowed_truth(log: &Log) -> BTreeMap<String, i64> {
 }
 
 /// The windowed counts straight from the table: items with a window start as sort key,
-/// each with a TTL attribute past its end + grace + retention.
-async fn table_windowed(table: &str) -> BTreeMap<String, i64> {
+/// each with a TTL attribute the later of its end + grace + retention and its write time
+/// (between `written_from` and now, epoch ms) + retention, as Kafka's retention is counted
+/// in event time and DynamoDB's TTL in wall-clock time (docs/state.md).
+async fn table_windowed(table: &str, written_from: i64) -> BTreeMap<String, i64> {
     use aws_sdk_dynamodb::types::AttributeValue;
     let client = emulator_client(&dynamo_endpoint());
     let mut out = BTreeMap::new();
@@ -352,11 +354,15 @@ async fn table_windowed(table: &str) -> BTreeMap<String, i64> {
                 panic!("a windowed item without k, sk, v or ttl: {item:?}");
             };
             let start: i64 = sk.parse().expect("sk");
-            let expected_ttl = (start + 5 + 3_600_000 + 86_400_000).div_euclid(1000) + 1;
-            assert_eq!(
-                ttl.parse::<i64>().expect("ttl"),
-                expected_ttl,
-                "TTL of window {start}"
+            let retention = 86_400_000;
+            let by_event_time = start + 5 + 3_600_000 + retention;
+            let written_to = now_ms();
+            let ttl: i64 = ttl.parse().expect("ttl");
+            let earliest = (by_event_time.max(written_from + retention)).div_euclid(1000) + 1;
+            let latest = (by_event_time.max(written_to + retention)).div_euclid(1000) + 1;
+            assert!(
+                (earliest..=latest).contains(&ttl),
+                "TTL of window {start}: {ttl} not in {earliest}..={latest}"
             );
             let key = String::from_utf8(key.as_ref().to_vec()).expect("utf-8");
             out.insert(format!("{key}@{start}"), v.parse().expect("count"));
@@ -377,10 +383,11 @@ async fn random_faults_on_a_windowed_count_on_the_emulator_are_exact() {
             table.clone(),
             Guarantee::ExactlyOnce,
         ));
+        let written_from = now_ms();
         let (log, sink) = faulty_run(seed, store, windowed_topology(), false).await;
         let truth = windowed_truth(&log);
         assert_eq!(
-            table_windowed(&table).await,
+            table_windowed(&table, written_from).await,
             truth,
             "seed {seed}: windowed state"
         );
@@ -1541,4 +1548,12 @@ async fn an_aggregate_over_400_kb_is_a_clear_error_and_writes_nothing() {
     let held: Vec<String> =
         serde_json::from_slice(after.aggregate.as_deref().expect("aggregate")).expect("json");
     assert_eq!(held.len(), 3);
+}
+
+/// The wall clock, epoch milliseconds.
+fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970");
+    i64::try_from(since.as_millis()).expect("ms fit in i64")
 }
