@@ -22,9 +22,10 @@ use super::Item;
 use crate::state::limits;
 
 /// The default budget of the aggregate cache: 16 MiB, sized for a 128 MB function (the
-/// smallest Lambda size): the runtime, the SDK, librdkafka and a batch's records and
-/// outputs take the larger part of it at their peak (BENCHMARKS.md section 4). A larger
-/// function can give the cache more (`LAMBDA_STREAMS_STATE_CACHE_BYTES`); 0 turns it off.
+/// smallest Lambda size). A function peaks at 43–51 MB of resident memory on a 6 MB
+/// event without the cache (BENCHMARKS.md section 4); 16 MiB more leaves room for a batch's
+/// pending state (up to 400 KB per touched item) below 128 MB. A larger function can give
+/// the cache more (`LAMBDA_STREAMS_STATE_CACHE_BYTES`); 0 turns it off.
 pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
 
 /// What one cached entry costs beyond its item's DynamoDB size: the map and queue entries
