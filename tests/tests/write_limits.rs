@@ -320,3 +320,39 @@ async fn write_time_poison_records_are_decided_the_same_under_redelivery_on_dyna
     assert_eq!(sum_of(&store, "k").await, Some(114));
     assert_eq!(sum_of(&store, "j").await, Some(5));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_split_by_partitions_gives_the_same_state_and_version_in_memory() {
+    use lambda_streams::state::memory::MemoryStore;
+    let store = store().await;
+    let memory = MemoryStore::new();
+    // 120 partitions feed "hot" (three updates of at most 50 partitions: version 3), then
+    // a redelivery (nothing new), then 10 of them again with later offsets (one update).
+    let first: Vec<_> = (0..120).map(|p| record(p, 3, "hot", "2")).collect();
+    let later: Vec<_> = (0..10).map(|p| record(p, 4, "hot", "5")).collect();
+    let topology = sums();
+    for records in [&first, &first, &later] {
+        let event = event(records);
+        for target in [&store as &dyn Store, &memory as &dyn Store] {
+            topology
+                .process_with(&event, target, &MemorySink::new(), &skip())
+                .await
+                .expect("a batch");
+        }
+    }
+    let dynamo = store.get("sums", b"hot").await.expect("get").expect("item");
+    let in_memory = memory
+        .get("sums", b"hot")
+        .await
+        .expect("get")
+        .expect("item");
+    // By hand: 120 * 2 + 10 * 5 = 290, in 3 + 1 writes.
+    assert_eq!(
+        DecimalI64
+            .deserialize(dynamo.aggregate.as_deref())
+            .expect("a number"),
+        290
+    );
+    assert_eq!(dynamo.version, 4);
+    assert_eq!(in_memory, dynamo);
+}

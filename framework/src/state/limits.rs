@@ -34,7 +34,7 @@
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use super::{Fold, ItemWrite, StateError, StateErrorKind};
+use super::{Contribution, Fold, ItemWrite, StateError, StateErrorKind};
 
 /// The item format version the stores write (`fv`), counted in every item.
 const FORMAT_VERSION: i64 = 1;
@@ -54,6 +54,82 @@ pub const MAX_EXPRESSION_BYTES: usize = 4096;
 /// the 4 KB expression and 300-operator limits (2,365 bytes, 199 operators; the update
 /// expression, ~14 bytes per partition, is shorter).
 pub const MAX_PARTITIONS_PER_UPDATE: usize = 50;
+
+/// One update of a write split by source partitions ([`split`]): the partitions (indices
+/// into [`ItemWrite::partitions`]) and their contributions.
+#[derive(Debug, Clone)]
+pub struct Part {
+    partitions: Vec<u32>,
+    contributions: Vec<Contribution>,
+}
+
+impl Part {
+    /// The fold of `write` restricted to this part's partitions.
+    pub fn fold<'a>(&'a self, write: &ItemWrite<'a>) -> Option<Restricted<'a>> {
+        write.fold.map(|inner| Restricted {
+            inner,
+            partitions: &self.partitions,
+        })
+    }
+
+    /// This part of `write`, with `fold` (this part's [`fold`](Self::fold)).
+    pub fn write<'a>(
+        &'a self,
+        write: &ItemWrite<'a>,
+        fold: Option<&'a Restricted<'a>>,
+    ) -> ItemWrite<'a> {
+        ItemWrite {
+            contributions: &self.contributions,
+            fold: fold.map(|f| f as &dyn Fold),
+            ..*write
+        }
+    }
+}
+
+/// The updates a write is sent as: none (empty) when its contributions come from at most
+/// [`MAX_PARTITIONS_PER_UPDATE`] source partitions (one update), otherwise one per that
+/// many partitions, in partition order, each exact on its own partitions' watermarks (a
+/// crash between them loses nothing). Every store splits the same way, so that they give
+/// the same versions and the same fold order.
+pub fn split(write: &ItemWrite<'_>) -> Vec<Part> {
+    let mut partitions: Vec<u32> = write.contributions.iter().map(|c| c.tp).collect();
+    partitions.sort_unstable();
+    partitions.dedup();
+    if partitions.len() <= MAX_PARTITIONS_PER_UPDATE {
+        return Vec::new();
+    }
+    partitions
+        .chunks(MAX_PARTITIONS_PER_UPDATE)
+        .map(|chunk| Part {
+            partitions: chunk.to_vec(),
+            contributions: write
+                .contributions
+                .iter()
+                .filter(|c| chunk.binary_search(&c.tp).is_ok())
+                .copied()
+                .collect(),
+        })
+        .collect()
+}
+
+/// A fold restricted to the contributions of some partitions (one [`Part`] of a split
+/// write).
+pub struct Restricted<'a> {
+    inner: &'a dyn Fold,
+    partitions: &'a [u32],
+}
+
+impl Fold for Restricted<'_> {
+    fn fold(
+        &self,
+        current: Option<&[u8]>,
+        include: &dyn Fn(u32, i64) -> bool,
+    ) -> Result<Vec<u8>, String> {
+        self.inner.fold(current, &|tp, offset| {
+            self.partitions.binary_search(&tp).is_ok() && include(tp, offset)
+        })
+    }
+}
 
 /// The length of `<store>#<key as unpadded base64url>`, the item's partition key.
 pub fn partition_key_bytes(store: &str, key: &[u8]) -> usize {
@@ -366,7 +442,6 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 mod tests {
     use super::*;
     use crate::event::TopicPartition;
-    use crate::state::Contribution;
 
     #[test]
     fn numbers_are_sized_as_dynamodb_sizes_them() {

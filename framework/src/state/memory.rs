@@ -103,13 +103,10 @@ impl MemoryStore {
     }
 }
 
-#[async_trait]
-impl Store for MemoryStore {
-    /// Checks DynamoDB's limits first ([`limits`]), as the DynamoDB store
-    /// does, so that the test driver refuses what Lambda would: a rejected write changes
-    /// nothing.
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        limits::check_keys(&write)?;
+impl MemoryStore {
+    /// One update's worth of a write (see [`Store::apply`]): what DynamoDB's update would
+    /// do, limits checked first.
+    fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let id = (write.store.to_owned(), write.key.to_vec(), write.window);
         let empty = Item::default();
@@ -169,6 +166,33 @@ impl Store for MemoryStore {
                 .insert(write.partitions[tp as usize].to_string(), offset);
         }
         Ok((item.state(), stats))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    /// Checks DynamoDB's limits first ([`limits`]), as the DynamoDB store
+    /// does, so that the test driver refuses what Lambda would: a rejected write changes
+    /// nothing.
+    ///
+    /// A write fed by more partitions than one DynamoDB update names is applied in the
+    /// same parts as the DynamoDB store sends it ([`limits::split`]), so that both give the
+    /// same versions and fold the values in the same order.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let parts = limits::split(&write);
+        if parts.is_empty() {
+            return self.apply_one(write);
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let (state, part_stats) = self.apply_one(part.write(&write, restricted.as_ref()))?;
+            stats.add(&part_stats);
+            last = Some(state);
+        }
+        Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
     }
 
     async fn get_many(

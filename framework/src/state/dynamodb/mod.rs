@@ -37,7 +37,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedC
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    Clock, ClosedWindow, Fold, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
+    Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
     StateErrorKind, Store, WriteStats, above_watermarks, limits, offset_ranges,
 };
 
@@ -351,25 +351,6 @@ impl DynamoStore {
     }
 }
 
-/// A fold restricted to the contributions of some partitions (one update of a write split
-/// by partitions).
-struct Restricted<'a> {
-    inner: &'a dyn Fold,
-    partitions: &'a [u32],
-}
-
-impl Fold for Restricted<'_> {
-    fn fold(
-        &self,
-        current: Option<&[u8]>,
-        include: &dyn Fn(u32, i64) -> bool,
-    ) -> Result<Vec<u8>, String> {
-        self.inner.fold(current, &|tp, offset| {
-            self.partitions.contains(&tp) && include(tp, offset)
-        })
-    }
-}
-
 #[async_trait]
 impl Store for DynamoStore {
     /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
@@ -386,30 +367,15 @@ impl Store for DynamoStore {
     /// DynamoDB's 4 KB and 300-operator expression limits.
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         limits::check_keys(&write)?;
-        let mut partitions: Vec<u32> = write.contributions.iter().map(|c| c.tp).collect();
-        partitions.sort_unstable();
-        partitions.dedup();
-        if partitions.len() <= limits::MAX_PARTITIONS_PER_UPDATE {
+        let parts = limits::split(&write);
+        if parts.is_empty() {
             return self.apply_one(write).await;
         }
         let mut stats = WriteStats::default();
         let mut last = None;
-        for chunk in partitions.chunks(limits::MAX_PARTITIONS_PER_UPDATE) {
-            let contributions: Vec<_> = write
-                .contributions
-                .iter()
-                .filter(|c| chunk.contains(&c.tp))
-                .copied()
-                .collect();
-            let restricted = write.fold.map(|inner| Restricted {
-                inner,
-                partitions: chunk,
-            });
-            let part = ItemWrite {
-                contributions: &contributions,
-                fold: restricted.as_ref().map(|r| r as &dyn Fold),
-                ..write
-            };
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let part = part.write(&write, restricted.as_ref());
             let (state, part_stats) = self.apply_one(part).await?;
             stats.add(&part_stats);
             last = Some(state);
