@@ -42,7 +42,9 @@ use crate::state::dynamodb::DynamoStore;
 /// either succeeds whole or fails whole (the event source retries it; the state's
 /// watermarks make the retry exact). The DynamoDB client retries throttling as
 /// [`RetrySettings`](crate::state::dynamodb::RetrySettings) says
-/// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`).
+/// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`); its
+/// aggregate cache holds `LAMBDA_STREAMS_STATE_CACHE_BYTES` (default
+/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)).
 pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = Config::from_env()?;
