@@ -530,3 +530,23 @@ async fn a_hot_keys_stream_join_buffer_past_400_kb_blames_the_record_that_overfl
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_rejected_record_is_decided_once_even_when_the_item_changes_before_its_redelivery() {
+    let topology = sums();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    // in-0: 5, then -10 (the sum -5 does not encode: poison). Then in-1 adds 20 (25).
+    // Then the event source delivers in-0's batch again (a rebalance): -10 would now fit
+    // (15), but it was decided, and dead-lettered, already. Kafka Streams' answer: 25.
+    let first = event(&[(0, 0, "k", "5"), (0, 1, "k", "-10")]);
+    let other = event(&[(1, 0, "k", "20")]);
+    for batch in [&first, &other, &first] {
+        topology
+            .process_with(batch, &store, &sink, &options(dead_letter()))
+            .await
+            .expect("a batch");
+    }
+    assert_eq!(sum_of(&store, "k").map(|s| s.0), Some(25));
+    let dead = sink.records().into_iter().filter(|r| r.topic == "dlq").count();
+    assert_eq!(dead, 1, "dead-lettered once, never applied");
+}

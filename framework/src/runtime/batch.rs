@@ -471,9 +471,12 @@ impl Topology {
     /// or panics at write time) has written nothing of it: each rejected record is a poison
     /// record, handled by the policy (with `Fail`, the whole batch fails, partial batch
     /// responses or not, with the error naming the record), and the item is written again
-    /// without it. A dead-lettered record is produced and acknowledged before that write:
-    /// once the item is written, its watermark may be past the record, and a retry of a
-    /// batch that fails later would not meet the record again. The record is dropped from
+    /// without its effect, its watermark past it (so a redelivery of the record, whatever
+    /// the item holds by then, does not decide again; an item left with nothing but
+    /// rejected records is not written). A dead-lettered record is produced and
+    /// acknowledged before that write: once the item is written, the record is decided,
+    /// and a retry of a batch that fails later would not meet it again (a crash between
+    /// the two decides again on the retry: dead letters are at least once). The record is dropped from
     /// the item that rejected it only: what it did elsewhere (other items, other stores,
     /// its other outputs) stays, as when a Kafka Streams processor fails on a record after
     /// the processors before it forwarded it.
@@ -491,6 +494,8 @@ impl Topology {
             .map(|((key, window), mut item)| async move {
                 let mut stats = WriteStats::default();
                 let mut rejections = Rejections::default();
+                // The item's records rejected so far (partition index, offset).
+                let mut rejected: HashSet<(u32, i64)> = HashSet::new();
                 loop {
                     let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                     let write = ItemWrite {
@@ -516,11 +521,26 @@ impl Topology {
                         }) => (records, printable),
                         Err(other) => return Err(StreamError::from(other)),
                     };
-                    let before = item.contributions.len();
                     let mut letters = Vec::new();
                     for (source, offset, why) in records {
-                        item.contributions
-                            .retain(|c| !(c.tp == source && c.offset == offset));
+                        // The record stays in the write without its effect (its values
+                        // forgotten, its delta 0), so that the item's watermark covers it:
+                        // the decision is made once per item, and a redelivery does not
+                        // decide again on another stored state.
+                        let live = item
+                            .contributions
+                            .iter_mut()
+                            .filter(|c| c.tp == source && c.offset == offset)
+                            .fold(false, |_, c| {
+                                c.delta = 0;
+                                true
+                            });
+                        if !live || !rejected.insert((source, offset)) {
+                            return Err(StreamError::Config(format!(
+                                "state store {name:?}, key {printable}: the store rejected a \
+                                 record the write does not hold, or rejected it again"
+                            )));
+                        }
                         if let Some(fold) = &mut item.fold {
                             fold.forget(source, offset);
                         }
@@ -552,17 +572,16 @@ impl Topology {
                             letters.push(letter);
                         }
                     }
-                    if item.contributions.len() == before {
-                        return Err(StreamError::Config(format!(
-                            "state store {name:?}, key {printable}: the store rejected records \
-                             the write does not hold"
-                        )));
-                    }
                     if !letters.is_empty() {
                         rejections.dead_lettered += letters.len() as u64;
                         writing.sink.send(letters).await?;
                     }
-                    if item.contributions.is_empty() {
+                    if item
+                        .contributions
+                        .iter()
+                        .all(|c| rejected.contains(&(c.tp, c.offset)))
+                    {
+                        // Nothing of the item is left to write: it is not created.
                         return Ok((None, stats, rejections));
                     }
                 }
