@@ -547,6 +547,10 @@ async fn a_rejected_record_is_decided_once_even_when_the_item_changes_before_its
             .expect("a batch");
     }
     assert_eq!(sum_of(&store, "k").map(|s| s.0), Some(25));
-    let dead = sink.records().into_iter().filter(|r| r.topic == "dlq").count();
+    let dead = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .count();
     assert_eq!(dead, 1, "dead-lettered once, never applied");
 }

@@ -356,3 +356,33 @@ async fn a_write_split_by_partitions_gives_the_same_state_and_version_in_memory(
     assert_eq!(dynamo.version, 4);
     assert_eq!(in_memory, dynamo);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_record_is_decided_once_per_item_on_dynamodb() {
+    let store = store().await;
+    let sink = MemorySink::new();
+    let options = BatchOptions {
+        poison: PoisonPolicy::DeadLetter {
+            topic: "dlq".to_owned(),
+        },
+        ..BatchOptions::default()
+    };
+    // in-0: 5 and a panic (the last record of its partition in the item), in-1: 20, then
+    // in-0's batch delivered again: the panic is not met again, and the sum is 25.
+    let first = event(&[record(0, 0, "k", "5"), record(0, 1, "k", "panic")]);
+    let other = event(&[record(1, 0, "k", "20")]);
+    let topology = sums();
+    for batch in [&first, &other, &first] {
+        topology
+            .process_with(batch, &store, &sink, &options)
+            .await
+            .expect("a batch");
+    }
+    assert_eq!(sum_of(&store, "k").await, Some(25));
+    let dead = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .count();
+    assert_eq!(dead, 1);
+}
