@@ -554,3 +554,21 @@ async fn a_rejected_record_is_decided_once_even_when_the_item_changes_before_its
         .count();
     assert_eq!(dead, 1, "dead-lettered once, never applied");
 }
+
+#[test]
+fn the_test_driver_refuses_a_key_dynamodb_would_refuse() {
+    use lambda_streams::driver::TestDriver;
+    let driver = TestDriver::new(counts());
+    let mut input = driver.input_topic("in", Utf8, Utf8);
+    input
+        .pipe_input("fits", "v".to_owned())
+        .expect("a short key");
+    let error = input
+        .pipe_input("x".repeat(1535), "v".to_owned())
+        .expect_err("a key DynamoDB refuses, refused in memory too");
+    let text = error.to_string();
+    assert!(
+        text.contains("in-0") && text.contains("offset 1") && text.contains("2048"),
+        "{text}"
+    );
+}
