@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
+use crate::config::Config;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
@@ -44,6 +45,21 @@ impl Handler {
             options: BatchOptions::default(),
             metrics_function: None,
         }
+    }
+
+    /// The handler of a function with these settings: output to Kafka (to
+    /// `config.bootstrap_servers`, or the event's own brokers) with the producer's
+    /// connection settings, the batch options, and EMF metrics when
+    /// `config.metrics_function` names the function. The one wiring of a function: the
+    /// Lambda adapter ([`crate::lambda::run`]) and the local runner both build their
+    /// handler with it, so a function runs locally with every setting it has in Lambda.
+    pub fn from_config(topology: Topology, store: Arc<dyn Store>, config: &Config) -> Self {
+        let mut handler =
+            Handler::with_kafka_output(topology, store, config.bootstrap_servers.clone())
+                .with_kafka_settings(config.kafka.clone())
+                .with_options(config.batch.clone());
+        handler.metrics_function = config.metrics_function.clone();
+        handler
     }
 
     /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
@@ -91,6 +107,29 @@ impl Handler {
     /// The topology.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// How batches are executed.
+    pub fn options(&self) -> &BatchOptions {
+        &self.options
+    }
+
+    /// The function name EMF metrics are printed under; `None`: no metrics.
+    pub fn metrics_function(&self) -> Option<&str> {
+        self.metrics_function.as_deref()
+    }
+
+    /// For a handler producing to Kafka: the configured brokers (`None`: the event's own)
+    /// and the producer's connection settings; `None` for a handler whose sink is given.
+    pub fn kafka_output(&self) -> Option<(Option<&str>, &KafkaSettings)> {
+        match &self.sink {
+            SinkChoice::Given(_) => None,
+            SinkChoice::Kafka {
+                bootstrap_servers,
+                settings,
+                ..
+            } => Some((bootstrap_servers.as_deref(), settings)),
+        }
     }
 
     /// Processes one decoded event.

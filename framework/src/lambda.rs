@@ -69,13 +69,7 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
             None => store,
         })
     };
-    let mut handler = Handler::with_kafka_output(topology, store, config.bootstrap_servers)
-        .with_kafka_settings(config.kafka)
-        .with_options(config.batch);
-    if let Some(function) = config.metrics_function {
-        handler = handler.with_metrics(function);
-    }
-    let handler = Arc::new(handler);
+    let handler = Arc::new(Handler::from_config(topology, store, &config));
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Box<RawValue>>| {
             let handler = Arc::clone(&handler);

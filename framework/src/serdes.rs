@@ -21,6 +21,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -257,35 +258,29 @@ impl<T, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
     }
 }
 
-impl<T, S: Serde<T> + ?Sized> Serde<T> for Box<S> {
-    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
-        (**self).serialize(value)
-    }
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        (**self).deserialize(data)
-    }
-    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
-        (**self).try_serialize(value)
-    }
-    fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
-        (**self).try_serialize_owned(value)
-    }
+/// Implements [`Serde`] for a pointer to a serde, forwarding every call (the provided
+/// methods too, so that a serde's own `try_serialize` is kept behind the pointer).
+macro_rules! forward_serde {
+    ($pointer:ident) => {
+        impl<T, S: Serde<T> + ?Sized> Serde<T> for $pointer<S> {
+            fn serialize(&self, value: &T) -> Option<Vec<u8>> {
+                (**self).serialize(value)
+            }
+            fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
+                (**self).deserialize(data)
+            }
+            fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
+                (**self).try_serialize(value)
+            }
+            fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
+                (**self).try_serialize_owned(value)
+            }
+        }
+    };
 }
 
-impl<T, S: Serde<T> + ?Sized> Serde<T> for std::sync::Arc<S> {
-    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
-        (**self).serialize(value)
-    }
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        (**self).deserialize(data)
-    }
-    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
-        (**self).try_serialize(value)
-    }
-    fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
-        (**self).try_serialize_owned(value)
-    }
-}
+forward_serde!(Box);
+forward_serde!(Arc);
 
 #[cfg(test)]
 mod tests {

@@ -14,6 +14,14 @@ pub const VERSION_HEADER: &str = "lambda-streams-version";
 /// records the record it came from produced there. See [`HopHeaders`].
 pub const SEQUENCE_HEADER: &str = "lambda-streams-sequence";
 
+/// Header of a record produced to a repartition topic whose key is null (empty value).
+/// Such a record travels with a stand-in key, the [`SOURCE_HEADER`] value of its original
+/// source record, so that every copy of it (a retry's, a zombie's) goes to the same
+/// partition: with a null key the producer would pick a partition at random per copy, and
+/// copies on different partitions are on different watermark channels, each counted once.
+/// The reader takes the key as null again.
+pub const NULL_KEY_HEADER: &str = "lambda-streams-null-key";
+
 /// Header of a dead-lettered record carrying the error that sent it there.
 pub const ERROR_HEADER: &str = "lambda-streams-error";
 
@@ -142,7 +150,21 @@ impl HopHeaders {
     /// Parses the headers [`write`](Self::write) writes, from a record's headers (the
     /// first of each name counts); the error says which header is missing or malformed.
     pub fn parse(headers: &[Header]) -> Result<HopHeaders, String> {
-        let find = |name: &str| headers.iter().find(|h| h.name() == name).map(Header::value);
+        Self::parse_by(|name| headers.iter().find(|h| h.name() == name).map(Header::value))
+    }
+
+    /// [`parse`](Self::parse) of the headers of a record being produced (name, value).
+    pub fn parse_produced(headers: &[(String, Vec<u8>)]) -> Result<HopHeaders, String> {
+        Self::parse_by(|name| {
+            headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_slice())
+        })
+    }
+
+    /// Parses the headers `find` gives by name.
+    fn parse_by<'a>(find: impl Fn(&str) -> Option<&'a [u8]>) -> Result<HopHeaders, String> {
         let source = find(SOURCE_HEADER).ok_or_else(|| {
             format!("a repartition topic's record needs its {SOURCE_HEADER} header")
         })?;

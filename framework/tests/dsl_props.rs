@@ -11,6 +11,7 @@ use lambda_streams::driver::{Batching, TestDriver};
 use lambda_streams::dsl::Grouped;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::SOURCE_HEADER;
+use lambda_streams::wire::SourceHeader;
 use lambda_streams::{StreamsBuilder, Topology};
 use proptest::prelude::*;
 
@@ -74,8 +75,10 @@ fn pipe_all(driver: &TestDriver, inputs: &[Input]) {
 
 /// The source partition of an output record, from its `lambda-streams-source` header.
 fn source_partition(record: &lambda_streams::sink::OutputRecord) -> i32 {
-    let origin = std::str::from_utf8(record.header(SOURCE_HEADER).unwrap()).unwrap();
-    origin.split(':').nth(1).unwrap().parse().unwrap()
+    SourceHeader::parse(record.header(SOURCE_HEADER).unwrap())
+        .expect("<topic>:<partition>:<offset>")
+        .tp
+        .partition
 }
 
 proptest! {

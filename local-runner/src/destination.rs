@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use lambda_streams::event::{Record, TopicPartition};
 pub use lambda_streams::sink::SOURCE_HEADER;
+use lambda_streams::wire::SourceHeader;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
@@ -94,10 +95,9 @@ impl FailureDestination {
     pub async fn send(&self, given_up: &GivenUp<'_>) -> Result<(), String> {
         let mut deliveries = Vec::with_capacity(given_up.records.len());
         for record in given_up.records {
-            let source = format!(
-                "{}:{}:{}",
-                given_up.tp.topic, given_up.tp.partition, record.offset
-            );
+            // UTF-8: the topic is a string, the rest are digits and colons.
+            let source = String::from_utf8_lossy(&SourceHeader::write(given_up.tp, record.offset))
+                .into_owned();
             let attempts = given_up.attempts.to_string();
             let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 4);
             for h in &record.headers {
@@ -107,10 +107,10 @@ impl FailureDestination {
                 });
             }
             for (key, value) in [
-                (SOURCE_HEADER, source.as_str()),
-                (REASON_HEADER, given_up.reason.as_str()),
-                (ERROR_HEADER, given_up.error),
-                (ATTEMPTS_HEADER, attempts.as_str()),
+                (SOURCE_HEADER, source.as_bytes()),
+                (REASON_HEADER, given_up.reason.as_str().as_bytes()),
+                (ERROR_HEADER, given_up.error.as_bytes()),
+                (ATTEMPTS_HEADER, attempts.as_bytes()),
             ] {
                 headers = headers.insert(Header {
                     key,

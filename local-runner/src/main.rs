@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
@@ -406,9 +405,8 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             (Some(function), _, _) => {
                 let topology = example_topology(function)?;
                 let guarantee: Guarantee = args.guarantee.parse()?;
-                // The function's own settings, as in Lambda: poison policy, partial batch
-                // responses, emit-on-close windows, the aggregate cache, the producer's
-                // TLS/SASL (LAMBDA_STREAMS_*).
+                // The store's own setting, as in Lambda: the aggregate cache
+                // (LAMBDA_STREAMS_STATE_CACHE_BYTES; the handler reads the others below).
                 let settings =
                     lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
                 let (stores, embedded) = match args.state_kind {
@@ -431,16 +429,14 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     Some(n) => Arc::new(FaultyStore::fail_once_after(inner, n)),
                     None => inner,
                 };
-                let handler = Arc::new(
-                    Handler::with_kafka_output(topology.clone(), store, None)
-                        .with_kafka_settings(settings.kafka)
-                        .with_options(settings.batch),
+                // The function's own settings (LAMBDA_STREAMS_*), wired as in Lambda.
+                let transport = Arc::new(
+                    InProcess::from_env(topology.clone(), store).map_err(|e| e.to_string())?,
                 );
                 eprintln!(
                     "[local-runner] topology of {function}:\n{}",
                     topology.describe()
                 );
-                let transport = Arc::new(InProcess::new(handler));
                 (
                     transport,
                     Some((topology, stores)),

@@ -11,6 +11,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use lambda_streams::config_env::env_or;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -19,29 +20,29 @@ use rdkafka::{Offset, TopicPartitionList};
 
 /// The broker the tests use.
 pub fn bootstrap() -> String {
-    std::env::var("KAFKA_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+    env_or("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 }
 
 /// The broker's SASL_PLAINTEXT listener (SCRAM-SHA-512/256), from `scripts/services env`.
 pub fn sasl_bootstrap() -> String {
-    std::env::var("KAFKA_SASL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9094".into())
+    env_or("KAFKA_SASL_BOOTSTRAP_SERVERS", "127.0.0.1:9094")
 }
 
 /// The broker's SSL listener (a certificate of the local CA).
 pub fn ssl_bootstrap() -> String {
-    std::env::var("KAFKA_SSL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9095".into())
+    env_or("KAFKA_SSL_BOOTSTRAP_SERVERS", "127.0.0.1:9095")
 }
 
 /// The broker's SASL_SSL listener (SCRAM over TLS).
 pub fn sasl_ssl_bootstrap() -> String {
-    std::env::var("KAFKA_SASL_SSL_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9096".into())
+    env_or("KAFKA_SASL_SSL_BOOTSTRAP_SERVERS", "127.0.0.1:9096")
 }
 
 /// The SCRAM user `scripts/services` creates: `(username, password)`.
 pub fn scram_credentials() -> (String, String) {
     (
-        std::env::var("KAFKA_SCRAM_USERNAME").unwrap_or_else(|_| "lambda-streams".into()),
-        std::env::var("KAFKA_SCRAM_PASSWORD").unwrap_or_else(|_| "lambda-streams-secret".into()),
+        env_or("KAFKA_SCRAM_USERNAME", "lambda-streams"),
+        env_or("KAFKA_SCRAM_PASSWORD", "lambda-streams-secret"),
     )
 }
 
@@ -85,7 +86,7 @@ pub fn require_secured_listeners() {
 
 /// The DynamoDB emulator the tests use.
 pub fn dynamo_endpoint() -> String {
-    std::env::var("AWS_ENDPOINT_URL_DYNAMODB").unwrap_or_else(|_| "http://127.0.0.1:8000".into())
+    env_or("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:8000")
 }
 
 /// Panics with the fix when a service is not listening.
@@ -416,11 +417,26 @@ pub fn emulator_env() -> Vec<String> {
 /// and signals every process, `kill(-1)`); the function exits once its runtime API is gone.
 pub struct LambdaWatch(std::process::Child);
 
+/// A loopback port no process listens on now, for a server a test starts (so that two
+/// checkouts running their tests at once never talk to each other's server).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
 impl LambdaWatch {
     /// Starts `cargo lambda watch -p <function>` on `port` with `env` (`KEY=VALUE`) and
     /// waits (up to 10 minutes: the first start compiles the function) until it listens.
+    /// The port must be free (see [`free_port`]): a server already on it would answer in
+    /// the function's place.
     pub fn start(function: &str, port: u16, env: &[String]) -> LambdaWatch {
         use std::process::{Command, Stdio};
+        assert!(
+            TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} is already served by another process: cargo lambda watch cannot use it"
+        );
         let mut command = Command::new("cargo");
         command
             .args([
@@ -799,7 +815,7 @@ pub fn log_event(
 /// The broker's MSK IAM listener (SASL_SSL, OAUTHBEARER with MSK IAM tokens checked by the
 /// SigV4 validator of `scripts/kafka/msk-iam`), from `scripts/services env`.
 pub fn iam_bootstrap() -> String {
-    std::env::var("KAFKA_IAM_BOOTSTRAP_SERVERS").unwrap_or_else(|_| "127.0.0.1:9097".into())
+    env_or("KAFKA_IAM_BOOTSTRAP_SERVERS", "127.0.0.1:9097")
 }
 
 /// The AWS credentials the MSK IAM listener accepts (a local test key pair, with a session
@@ -818,9 +834,8 @@ pub struct IamTestCredentials {
 
 /// The key pair `scripts/services` configures on the MSK IAM listener.
 pub fn iam_credentials() -> IamTestCredentials {
-    let var = |name: &str, default: &str| {
-        std::env::var(format!("LAMBDA_STREAMS_TEST_IAM_{name}")).unwrap_or_else(|_| default.into())
-    };
+    let var =
+        |name: &str, default: &str| env_or(&format!("LAMBDA_STREAMS_TEST_IAM_{name}"), default);
     IamTestCredentials {
         access_key_id: var("ACCESS_KEY_ID", "ASIALAMBDASTREAMSTEST"),
         secret_access_key: var(

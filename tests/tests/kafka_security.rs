@@ -32,10 +32,6 @@ use lambda_streams_e2e::*;
 use local_runner::{Http, Runner, RunnerConfig, Transport, admin};
 
 const INPUT: &str = "secure-lines";
-/// The port of this file's `cargo lambda watch` (others use other ports).
-const PORT: u16 = 9331;
-/// The port of its second `cargo lambda watch` (the MSK IAM function).
-const IAM_PORT: u16 = 9332;
 
 fn settings(pairs: &[(&str, &str)]) -> KafkaSettings {
     KafkaSettings::from_vars(
@@ -316,7 +312,7 @@ async fn the_function_produces_over(port: u16, servers: String, kafka_env: Vec<S
 async fn the_wordcount_function_produces_over_scram_configured_by_its_environment() {
     let (user, password) = scram_credentials();
     the_function_produces_over(
-        PORT,
+        free_port(),
         sasl_bootstrap(),
         vec![
             "LAMBDA_STREAMS_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT".to_owned(),
@@ -335,7 +331,7 @@ async fn the_wordcount_function_produces_over_msk_iam_configured_by_its_environm
     require_iam_listener();
     let credentials = iam_credentials();
     the_function_produces_over(
-        IAM_PORT,
+        free_port(),
         iam_bootstrap(),
         vec![
             "LAMBDA_STREAMS_KAFKA_SASL_MECHANISM=AWS_MSK_IAM".to_owned(),

@@ -4,7 +4,8 @@
 //! through a copy topic; through the local runner on the real broker with duplicate
 //! deliveries and longer retries injected on every hop (so every repartition topic gets
 //! duplicate copies), the state in DynamoDB on the emulator. The counts equal references
-//! computed here from the lines (each line once).
+//! computed here from the lines (each line once). And null-key records through a hop, whose
+//! copies the producer would spread over the hop's partitions without a stand-in key.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -124,4 +125,79 @@ async fn two_hops_and_merged_channels_are_exact_under_faults_on_every_hop() {
         by_length,
         "merged channels"
     );
+}
+
+/// Lines (null keys) through a 3-partition repartition topic, keys kept, then counted per
+/// number of words in one item fed directly from every partition of the hop.
+fn null_keys_topology(input: &str, hop: &str) -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(input, Unit, Utf8)
+        .repartition(hop, Unit, Utf8)
+        .group_by(
+            |_, line: &String| line.split_whitespace().count().to_string(),
+            lambda_streams::dsl::Grouped::direct(Utf8),
+        )
+        .count("by-length");
+    builder.build()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_key_records_cross_a_hop_exactly_once_under_faults() {
+    // The producer puts a null key on a partition of its choice per send, so without a
+    // stand-in key a duplicate's copy lands on another partition of the hop, another
+    // watermark channel, and is counted again.
+    require_services();
+    let (input, hop) = (unique("nullkey-lines"), unique("nullkey-hop"));
+    let servers = bootstrap();
+    for (topic, partitions) in [(&input, 3), (&hop, 3)] {
+        admin::create_topic(&servers, topic, partitions)
+            .await
+            .expect("topic");
+    }
+    let lines = sample_text(120, 53);
+    produce_across_partitions(&input, &lines, 3).await;
+    let table = unique("nullkey");
+    let client = dynamo_client();
+    create_table(&client, &table).await.expect("table");
+    let store = Arc::new(DynamoStore::new(
+        client,
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    ));
+    let handler = Handler::with_kafka_output(null_keys_topology(&input, &hop), store, None);
+    let config = RunnerConfig {
+        bootstrap_servers: servers,
+        group_id: unique("nullkey-group"),
+        topics: vec![input.clone(), hop.clone()],
+        batch_size: 20,
+        batching_window: Duration::from_millis(50),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(10),
+        faults: Faults {
+            duplicate_every: Some(3),
+            extend_retry_every: Some(4),
+            ..Faults::default()
+        },
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+    tokio::time::timeout(Duration::from_secs(240), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+
+    // The reference, from the lines: each line once.
+    let mut by_length: BTreeMap<String, i64> = BTreeMap::new();
+    for line in &lines {
+        *by_length
+            .entry(line.split_whitespace().count().to_string())
+            .or_default() += 1;
+    }
+    assert!(
+        read_topic(&hop).len() > lines.len(),
+        "the faults put duplicate copies in the repartition topic"
+    );
+    assert_eq!(table_counts(&table, "by-length").await, by_length);
 }

@@ -16,8 +16,6 @@ use local_runner::{Http, Runner, RunnerConfig, Transport, admin};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-/// The port of this test's `cargo lambda watch` (others use other ports).
-const PORT: u16 = 9320;
 const PARTITIONS: i32 = 3;
 
 async fn produce_raw(topic: &str, partition: i32, values: &[&[u8]]) {
@@ -74,9 +72,10 @@ async fn the_runner_invokes_cargo_lambda_watch_over_http() {
         // consumes too (a second event source in Lambda).
         format!("WORDCOUNT_REPARTITION_TOPIC={repartition}"),
     ]);
-    let watch = LambdaWatch::start("wordcount", PORT, &env);
+    let port = free_port();
+    let watch = LambdaWatch::start("wordcount", port, &env);
     let http: Arc<dyn Transport> =
-        Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
+        Arc::new(Http::new(&format!("http://127.0.0.1:{port}"), "wordcount").expect("endpoint"));
     let config = RunnerConfig {
         bootstrap_servers: servers.clone(),
         group_id: unique("http-group"),

@@ -26,8 +26,6 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
 const STORE: &str = "values";
-/// The port of this file's `cargo lambda watch` (others use other ports).
-const PORT: u16 = 9341;
 
 /// Counts values. Not UTF-8: a deserialization error; `"fail"`: an error of user code;
 /// `"boom"`: user code panics while `panics` is above zero (once per unit).
@@ -485,9 +483,10 @@ async fn the_wordcount_binary_dead_letters_by_its_environment_over_http() {
         format!("LAMBDA_STREAMS_POISON_POLICY=dead-letter:{dlq}"),
         "LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE=true".to_owned(),
     ]);
-    let watch = LambdaWatch::start("wordcount", PORT, &env);
+    let port = free_port();
+    let watch = LambdaWatch::start("wordcount", port, &env);
     let http: Arc<dyn Transport> =
-        Arc::new(Http::new(&format!("http://127.0.0.1:{PORT}"), "wordcount").expect("endpoint"));
+        Arc::new(Http::new(&format!("http://127.0.0.1:{port}"), "wordcount").expect("endpoint"));
     let config = RunnerConfig {
         bootstrap_servers: bootstrap(),
         group_id: unique("http-poison-group"),

@@ -9,6 +9,7 @@
 //! Environment: `BENCH_INPUT_TOPIC` (default `bench-input`), `BENCH_OUTPUT_TOPIC`
 //! (default `bench-output`).
 
+use lambda_streams::config_env::env_or;
 use lambda_streams::serdes::{BigEndianI64, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -51,15 +52,9 @@ pub fn count(input: &str, output: &str) -> Topology {
 }
 
 fn topics_from_env() -> (String, String) {
-    let var = |name: &str, default: &str| {
-        std::env::var(name)
-            .ok()
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| default.to_owned())
-    };
     (
-        var("BENCH_INPUT_TOPIC", "bench-input"),
-        var("BENCH_OUTPUT_TOPIC", "bench-output"),
+        env_or("BENCH_INPUT_TOPIC", "bench-input"),
+        env_or("BENCH_OUTPUT_TOPIC", "bench-output"),
     )
 }
 

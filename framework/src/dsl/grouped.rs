@@ -36,6 +36,8 @@ pub(crate) struct Aggregation<K, V, A> {
 /// One item's values of a general aggregation in one batch, typed.
 struct TypedFold<K, V, A> {
     key: K,
+    /// (channel, offset or position, value), sorted by channel and offset (a record's own
+    /// values in the order it gave them).
     values: Vec<(u32, i64, V)>,
     aggregation: Arc<Aggregation<K, V, A>>,
 }
@@ -239,7 +241,13 @@ where
                             if let Some(fold) =
                                 fold.as_any_mut().downcast_mut::<TypedFold<K, V, A>>()
                             {
-                                fold.values.push((tp, offset, value));
+                                // In offset order per channel, as Kafka Streams folds
+                                // them (record at a time): records that waited at a join
+                                // come after the batch's others, merged or not.
+                                let at = fold
+                                    .values
+                                    .partition_point(|(t, o, _)| (*t, *o) <= (tp, offset));
+                                fold.values.insert(at, (tp, offset, value));
                             }
                         },
                     );

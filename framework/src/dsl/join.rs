@@ -271,11 +271,16 @@ where
         self.downstream()
             .add(Arc::new(move |ctx, key: K, value: V| {
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
-                    // A null key has no table value.
-                    return match f(&key, value, None) {
-                        Some(joined) => out.forward(ctx, key, joined),
-                        None => Ok(()),
-                    };
+                    // A null key has no table value; it waits with the other records all
+                    // the same, so that it does not overtake them.
+                    let (out, f) = (out.clone(), Arc::clone(&f));
+                    return ctx.defer_null_key(
+                        lookup.store,
+                        Box::new(move |ctx, _| match f(&key, value, None) {
+                            Some(joined) => out.forward(ctx, key, joined),
+                            None => Ok(()),
+                        }),
+                    );
                 };
                 let (lookup, out, f, store_name) = (
                     Arc::clone(&lookup),

@@ -38,9 +38,46 @@ pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
-use crate::error::TopologyError;
+use crate::error::{StreamError, TopologyError};
+use crate::event::Record;
 use crate::serdes::Serde;
+use crate::topology::context::Ctx;
 pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, UpdateFn, lock};
+
+/// A source record's key and value, or the error naming the record and the side that
+/// does not deserialize.
+fn decode_record<K, V>(
+    ctx: &Ctx,
+    record: &Record,
+    key_serde: &impl Serde<K>,
+    value_serde: &impl Serde<V>,
+) -> Result<(K, V), StreamError> {
+    decode_parts(
+        ctx,
+        record.key.as_deref(),
+        record.value.as_deref(),
+        key_serde,
+        value_serde,
+    )
+}
+
+/// [`decode_record`] of a key and a value given apart (a repartition record whose key
+/// stands in for a null one decodes `None` as its key).
+fn decode_parts<K, V>(
+    ctx: &Ctx,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    key_serde: &impl Serde<K>,
+    value_serde: &impl Serde<V>,
+) -> Result<(K, V), StreamError> {
+    let key = key_serde
+        .deserialize(key)
+        .map_err(|e| ctx.deserialize_error("key", e))?;
+    let value = value_serde
+        .deserialize(value)
+        .map_err(|e| ctx.deserialize_error("value", e))?;
+    Ok((key, value))
+}
 
 /// A timestamp extractor: `(key, value, record timestamp) -> event time`.
 type Extractor<K, V> = Arc<dyn Fn(&K, &V, i64) -> i64 + Send + Sync>;
@@ -139,12 +176,7 @@ impl StreamsBuilder {
         let out = downstream.clone();
         let extracted = extractor.is_some();
         let source: SourceFn = Arc::new(move |ctx, record| {
-            let key = key_serde
-                .deserialize(record.key.as_deref())
-                .map_err(|e| ctx.deserialize_error("key", e))?;
-            let value = value_serde
-                .deserialize(record.value.as_deref())
-                .map_err(|e| ctx.deserialize_error("value", e))?;
+            let (key, value) = decode_record(ctx, record, &key_serde, &value_serde)?;
             if let Some(extract) = &extractor {
                 ctx.set_event_time(extract(&key, &value, record.timestamp));
             }
@@ -154,15 +186,7 @@ impl StreamsBuilder {
         if extracted {
             inner.extracted.insert(topic.to_owned());
         }
-        inner
-            .sources
-            .entry(topic.to_owned())
-            .or_default()
-            .push(source);
-        let topics = vec![topic.to_owned()];
-        let node = inner
-            .description
-            .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[]);
+        let node = inner.add_source(topic, source);
         drop(inner);
         KStream::from_node(Arc::clone(&self.shared), downstream, node)
     }
@@ -196,8 +220,10 @@ impl StreamsBuilder {
     pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
-        inner.write_order =
+        let order =
             crate::topology::order::write_order(&inner.description, &inner.roles, &inner.stores)?;
+        inner.write_order = order.stores;
+        inner.sort_hops = order.sort_hops;
         Ok(Topology {
             inner: Arc::new(inner),
         })

@@ -47,6 +47,12 @@
 //!   topics (`w:in-0>a-0`, `w:in-0>b-1`): their positions are not comparable, and one
 //!   watermark for both would refuse the contributions of one of them.
 //!
+//! The order also needs every copy of a record on the same partition `q`: a null key is
+//! produced with a stand-in key ([`NULL_KEY_HEADER`]). And it needs a batch to produce its
+//! records in source order: a hop fed by records that waited at different joins (which go
+//! on at different steps of a batch) gets its records sorted back into source order before
+//! they are sent (`topology::order`).
+//!
 //! Within a batch the same rule drops duplicates before they reach the stores: per channel,
 //! a record at or below the highest position already seen in the batch (`Ctx::seen`) is a
 //! copy. The argument needs deterministic processing (a record produces the same records in
@@ -59,14 +65,13 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KStream, SourceFn, lock};
+use super::{Downstream, KStream, SourceFn, decode_parts, lock};
 use crate::error::StreamError;
-use crate::event::TopicPartition;
-use crate::serdes::Serde;
+use crate::serdes::{Serde, SerdeError};
 use crate::sink::OutputRecord;
 use crate::topology::context::Channel;
 use crate::topology::describe::NodeKind;
-use crate::wire::{HopHeaders, SourceHeader};
+use crate::wire::{HopHeaders, NULL_KEY_HEADER, SourceHeader};
 
 impl<K, V> KStream<K, V>
 where
@@ -121,15 +126,10 @@ where
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
         let source: SourceFn = Arc::new(move |ctx, record| {
-            let Some((tp, offset)) = ctx.record_coordinates() else {
+            let Some((tp, _)) = ctx.record_coordinates() else {
                 return Ok(());
             };
-            let bad = |reason: String| StreamError::Deserialize {
-                tp: tp.clone(),
-                offset,
-                side: "header",
-                reason,
-            };
+            let bad = |reason: String| ctx.deserialize_error("header", SerdeError(reason));
             let hop = HopHeaders::parse(&record.headers).map_err(bad)?;
             let position = position(hop.source.offset, &hop.ranks).map_err(bad)?;
             let mut hops = hop.path;
@@ -145,27 +145,23 @@ where
             }
             *seen = position;
             ctx.source = Some((channel, position));
-            let key = key_serde
-                .deserialize(record.key.as_deref())
-                .map_err(|e| bad_side(&tp, offset, "key", e.0))?;
-            let value = value_serde
-                .deserialize(record.value.as_deref())
-                .map_err(|e| bad_side(&tp, offset, "value", e.0))?;
+            let null_key = record.headers.iter().any(|h| h.name() == NULL_KEY_HEADER);
+            let key_bytes = if null_key {
+                None
+            } else {
+                record.key.as_deref()
+            };
+            let (key, value) = decode_parts(
+                ctx,
+                key_bytes,
+                record.value.as_deref(),
+                &key_serde,
+                &value_serde,
+            )?;
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
-        let node = {
-            let mut inner = lock(&shared);
-            inner
-                .sources
-                .entry(topic.to_owned())
-                .or_default()
-                .push(source);
-            let topics = vec![topic.to_owned()];
-            inner
-                .description
-                .add_node("KSTREAM-SOURCE", NodeKind::Source { topics }, &[])
-        };
+        let node = lock(&shared).add_source(topic, source);
         KStream::from_node(shared, downstream, node)
     }
 }
@@ -223,16 +219,13 @@ where
             };
             hops.ranks.push(this_rank);
             if let Err(reason) = position(hops.source.offset, &hops.ranks) {
-                return Err(StreamError::User {
-                    tp,
-                    offset,
-                    reason: format!("cannot repartition to {topic:?}: {reason}"),
-                });
+                return Err(ctx.user_error(format!("cannot repartition to {topic:?}: {reason}")));
             }
-            let encode_error = |side: &str, e: crate::serdes::SerdeError| StreamError::User {
-                tp: tp.clone(),
-                offset,
-                reason: format!("cannot serialize the {side} for topic {topic:?}: {}", e.0),
+            let encode_error = |side: &str, e: SerdeError| {
+                ctx.user_error(format!(
+                    "cannot serialize the {side} for topic {topic:?}: {}",
+                    e.0
+                ))
             };
             let key = key_serde
                 .try_serialize(&key)
@@ -240,11 +233,21 @@ where
             let value = value_serde
                 .try_serialize(&value)
                 .map_err(|e| encode_error("value", e))?;
+            let mut headers = hops.write();
+            // A null key: a stand-in that puts every copy on one partition (see
+            // NULL_KEY_HEADER).
+            let key = match key {
+                Some(key) => Some(key),
+                None => {
+                    headers.push((NULL_KEY_HEADER.to_owned(), Vec::new()));
+                    Some(SourceHeader::write(&hops.source.tp, hops.source.offset))
+                }
+            };
             ctx.outputs.push(OutputRecord {
                 topic: topic.clone(),
                 key,
                 value,
-                headers: hops.write(),
+                headers,
                 timestamp: Some(timestamp),
             });
             Ok(())
@@ -257,15 +260,7 @@ where
             .description
             .add_node("KSTREAM-SINK", kind, &[self.node()]);
         inner.roles.records_only(node, "a repartition topic's sink");
-    }
-}
-
-fn bad_side(tp: &TopicPartition, offset: i64, side: &'static str, reason: String) -> StreamError {
-    StreamError::Deserialize {
-        tp: tp.clone(),
-        offset,
-        side,
-        reason,
+        inner.roles.in_order(node);
     }
 }
 

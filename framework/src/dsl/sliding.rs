@@ -303,29 +303,22 @@ where
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
-                let (Some((tp, offset)), Some((_, _, ts))) =
-                    (ctx.record_coordinates(), ctx.record_time())
-                else {
+                let Some((_, _, ts)) = ctx.record_time() else {
                     return Err(StreamError::Config(
                         "sliding windows take source records, not a table's updates".into(),
                     ));
                 };
                 if ts < 0 {
-                    return Err(StreamError::User {
-                        tp,
-                        offset,
-                        reason: format!("sliding windows need a timestamp of 0 or more, not {ts}"),
-                    });
+                    return Err(ctx.user_error(format!(
+                        "sliding windows need a timestamp of 0 or more, not {ts}"
+                    )));
                 }
                 if windows.is_late(ts, ctx.stream_time()) {
                     ctx.late_records += 1;
                     return Ok(());
                 }
-                let bytes = encode(&value).map_err(|e| StreamError::User {
-                    tp,
-                    offset,
-                    reason: format!("the value does not encode: {e}"),
-                })?;
+                let bytes = encode(&value)
+                    .map_err(|e| ctx.user_error(format!("the value does not encode: {e}")))?;
                 out.forward(ctx, key, (ts, bytes))
             }));
         let grouped = KGroupedStream::new(

@@ -202,11 +202,27 @@ where
             }
         }));
         self.pass_deletes(&deletes);
+        self.derived(next, deletes, move |key, value| {
+            predicate(key, &value).then_some(value)
+        })
+    }
+
+    /// A table derived from this one (`filter`, `map_values`): its updates and deletions
+    /// flow through `updates` and `deletes`, and a join reads this table's value passed
+    /// through `derive` (`None`: absent).
+    fn derived<V2>(
+        &self,
+        updates: Downstream<K, V2>,
+        deletes: Downstream<K, ()>,
+        derive: impl Fn(&K, V) -> Option<V2> + Send + Sync + 'static,
+    ) -> KTable<K, V2>
+    where
+        V2: 'static,
+    {
         let lookup = self.lookup.as_ref().map(|inner| {
             let decode = Arc::clone(&inner.value);
-            let value: LookupValue<K, V> = Arc::new(move |key, state| {
-                Ok(decode(key, state)?.filter(|value| predicate(key, value)))
-            });
+            let value: LookupValue<K, V2> =
+                Arc::new(move |key, state| Ok(decode(key, state)?.and_then(|v| derive(key, v))));
             Arc::new(Lookup {
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
@@ -215,7 +231,7 @@ where
         });
         KTable {
             shared: self.shared.clone(),
-            updates: next,
+            updates,
             deletes,
             lookup,
             nodes: self.nodes.clone(),
@@ -258,23 +274,7 @@ where
         }));
         let deletes = Downstream::<K, ()>::new();
         self.pass_deletes(&deletes);
-        let lookup = self.lookup.as_ref().map(|inner| {
-            let decode = Arc::clone(&inner.value);
-            let value: LookupValue<K, V2> =
-                Arc::new(move |key, state| Ok(decode(key, state)?.map(|v| f(&v))));
-            Arc::new(Lookup {
-                store: inner.store,
-                key_serde: Arc::clone(&inner.key_serde),
-                value,
-            })
-        });
-        KTable {
-            shared: self.shared.clone(),
-            updates: next,
-            deletes,
-            lookup,
-            nodes: self.nodes.clone(),
-        }
+        self.derived(next, deletes, move |_, value| Some(f(&value)))
     }
 }
 

@@ -139,14 +139,9 @@ impl WindowSpec {
             return Ok(Vec::new());
         };
         if timestamp < 0 {
-            let (tp, offset) = ctx
-                .record_coordinates()
-                .ok_or_else(|| StreamError::Config("a windowed record without a source".into()))?;
-            return Err(StreamError::User {
-                tp,
-                offset,
-                reason: format!("time windows need a timestamp of 0 or more, not {timestamp}"),
-            });
+            return Err(ctx.user_error(format!(
+                "time windows need a timestamp of 0 or more, not {timestamp}"
+            )));
         }
         let now = ctx.close_time(store);
         let wall_ms = wall_clock_ms();

@@ -21,6 +21,7 @@ use crate::state::{
 };
 use crate::topology::Topology;
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
+use crate::wire::HopHeaders;
 
 /// How many output records a batch holds before it sends them, while its records are
 /// processed: a record can emit many (a `flat_map` ahead of a repartition turns one event
@@ -31,6 +32,9 @@ use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 /// at most this many plus one record's outputs. A batch that fails later has produced some of
 /// its outputs, as a failure in the middle of a send would; its retry produces them again
 /// under the same source headers and versions (outputs are at least once, state exactly once).
+/// One exception: in a topology whose repartition topic is fed by records that waited at
+/// different joins, a batch sends no chunk while records wait at a join (their repartition
+/// records must be sorted with the ones held, see `topology::order`).
 pub const OUTPUT_CHUNK: usize = 20_000;
 
 impl Topology {
@@ -103,7 +107,10 @@ impl Topology {
             // A topic read with a timestamp extractor: its source sets the stream time.
             let record_time = !self.inner.extracted.contains(&batch.tp.topic);
             for record in &batch.records {
-                if ctx.outputs.len() >= OUTPUT_CHUNK {
+                // Records waiting at joins will produce repartition records below the ones
+                // held now, which must then be sorted with them (see `sort_hops`).
+                let may_send = !self.inner.sort_hops || ctx.deferred.is_empty();
+                if ctx.outputs.len() >= OUTPUT_CHUNK && may_send {
                     // Bounded memory: a record may emit many (a flat_map ahead of a
                     // repartition), so the outputs go out in chunks while the batch goes on.
                     let chunk = std::mem::take(&mut ctx.outputs);
@@ -216,6 +223,10 @@ impl Topology {
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
         outcome.report.dead_lettered += dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
+        if self.inner.sort_hops {
+            let hops = self.repartition_topics();
+            sort_hop_records(&mut outputs, &hops);
+        }
         outputs.extend(dead_letters);
         outcome.report.records_out += outputs.len() as u64;
         if !outputs.is_empty() {
@@ -310,8 +321,11 @@ impl Topology {
             if ready.is_empty() {
                 return Ok(());
             }
-            self.resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
-                .await?;
+            let resumed = self
+                .resume_ready(ready, ctx, event, store, options, outcome, dead_letters)
+                .await;
+            ctx.resumed_stream_time = None;
+            resumed?;
         }
     }
 
@@ -330,7 +344,8 @@ impl Topology {
     ) -> Result<(), StreamError> {
         let mut keys: BTreeMap<usize, BTreeSet<&[u8]>> = BTreeMap::new();
         for d in &deferred {
-            keys.entry(d.store).or_default().insert(&d.key);
+            let Some(key) = &d.key else { continue };
+            keys.entry(d.store).or_default().insert(key);
         }
         let mut values = HashMap::new();
         for (index, keys) in keys {
@@ -344,7 +359,11 @@ impl Topology {
         for d in deferred {
             ctx.origin = d.origin;
             ctx.source = d.source;
-            let state = values.get(&d.store).and_then(|found| found.get(&d.key));
+            ctx.resumed_stream_time = Some(d.stream_time);
+            let state = d
+                .key
+                .as_ref()
+                .and_then(|key| values.get(&d.store).and_then(|found| found.get(key)));
             let Origin::Record { tp, offset, .. } = d.origin else {
                 // A table update at a join: no record to blame, an error fails the batch.
                 guarded(|| (d.resume)(ctx, state))?;
@@ -622,6 +641,42 @@ struct Writing<'a> {
     /// The batch records (partition index, offset) a store rejected so far, over every
     /// store of the batch: a record is one poison record however many items reject it.
     poisoned: &'a Mutex<HashSet<(u32, i64)>>,
+}
+
+/// Puts the records of the repartition topics `hops` among `outputs` back in source order:
+/// by their channel (source partition and the hops crossed before) and position (source
+/// offset, then the rank at every hop), each in the slot one of them held, the other
+/// outputs untouched. A repartition topic fed by records that waited at different joins
+/// gets them out of that order (`topology::order`), and a hop's exactly-once rule needs it
+/// (`dsl::repartition`). The sort is stable: a record's own records keep their ranks' order.
+fn sort_hop_records(outputs: &mut [OutputRecord], hops: &[String]) {
+    let slots: Vec<usize> = (0..outputs.len())
+        .filter(|&i| hops.contains(&outputs[i].topic))
+        .collect();
+    let mut held: Vec<_> = slots
+        .iter()
+        .map(|&i| {
+            let record = std::mem::replace(
+                &mut outputs[i],
+                OutputRecord {
+                    topic: String::new(),
+                    key: None,
+                    value: None,
+                    headers: Vec::new(),
+                    timestamp: None,
+                },
+            );
+            // Every repartition record carries its headers; one without sorts first.
+            let position = HopHeaders::parse_produced(&record.headers)
+                .ok()
+                .map(|h| (h.source.tp, h.path, h.source.offset, h.ranks));
+            (record.topic.clone(), position, record)
+        })
+        .collect();
+    held.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    for (&slot, (_, _, record)) in slots.iter().zip(held) {
+        outputs[slot] = record;
+    }
 }
 
 fn unix_millis() -> i64 {

@@ -44,7 +44,7 @@ impl std::str::FromStr for PoisonPolicy {
 }
 
 /// How a batch is executed.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOptions {
     /// What to do with poison records.
     pub poison: PoisonPolicy,

@@ -333,8 +333,9 @@ impl std::fmt::Display for RejectedRecords {
 /// The batch's values of one item are folded together and the aggregate encoded once (an
 /// intermediate aggregate is never encoded, so only the batch's result must encode and
 /// fit). When that fails, panics or does not fit, the records to blame are found as a
-/// record-at-a-time processor would meet them: the first contribution, in the write's
-/// order, whose addition to the ones accepted before it makes the fold fail is rejected,
+/// record-at-a-time processor would meet them: the first contribution, in the order the
+/// aggregations fold them (by partition, then offset), whose addition to the ones accepted
+/// before it makes the fold fail is rejected,
 /// then the search goes on after it (a binary search over prefixes, exact when a failing
 /// prefix stays failing as records are added: a panic on one value, an aggregate that
 /// grows). They are returned as [`StateErrorKind::Rejected`]: the same stored item and
@@ -348,13 +349,16 @@ pub fn fold_within_limits(
     include: &dyn Fn(u32, i64) -> bool,
     fits: &dyn Fn(usize) -> Result<(), String>,
 ) -> Result<Vec<u8>, StateError> {
-    // The new contributions, in the write's order, and each one's place among them.
-    let candidates: Vec<(u32, i64)> = write
+    // The new contributions, in the order the aggregations fold them (by partition, then
+    // offset: record at a time), and each one's place among them.
+    let mut candidates: Vec<(u32, i64)> = write
         .contributions
         .iter()
         .filter(|c| include(c.tp, c.offset))
         .map(|c| (c.tp, c.offset))
         .collect();
+    candidates.sort_unstable();
+    candidates.dedup();
     let place: HashMap<(u32, i64), usize> = candidates
         .iter()
         .enumerate()

@@ -54,9 +54,14 @@ pub(crate) struct Deferred {
     /// The record it continues, and its original source (see [`Ctx::source`]).
     pub(crate) origin: Origin,
     pub(crate) source: Option<(u32, i64)>,
-    /// The joined table's store, and the key to read.
+    /// The joined table's store, and the key to read (`None`: a record whose key is null,
+    /// which has no table value but keeps its place among the records it came with).
     pub(crate) store: usize,
-    pub(crate) key: Vec<u8>,
+    pub(crate) key: Option<Vec<u8>>,
+    /// The stream time of the record's partition when the record was read (see
+    /// [`Ctx::stream_time`]): its lateness downstream is judged against it, not against
+    /// the stream time at the end of the record pass.
+    pub(crate) stream_time: i64,
     pub(crate) resume: Resume,
 }
 
@@ -147,6 +152,10 @@ pub(crate) struct Ctx {
     /// A store given a table's update (which has no source coordinates to attribute it
     /// to): the batch fails. `build()` refuses the topologies that would do it.
     pub(crate) unattributed: Option<usize>,
+    /// While a record waiting at a join goes on: the stream time of its partition when it
+    /// was read (a record's lateness is judged at the record, as in Kafka Streams, not
+    /// against the later records of its batch read meanwhile).
+    pub(crate) resumed_stream_time: Option<i64>,
 }
 
 impl Ctx {
@@ -179,6 +188,7 @@ impl Ctx {
             sequences: HashMap::new(),
             hopped: HashMap::new(),
             unattributed: None,
+            resumed_stream_time: None,
         }
     }
 
@@ -205,6 +215,31 @@ impl Ctx {
         u32::try_from(index).unwrap_or(u32::MAX)
     }
 
+    /// The pending state item `key` (in `window`) of `store`, with its timestamps moved to
+    /// the current record, and that record's coordinates (partition index, offset). `None`
+    /// outside a source record: a table's updates do not feed aggregations (`build()`
+    /// refuses it), and the store is noted as `unattributed` so that it is never silent.
+    fn pending_item(
+        &mut self,
+        store: usize,
+        key: Vec<u8>,
+        window: Option<ItemWindow>,
+    ) -> Option<(&mut PendingItem, u32, i64)> {
+        let (Some((tp, offset)), Some((_, _, timestamp))) =
+            (self.contribution_coordinates(), self.record_time())
+        else {
+            self.unattributed.get_or_insert(store);
+            return None;
+        };
+        let item = self.pending[store]
+            .entry((key, window.map(|w| w.start)))
+            .or_default();
+        item.max_timestamp = item.max_timestamp.max(timestamp);
+        item.expires_at = window.map(|w| w.expires_at);
+        item.close_at = window.and_then(|w| w.close_at);
+        Some((item, tp, offset))
+    }
+
     /// Adds `delta` to the state item `key` of store `store`, attributed to the current record.
     pub(crate) fn contribute(
         &mut self,
@@ -213,19 +248,9 @@ impl Ctx {
         window: Option<ItemWindow>,
         delta: i64,
     ) {
-        let (Some((tp, offset)), Some((_, _, timestamp))) =
-            (self.contribution_coordinates(), self.record_time())
-        else {
-            // A table's updates do not feed aggregations (`build()` refuses it); never silent.
-            self.unattributed.get_or_insert(store);
+        let Some((item, tp, offset)) = self.pending_item(store, key, window) else {
             return;
         };
-        let item = self.pending[store]
-            .entry((key, window.map(|w| w.start)))
-            .or_default();
-        item.max_timestamp = item.max_timestamp.max(timestamp);
-        item.expires_at = window.map(|w| w.expires_at);
-        item.close_at = window.and_then(|w| w.close_at);
         match item.contributions.last_mut() {
             Some(last) if last.tp == tp && last.offset == offset => last.delta += delta,
             _ => item.contributions.push(Contribution { tp, offset, delta }),
@@ -242,18 +267,9 @@ impl Ctx {
         make: impl FnOnce() -> Box<dyn PendingFold>,
         push: impl FnOnce(&mut dyn PendingFold, u32, i64),
     ) {
-        let (Some((tp, offset)), Some((_, _, timestamp))) =
-            (self.contribution_coordinates(), self.record_time())
-        else {
-            self.unattributed.get_or_insert(store);
+        let Some((item, tp, offset)) = self.pending_item(store, key, window) else {
             return;
         };
-        let item = self.pending[store]
-            .entry((key, window.map(|w| w.start)))
-            .or_default();
-        item.max_timestamp = item.max_timestamp.max(timestamp);
-        item.expires_at = window.map(|w| w.expires_at);
-        item.close_at = window.and_then(|w| w.close_at);
         item.contributions.push(Contribution {
             tp,
             offset,
@@ -318,8 +334,12 @@ impl Ctx {
             .max(self.closed.get(store).copied().unwrap_or(i64::MIN))
     }
 
-    /// The stream time of the current record's partition (its own timestamp included).
+    /// The stream time of the current record's partition when the record was read (its own
+    /// timestamp included; for a record resumed after a join, the time it was read at).
     pub(crate) fn stream_time(&self) -> i64 {
+        if let Some(time) = self.resumed_stream_time {
+            return time;
+        }
         match self.origin {
             Origin::Record { tp, .. } => self
                 .stream_times
@@ -338,11 +358,35 @@ impl Ctx {
         key: Vec<u8>,
         resume: Resume,
     ) -> Result<(), StreamError> {
+        self.park(store, Some(key), resume)
+    }
+
+    /// Parks the current record at a join of `store` although its key is null (it has no
+    /// table value, `resume` gets `None`): it goes on with the records parked there, in
+    /// their order. Going on at once, it would overtake the earlier records of its
+    /// partition, which downstream operators rely on being in offset order (a repartition
+    /// topic's positions, lateness, non-commutative aggregates).
+    pub(crate) fn defer_null_key(
+        &mut self,
+        store: usize,
+        resume: Resume,
+    ) -> Result<(), StreamError> {
+        self.park(store, None, resume)
+    }
+
+    fn park(
+        &mut self,
+        store: usize,
+        key: Option<Vec<u8>>,
+        resume: Resume,
+    ) -> Result<(), StreamError> {
+        let stream_time = self.stream_time();
         self.deferred.push(Deferred {
             origin: self.origin,
             source: self.source,
             store,
             key,
+            stream_time,
             resume,
         });
         Ok(())

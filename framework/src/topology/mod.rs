@@ -93,6 +93,23 @@ pub(crate) struct TopologyInner {
     /// The order in which a batch writes the stores (indices into `stores`): every store
     /// after all of its feeders (see [`order`]). Set when the topology is built.
     pub(crate) write_order: Vec<usize>,
+    /// Whether a batch puts its repartition records back in source order before sending
+    /// them (a repartition topic fed by records that waited at different joins, see
+    /// [`order`]). Set when the topology is built.
+    pub(crate) sort_hops: bool,
+}
+
+impl TopologyInner {
+    /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.
+    pub(crate) fn add_source(&mut self, topic: &str, source: SourceFn) -> NodeId {
+        self.sources
+            .entry(topic.to_owned())
+            .or_default()
+            .push(source);
+        let topics = vec![topic.to_owned()];
+        self.description
+            .add_node("KSTREAM-SOURCE", describe::NodeKind::Source { topics }, &[])
+    }
 }
 
 pub(crate) type Shared = Arc<Mutex<TopologyInner>>;

@@ -22,6 +22,15 @@
 //!   need each record's source coordinates, which an update does not have.
 //! - **A join of an emit-on-close window's updates**: those updates are emitted after the
 //!   batch's joins, when the window closes.
+//!
+//! One more thing the walk finds: a **repartition topic fed by records that waited at
+//! different joins** (records that waited at a stream–table join merged with records that
+//! did not, or with records that waited at other joins). The records of each group go on
+//! when their join's store has been written, so one group reaches the topic after the
+//! other, not in offset order, while a hop's exactly-once rule needs offset order per source
+//! partition (`dsl::repartition`: a record produced after a later one of its partition is
+//! taken for a copy and dropped). For such a topology the batch puts its repartition records
+//! back in source order before it sends them ([`WriteOrder::sort_hops`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -38,6 +47,9 @@ pub(crate) struct Roles {
     pub(crate) reads: BTreeMap<NodeId, BTreeSet<usize>>,
     /// Nodes that need source records (their coordinates), and what they are, for errors.
     pub(crate) records_only: BTreeMap<NodeId, &'static str>,
+    /// Nodes that need the records of each source partition in offset order (repartition
+    /// topics' sinks).
+    pub(crate) in_order: BTreeSet<NodeId>,
 }
 
 impl Roles {
@@ -55,6 +67,11 @@ impl Roles {
     pub(crate) fn records_only(&mut self, node: NodeId, what: &'static str) {
         self.records_only.insert(node, what);
     }
+
+    /// Declares that `node` needs each source partition's records in offset order.
+    pub(crate) fn in_order(&mut self, node: NodeId) {
+        self.in_order.insert(node);
+    }
 }
 
 /// What flows out of a node, as far as ordering is concerned.
@@ -66,6 +83,21 @@ struct Flow {
     updates_of: Option<usize>,
     /// When its records are updates of an emit-on-close store: that store.
     on_close_of: Option<usize>,
+    /// The ways its records may have come since their source: per way, the stores of the
+    /// joins they waited at, in order. Records of different ways go on at different steps
+    /// of the batch, so they leave the node out of offset order.
+    ways: BTreeSet<Vec<usize>>,
+}
+
+/// What the build derives for the batches of a topology.
+#[derive(Debug, Default)]
+pub(crate) struct WriteOrder {
+    /// The order in which a batch writes the stores (indices into `stores`).
+    pub(crate) stores: Vec<usize>,
+    /// Whether a repartition topic is fed by records that waited at different joins, so
+    /// that a batch must put its repartition records back in source order before sending
+    /// them (see the module documentation).
+    pub(crate) sort_hops: bool,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -74,7 +106,7 @@ pub(crate) fn write_order(
     graph: &Graph,
     roles: &Roles,
     stores: &[StoreSpec],
-) -> Result<Vec<usize>, TopologyError> {
+) -> Result<WriteOrder, TopologyError> {
     let mut walk = Walk {
         graph,
         roles,
@@ -83,12 +115,16 @@ pub(crate) fn write_order(
         visiting: vec![false; graph.len()],
         feeders: vec![BTreeSet::new(); stores.len()],
         writer: vec![None; stores.len()],
+        sort_hops: false,
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
     }
     let Walk {
-        feeders, writer, ..
+        feeders,
+        writer,
+        sort_hops,
+        ..
     } = walk;
     let name = |store: usize| {
         writer[store].map_or_else(|| stores[store].name.clone(), |n| graph.name(n).to_owned())
@@ -122,7 +158,10 @@ pub(crate) fn write_order(
             r.remove(&next);
         }
     }
-    Ok(order)
+    Ok(WriteOrder {
+        stores: order,
+        sort_hops,
+    })
 }
 
 /// The walk over the graph that computes each node's [`Flow`] from its parents'.
@@ -136,6 +175,8 @@ struct Walk<'a> {
     feeders: Vec<BTreeSet<usize>>,
     /// Per store: the node that writes it.
     writer: Vec<Option<NodeId>>,
+    /// Whether a node that needs offset order is fed by records of different ways.
+    sort_hops: bool,
 }
 
 impl Walk<'_> {
@@ -157,6 +198,11 @@ impl Walk<'_> {
             input.after.extend(flow.after);
             input.updates_of = input.updates_of.or(flow.updates_of);
             input.on_close_of = input.on_close_of.or(flow.on_close_of);
+            input.ways.extend(flow.ways);
+        }
+        if self.graph.parents(node).is_empty() {
+            // A source: its records come in offset order, from no join.
+            input.ways.insert(Vec::new());
         }
         let store_name = |s: usize| self.stores[s].name.as_str();
         let flow = if let Some(&store) = self.roles.writes.get(&node) {
@@ -171,7 +217,7 @@ impl Walk<'_> {
                         store_name(store),
                         store_name(table)
                     ),
-                    "aggregate the stream that feeds that table instead (group it and \
+                    "aggregate the stream that feeds that table (group it and \
                      aggregate), or use the table itself (`KTable::map_values`, `filter`, \
                      joins) for its latest value per key",
                 ));
@@ -194,6 +240,8 @@ impl Walk<'_> {
             let on_close = self.stores[store].emit_on_close.is_some();
             Flow {
                 after,
+                // Updates, one per item after its write (what takes updates is refused above).
+                ways: BTreeSet::from([Vec::new()]),
                 updates_of: Some(store),
                 on_close_of: if on_close {
                     Some(store)
@@ -212,7 +260,7 @@ impl Walk<'_> {
                          the table in store {:?} (an update has no source coordinates)",
                         store_name(table)
                     ),
-                    "apply it to the stream that feeds that table instead, or produce the \
+                    "apply it to the stream that feeds that table, or produce the \
                      updates with `to` and read that topic with `builder.stream`",
                 ));
             }
@@ -229,10 +277,25 @@ impl Walk<'_> {
                      produce them with `to` and join that topic in another sub-topology",
                 ));
             }
+            if self.roles.in_order.contains(&node) && input.ways.len() > 1 {
+                self.sort_hops = true;
+            }
             let mut after = input.after;
             after.extend(reads.into_iter().flatten().copied());
+            let ways = match reads {
+                Some(reads) => input
+                    .ways
+                    .into_iter()
+                    .map(|mut way| {
+                        way.extend(reads.iter().copied());
+                        way
+                    })
+                    .collect(),
+                None => input.ways,
+            };
             Flow {
                 after,
+                ways,
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
             }

@@ -10,7 +10,7 @@ use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
 use lambda_streams::sink::{MemorySink, OutputRecord, VERSION_HEADER};
 use lambda_streams::state::Store;
 use lambda_streams::state::fault::FaultyStore;
-use lambda_streams::{BatchOptions, Topology};
+use lambda_streams::{BatchOptions, PoisonPolicy, Topology};
 
 use super::plan::{Inputs, K, Out, PARTITIONS, Plan, Rng, T, V, partition_of};
 use super::reference::Expected;
@@ -40,6 +40,7 @@ struct Source {
     reads: BTreeSet<String>,
     outputs: Vec<OutputRecord>,
     round_robin: i32,
+    options: BatchOptions,
 }
 
 type Range = (TopicPartition, usize, usize);
@@ -118,12 +119,8 @@ fn process(
     source: &mut Source,
 ) -> Result<(), String> {
     let sink = MemorySink::new();
-    let result = futures::executor::block_on(topology.process_with(
-        event,
-        store,
-        &sink,
-        &BatchOptions::default(),
-    ));
+    let result =
+        futures::executor::block_on(topology.process_with(event, store, &sink, &source.options));
     source.absorb(sink.records());
     result.map(|_| ()).map_err(|e| e.to_string())
 }
@@ -137,14 +134,27 @@ pub fn run_schedule(
     faults: Fault,
     rng: &mut Rng,
 ) -> Result<Run, String> {
-    let _ = plan;
     let reads: BTreeSet<String> = topology.source_topics().into_iter().collect();
+    let mut options = BatchOptions::default();
+    if plan.poison {
+        options.poison = PoisonPolicy::Skip;
+    }
+    // Every input topic the topology reads, declared (emit-on-close windows wait for
+    // each of their partitions).
+    for topic in ["s0", "s1", "t0", "t1"] {
+        if reads.contains(topic) {
+            options
+                .source_partitions
+                .insert(topic.to_owned(), PARTITIONS);
+        }
+    }
     let mut source = Source {
         logs: BTreeMap::new(),
         committed: BTreeMap::new(),
         reads,
         outputs: Vec::new(),
         round_robin: 0,
+        options,
     };
     for ((topic, p), records) in &inputs.logs {
         if !source.reads.contains(topic) {
@@ -159,7 +169,11 @@ pub fn run_schedule(
                 timestamp: r.ts,
                 timestamp_type: TimestampType::CreateTime,
                 key: Nullable(Utf8).serialize(&r.key).map(Into::into),
-                value: Nullable(DecimalI64).serialize(&r.value).map(Into::into),
+                value: if r.bad {
+                    Some(b"#not-a-number".to_vec().into())
+                } else {
+                    Nullable(DecimalI64).serialize(&r.value).map(Into::into)
+                },
                 headers: Vec::new(),
                 key_schema_metadata: None,
                 value_schema_metadata: None,
@@ -299,6 +313,13 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     .iter()
                     .map(|r| decode(r))
                     .collect::<Result<Vec<_>, _>>()?;
+                let mut want = want.clone();
+                if plan.ignore_timestamps {
+                    got.iter_mut().for_each(|r| r.2 = 0);
+                    want.iter_mut().for_each(|r| r.2 = 0);
+                    want.sort();
+                }
+                let want = &want;
                 got.sort();
                 let ok = if faults == Fault::None {
                     got == *want
@@ -311,6 +332,92 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 if !ok {
                     return Err(format!(
                         "topic {topic}: produced (sorted) {got:?}\nreference {want:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+            Expected::Finals(want) => {
+                let got = records
+                    .iter()
+                    .map(|r| decode(r))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut finals: BTreeMap<String, i64> = BTreeMap::new();
+                let mut problems = Vec::new();
+                for (key, value, _) in &got {
+                    let (Some(key), Some(value)) = (key, value) else {
+                        problems.push(format!("a final without key or value: {key:?}={value:?}"));
+                        continue;
+                    };
+                    match finals.insert(key.clone(), *value) {
+                        Some(old) if old != *value => {
+                            problems.push(format!("{key} emitted as {old} and as {value}"))
+                        }
+                        // Once per window; a copy only under faults (a crash between the
+                        // emission and the marking), with the same value.
+                        Some(_) if faults == Fault::None => {
+                            problems.push(format!("{key} emitted twice"))
+                        }
+                        _ => {}
+                    }
+                }
+                if !problems.is_empty() || finals != *want {
+                    return Err(format!(
+                        "topic {topic}: finals {finals:?}\nreference {want:?}\nproblems: {problems:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+            Expected::Sessions { sessions, horizon } => {
+                // Per key, the sessions emitted with the highest version are the current ones.
+                let mut current: BTreeMap<String, (u64, BTreeMap<String, i64>)> = BTreeMap::new();
+                for r in &records {
+                    let (key, value, _) = decode(r)?;
+                    let (Some(key), Some(value)) = (key, value) else {
+                        return Err(format!("topic {topic}: a session without key or value"));
+                    };
+                    let version = version_of(r)?;
+                    let group = key
+                        .rsplit_once('@')
+                        .map(|(g, _)| g.to_owned())
+                        .unwrap_or_default();
+                    let entry = current.entry(group).or_insert((0, BTreeMap::new()));
+                    if version > entry.0 {
+                        *entry = (version, BTreeMap::new());
+                    }
+                    if version == entry.0
+                        && let Some(old) = entry.1.insert(key.clone(), value)
+                        && old != value
+                    {
+                        return Err(format!(
+                            "topic {topic}: session {key} version {version} emitted as {old} and as {value}"
+                        ));
+                    }
+                }
+                let end_of = |key: &str| -> (String, i64) {
+                    let (group, window) = key.rsplit_once('@').unwrap_or((key, "0-0"));
+                    let end = window
+                        .rsplit_once('-')
+                        .and_then(|(_, e)| e.parse().ok())
+                        .unwrap_or(i64::MAX);
+                    (group.to_owned(), end)
+                };
+                let recent = |key: &String| {
+                    let (group, end) = end_of(key);
+                    horizon.get(&group).is_none_or(|h| end >= *h)
+                };
+                let got: BTreeMap<String, i64> = current
+                    .into_values()
+                    .flat_map(|(_, s)| s)
+                    .filter(|(k, _)| recent(k))
+                    .collect();
+                let want: BTreeMap<String, i64> = sessions
+                    .iter()
+                    .filter(|(k, _)| recent(k))
+                    .map(|(k, v)| (k.clone(), *v))
+                    .collect();
+                if got != want {
+                    return Err(format!(
+                        "topic {topic}: current sessions {got:?}\nreference {want:?}\nfaults: {:?}",
                         run.log
                     ));
                 }
@@ -330,17 +437,7 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     let (key, value, _) = decode(r)?;
                     let key = key
                         .ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
-                    let version = if by_version {
-                        let header = r.header(VERSION_HEADER).ok_or_else(|| {
-                            format!("topic {topic}: a table update without {VERSION_HEADER}")
-                        })?;
-                        std::str::from_utf8(header)
-                            .ok()
-                            .and_then(|s| s.parse().ok())
-                            .ok_or("bad version header")?
-                    } else {
-                        n as u64
-                    };
+                    let version = if by_version { version_of(r)? } else { n as u64 };
                     match latest.get(&key) {
                         Some((v, old)) if *v == version && *old != value => {
                             return Err(format!(
@@ -363,6 +460,70 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                         run.log
                     ));
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The version header of an emitted update.
+fn version_of(r: &OutputRecord) -> Result<u64, String> {
+    let header = r
+        .header(VERSION_HEADER)
+        .ok_or_else(|| format!("topic {}: an update without {VERSION_HEADER}", r.topic))?;
+    std::str::from_utf8(header)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| "bad version header".to_owned())
+}
+
+/// The store a plan with one time-windowed output aggregates into (`Builder::windowed`
+/// names it first).
+const WINDOW_STORE: &str = "win1";
+
+/// For a plan whose one output is a time-windowed aggregation: the store's readers
+/// (`Store::windows`, which leave out items past their TTL, as DynamoDB's reads do) see
+/// every window the reference holds at the end, and no other; an additive window's
+/// number is the reference's. This is what catches windows born expired (a TTL from
+/// event time alone), which the outputs do not show.
+pub fn check_window_state(plan: &Plan, inputs: &Inputs, store: &dyn Store) -> Result<(), String> {
+    let Some(want) = super::reference::window_items(plan, inputs) else {
+        return Ok(());
+    };
+    let mut by_key: BTreeMap<String, BTreeMap<i64, i64>> = BTreeMap::new();
+    for (window, value) in &want {
+        let (key, start) = window
+            .rsplit_once('@')
+            .ok_or_else(|| format!("reference window {window:?}"))?;
+        let start: i64 = start
+            .parse()
+            .map_err(|_| format!("reference window {window:?}"))?;
+        by_key
+            .entry(key.to_owned())
+            .or_default()
+            .insert(start, *value);
+    }
+    for (key, want) in &by_key {
+        let bytes = Nullable(Utf8)
+            .serialize(&Some(key.clone()))
+            .ok_or("a key serialized to null")?;
+        let got =
+            futures::executor::block_on(store.windows(WINDOW_STORE, &bytes, i64::MIN, i64::MAX))
+                .map_err(|e| format!("reading the windows of {key:?}: {e}"))?;
+        let starts: BTreeSet<i64> = got.iter().map(|(start, _)| *start).collect();
+        let wanted: BTreeSet<i64> = want.keys().copied().collect();
+        if starts != wanted {
+            return Err(format!(
+                "store {WINDOW_STORE}, key {key:?}: readable windows {starts:?}, reference {wanted:?}"
+            ));
+        }
+        for (start, state) in &got {
+            if state.aggregate.is_none() && want.get(start) != Some(&state.value) {
+                return Err(format!(
+                    "store {WINDOW_STORE}, key {key:?}, window {start}: {} read, reference {:?}",
+                    state.value,
+                    want.get(start)
+                ));
             }
         }
     }

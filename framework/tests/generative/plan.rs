@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use lambda_streams::dsl::{Grouped, KGroupedStream, KStream, KTable, TimeWindows};
+use lambda_streams::dsl::{
+    EmitStrategy, Grouped, JoinWindows, KGroupedStream, KStream, KTable, SessionWindows,
+    SlidingWindows, TimeWindows,
+};
 use lambda_streams::serdes::{DecimalI64, Nullable, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -149,6 +152,28 @@ pub fn stream_joiner(v: V, t: Option<i64>) -> V {
     Some(v.unwrap_or(0) + 1000 * t.unwrap_or(-1))
 }
 
+/// The user function of [`S::TryMapValues`]: fails on the value `Some(bad)`, else adds 1.
+pub fn try_add_one(bad: i64, v: V) -> Result<V, String> {
+    match v {
+        Some(x) if x == bad => Err(format!("the user function refuses {x}")),
+        v => Ok(v.map(|x| x + 1)),
+    }
+}
+
+/// The kind of a stream–stream join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinKind {
+    Inner,
+    Left,
+    Outer,
+}
+
+/// Stream–stream joiner: both sides (a missing side, of a left or outer join's record
+/// emitted alone, as a sentinel).
+pub fn stream_stream_joiner(l: Option<i64>, r: Option<i64>) -> V {
+    Some(l.unwrap_or(777) * 1000 + r.unwrap_or(555))
+}
+
 /// Table–table joiner.
 pub fn table_joiner(a: i64, b: Option<i64>) -> i64 {
     a * 100 + b.unwrap_or(-7)
@@ -172,6 +197,17 @@ pub enum S {
     Join(Box<S>, Box<T>, bool),
     /// A table's update stream (values `Some`).
     ToStream(Box<T>),
+    /// `try_map_values` with [`try_add_one`]: the records it fails on are poison records.
+    TryMapValues(Box<S>, i64),
+    /// Stream–stream join of the records with a key and a value of both sides, within
+    /// `JoinWindows::of(difference).grace(grace)`.
+    StreamJoin {
+        left: Box<S>,
+        right: Box<S>,
+        kind: JoinKind,
+        difference: i64,
+        grace: i64,
+    },
 }
 
 /// How a stream is grouped.
@@ -245,6 +281,25 @@ pub struct W {
     pub windows: Win,
     pub grace: i64,
     pub agg: Agg,
+    /// `EmitStrategy::OnWindowClose`: one final value per window.
+    pub emit_on_close: bool,
+}
+
+/// Session or sliding windows (gap or time difference, in ms).
+#[derive(Debug, Clone, Copy)]
+pub enum Dyn {
+    Session(i64),
+    Sliding(i64),
+}
+
+/// A session- or sliding-windowed aggregation.
+#[derive(Debug, Clone)]
+pub struct DynW {
+    pub stream: S,
+    pub group: Group,
+    pub windows: Dyn,
+    pub grace: i64,
+    pub agg: Agg,
 }
 
 /// What goes to output topic `o<i>`.
@@ -255,6 +310,8 @@ pub enum Out {
     Table(T),
     /// The windowed table's change stream, keyed `<key>@<start>`.
     Windowed(W),
+    /// Sessions keyed `<key>@<start>-<end>`, sliding windows keyed `<key>@<start>`.
+    Dyn(DynW),
 }
 
 /// A random topology.
@@ -263,6 +320,10 @@ pub struct Plan {
     pub outputs: Vec<Out>,
     /// The smallest timestamp of the inputs.
     pub time_base: i64,
+    /// Some input values do not deserialize; the batches run with `PoisonPolicy::Skip`.
+    pub poison: bool,
+    /// The output records' timestamps are not compared.
+    pub ignore_timestamps: bool,
 }
 
 impl S {
@@ -279,6 +340,8 @@ impl S {
             S::Merge(a, b) => 1 + a.size() + b.size(),
             S::Join(s, t, _) => 1 + s.size() + t.size(),
             S::ToStream(t) => 1 + t.size(),
+            S::TryMapValues(s, _) => 1 + s.size(),
+            S::StreamJoin { left, right, .. } => 1 + left.size() + right.size(),
         }
     }
 }
@@ -308,6 +371,17 @@ fn stateless(rng: &mut Rng, mut s: S, depth: u64, keep_key: bool) -> S {
         };
     }
     s
+}
+
+/// `s` without its `flat_map_values` (one record in, one or none out).
+fn without_fan_out(s: S) -> S {
+    match s {
+        S::FlatMapValues(s, _) => without_fan_out(*s),
+        S::Filter(s, p) => S::Filter(Box::new(without_fan_out(*s)), p),
+        S::MapValues(s, f) => S::MapValues(Box::new(without_fan_out(*s)), f),
+        S::Split(s, p, t) => S::Split(Box::new(without_fan_out(*s)), p, t),
+        other => other,
+    }
 }
 
 /// A random stateless stream: chains, merges of two chains.
@@ -349,6 +423,7 @@ impl Plan {
                 Out::Stream(s) => s.size(),
                 Out::Table(t) => t.size(),
                 Out::Windowed(w) => 1 + w.stream.size(),
+                Out::Dyn(w) => 1 + w.stream.size(),
             })
             .sum()
     }
@@ -357,6 +432,8 @@ impl Plan {
     pub fn generate(family: &str, rng: &mut Rng) -> Plan {
         let d = 2;
         let mut time_base = 0;
+        let mut poison = false;
+        let mut ignore_timestamps = false;
         let group =
             |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
                 0 => Group::Key,
@@ -411,6 +488,7 @@ impl Plan {
                     windows: win,
                     grace: rng.pick(&[0, 1_000, 5_000, NO_LATENESS]),
                     agg: agg(rng),
+                    emit_on_close: false,
                 })]
             }
             "windowed_after_repartition" => {
@@ -431,6 +509,7 @@ impl Plan {
                     windows: win,
                     grace: NO_LATENESS,
                     agg: agg(rng),
+                    emit_on_close: false,
                 })]
             }
             "table_source" => vec![Out::Table(source_table(rng))],
@@ -478,6 +557,7 @@ impl Plan {
                     windows: win,
                     grace: rng.pick(&[0, 1_000]),
                     agg: agg(rng),
+                    emit_on_close: false,
                 })]
             }
             "two_joins_then_aggregate" => {
@@ -515,9 +595,118 @@ impl Plan {
                     inner,
                 )))))]
             }
+            "session" | "session_late" | "sliding" | "sliding_late" | "sliding_null_values" => {
+                let late = family.ends_with("_late");
+                let windows = if family.starts_with("session") {
+                    Dyn::Session(rng.pick(&[500, 1_500, 4_000]))
+                } else {
+                    Dyn::Sliding(rng.pick(&[1_000, 3_000, 6_000]))
+                };
+                // With lateness, one partition feeds each key in offset order (as Kafka
+                // Streams' task does), so the records' order, hence lateness, is defined.
+                let (stream, group) = if late {
+                    let source = S::Source(rng.below(2) as usize);
+                    (stateless(rng, source, d, true), Group::Key)
+                } else {
+                    (stream(rng, 2, d), group(rng, true))
+                };
+                // Sliding windows keep their records' values: null values only in
+                // `sliding_null_values`.
+                let stream = if family.starts_with("sliding") && family != "sliding_null_values" {
+                    S::Filter(Box::new(stream), Pred::HasValue)
+                } else {
+                    stream
+                };
+                vec![Out::Dyn(DynW {
+                    stream,
+                    group,
+                    windows,
+                    grace: if late {
+                        rng.pick(&[0, 1_000, 3_000])
+                    } else {
+                        NO_LATENESS
+                    },
+                    agg: agg(rng),
+                })]
+            }
+            "emit_on_close" => {
+                // A grace of at least the inputs' disorder (8 s): no record is late, so
+                // each window's final value is that of all its records.
+                let hopping = rng.chance(30);
+                let win = windows(rng, hopping);
+                time_base = win.size();
+                vec![Out::Windowed(W {
+                    stream: stream(rng, 2, d),
+                    group: group(rng, true),
+                    windows: win,
+                    grace: rng.pick(&[8_000, 9_000]),
+                    agg: agg(rng),
+                    emit_on_close: true,
+                })]
+            }
+            "stream_stream_join"
+            | "stream_stream_join_close"
+            | "stream_stream_self_join"
+            | "stream_stream_join_timestamps"
+            | "stream_stream_join_fan_out" => {
+                // Timestamps of the results compared only in `stream_stream_join_timestamps`.
+                ignore_timestamps = family != "stream_stream_join_timestamps";
+                // Both sides keep their keys (so a key stays in its partition, as Kafka
+                // Streams' co-partitioning requires).
+                let mut l = stateless(rng, S::Source(0), d, true);
+                // A self-join (both sides of one topic) only in its own family.
+                let right = S::Source(usize::from(family != "stream_stream_self_join"));
+                let mut r = stateless(rng, right, d, true);
+                if family == "stream_stream_join_fan_out" {
+                    // One source record, two records into the join.
+                    l = S::FlatMapValues(Box::new(l), 2);
+                } else {
+                    l = without_fan_out(l);
+                    r = without_fan_out(r);
+                }
+                let s = S::StreamJoin {
+                    left: Box::new(l),
+                    right: Box::new(r),
+                    kind: rng.pick(&[JoinKind::Inner, JoinKind::Left, JoinKind::Outer]),
+                    difference: rng.pick(&[0, 500, 2_000]),
+                    // A grace of at least the inputs' disorder (8 s): no record is late.
+                    // `stream_stream_join`: so long that no window closes before the end.
+                    grace: if family != "stream_stream_join_close" {
+                        NO_LATENESS
+                    } else {
+                        8_000
+                    },
+                };
+                vec![Out::Stream(stateless(rng, s, 1, false))]
+            }
+            "poison_stateless" | "poison_aggregate" | "poison_window" => {
+                poison = true;
+                let s = stream(rng, 2, 1);
+                let bad = rng.range(-5, 20);
+                let s = stateless(rng, S::TryMapValues(Box::new(s), bad), 1, false);
+                match family {
+                    "poison_stateless" => vec![Out::Stream(s)],
+                    "poison_aggregate" => {
+                        vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+                    }
+                    _ => vec![Out::Windowed(W {
+                        stream: s,
+                        group: group(rng, true),
+                        windows: windows(rng, false),
+                        grace: rng.pick(&[0, 1_000]),
+                        agg: agg(rng),
+                        emit_on_close: false,
+                    })],
+                }
+            }
             other => panic!("unknown family {other}"),
         };
-        Plan { outputs, time_base }
+        Plan {
+            outputs,
+            time_base,
+            poison,
+            ignore_timestamps,
+        }
     }
 
     /// Builds the plan with the real DSL (it may panic: the builder refused it).
@@ -548,6 +737,21 @@ impl Plan {
                         )
                     })
                     .to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
+                Out::Dyn(w) => {
+                    let session = matches!(w.windows, Dyn::Session(_));
+                    b.dyn_windowed(w)
+                        .to_change_stream()
+                        .map(move |w, v| {
+                            let key = w.key.unwrap_or_default();
+                            let key = if session {
+                                format!("{key}@{}-{}", w.start, w.end)
+                            } else {
+                                format!("{key}@{}", w.start)
+                            };
+                            (Some(key), v)
+                        })
+                        .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                }
             }
         }
         drop(b);
@@ -627,6 +831,38 @@ impl Builder<'_> {
                 }
             }
             S::ToStream(t) => self.table(t).to_stream().map_values(Some),
+            S::TryMapValues(s, bad) => {
+                let bad = *bad;
+                self.stream(s).try_map_values(move |v| try_add_one(bad, v))
+            }
+            S::StreamJoin {
+                left,
+                right,
+                kind,
+                difference,
+                grace,
+            } => {
+                let present = |k: &K, v: &V| k.is_some() && v.is_some();
+                let l = self.stream(left).filter(present);
+                let r = self.stream(right).filter(present);
+                let windows = JoinWindows::of(Duration::from_millis(*difference as u64))
+                    .grace(Duration::from_millis(*grace as u64));
+                let store = self.name("join");
+                let serdes = (Nullable(Utf8), Nullable(DecimalI64), Nullable(DecimalI64));
+                match kind {
+                    JoinKind::Inner => l.join_stream(&r, windows, &store, serdes, |_, a, b| {
+                        stream_stream_joiner(*a, *b)
+                    }),
+                    JoinKind::Left => l.left_join_stream(&r, windows, &store, serdes, |_, a, b| {
+                        stream_stream_joiner(*a, b.copied().flatten())
+                    }),
+                    JoinKind::Outer => {
+                        l.outer_join_stream(&r, windows, &store, serdes, |_, a, b| {
+                            stream_stream_joiner(a.copied().flatten(), b.copied().flatten())
+                        })
+                    }
+                }
+            }
         }
     }
 
@@ -703,7 +939,10 @@ impl Builder<'_> {
         let windows = TimeWindows::of_size(Duration::from_millis(w.windows.size() as u64))
             .advance_by(Duration::from_millis(w.windows.advance() as u64))
             .grace(Duration::from_millis(w.grace as u64));
-        let wg = g.windowed_by(windows);
+        let mut wg = g.windowed_by(windows);
+        if w.emit_on_close {
+            wg = wg.emit_strategy(EmitStrategy::OnWindowClose);
+        }
         match w.agg {
             Agg::Count => wg.count(&store),
             Agg::Sum => wg.aggregate(&store, || 0i64, |_, v, a| a + v.unwrap_or(0), DecimalI64),
@@ -717,12 +956,53 @@ impl Builder<'_> {
     }
 }
 
+impl Builder<'_> {
+    fn dyn_windowed(&mut self, w: &DynW) -> KTable<lambda_streams::dsl::Windowed<K>, i64> {
+        let store = self.name("dyn");
+        let g = self.grouped(&w.stream, w.group, w.agg);
+        let ms = |x: i64| Duration::from_millis(x as u64);
+        let sum = |_: &K, v: V, a: i64| a + v.unwrap_or(0);
+        let max = |_: &K, v: V, a: i64| a.max(v.unwrap_or(i64::MIN));
+        match w.windows {
+            Dyn::Session(gap) => {
+                let sg = g.windowed_by_session(
+                    SessionWindows::with_inactivity_gap(ms(gap)).grace(ms(w.grace)),
+                );
+                match w.agg {
+                    Agg::Count => sg.count(&store),
+                    Agg::Sum => sg.aggregate(&store, || 0i64, sum, |_, a, b| a + b, DecimalI64),
+                    Agg::Max => sg.aggregate(
+                        &store,
+                        || i64::MIN,
+                        max,
+                        |_, a: i64, b: i64| a.max(b),
+                        DecimalI64,
+                    ),
+                }
+            }
+            Dyn::Sliding(difference) => {
+                let sg = g.windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    ms(difference),
+                    ms(w.grace),
+                ));
+                match w.agg {
+                    Agg::Count => sg.count(&store),
+                    Agg::Sum => sg.aggregate(&store, || 0i64, sum, Nullable(DecimalI64)),
+                    Agg::Max => sg.aggregate(&store, || i64::MIN, max, Nullable(DecimalI64)),
+                }
+            }
+        }
+    }
+}
+
 /// One input record.
 #[derive(Debug, Clone)]
 pub struct In {
     pub key: K,
     pub value: V,
     pub ts: i64,
+    /// A value that does not deserialize (a poison record).
+    pub bad: bool,
 }
 
 /// The inputs: per topic and partition, the records in offset order.
@@ -742,7 +1022,11 @@ impl std::fmt::Debug for Inputs {
                     format!(
                         "{}={}@{}",
                         r.key.as_deref().unwrap_or("null"),
-                        r.value.map_or("null".to_owned(), |v| v.to_string()),
+                        if r.bad {
+                            "BAD".to_owned()
+                        } else {
+                            r.value.map_or("null".to_owned(), |v| v.to_string())
+                        },
                         r.ts
                     )
                 })
@@ -804,9 +1088,12 @@ impl Inputs {
             };
             let p = partition_of(key.as_deref().map(str::as_bytes))
                 .unwrap_or_else(|| rng.below(PARTITIONS as u64) as i32);
-            logs.get_mut(&(topic, p))
-                .unwrap()
-                .push(In { key, value, ts });
+            logs.get_mut(&(topic, p)).unwrap().push(In {
+                key,
+                value,
+                ts,
+                bad: plan.poison && !table && rng.chance(10),
+            });
         }
         Inputs { logs }
     }

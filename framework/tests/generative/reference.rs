@@ -4,10 +4,11 @@
 //! of the test delivers them before the streams, so that every stream record joins the
 //! final tables), then the streams, each partition in offset order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::plan::{
-    Agg, Group, In, Inputs, K, Out, PARTITIONS, Plan, S, T, V, W, flat, stream_joiner, table_joiner,
+    Agg, Dyn, DynW, Group, In, Inputs, JoinKind, K, Out, PARTITIONS, Plan, S, T, V, W, flat,
+    partition_of, stream_joiner, stream_stream_joiner, table_joiner, try_add_one,
 };
 
 /// A record on its way through the reference.
@@ -19,6 +20,9 @@ struct Rec {
     /// The stream time of the record's source partition when it is processed (its own
     /// timestamp included): the highest timestamp of the partition up to it.
     stream_time: i64,
+    /// The source record it comes from: (stream topic index, partition, offset); `None`
+    /// for records made by a join of streams or a table's update stream.
+    source: Option<(usize, i32, usize)>,
 }
 
 /// What each output topic must hold.
@@ -28,10 +32,20 @@ pub enum Expected {
     Records(Vec<(K, V, i64)>),
     /// A table's final state (keys absent: no value or deleted).
     Table(BTreeMap<String, i64>),
+    /// Emit-on-close windows: the final value of every closed window, each emitted once.
+    Finals(BTreeMap<String, i64>),
+    /// Sessions, keyed `<key>@<start>-<end>`: per key, the current sessions. `horizon`:
+    /// per key, sessions that end before it are not compared (the framework drops them
+    /// from the key's item once no record that is not late can reach them).
+    Sessions {
+        sessions: BTreeMap<String, i64>,
+        horizon: BTreeMap<String, i64>,
+    },
 }
 
 /// The expected content of every output topic `o<i>`, in order.
 pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
+    let inputs = &without_poison(plan, inputs);
     plan.outputs
         .iter()
         .map(|out| match out {
@@ -44,9 +58,80 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 Expected::Records(records)
             }
             Out::Table(t) => Expected::Table(table(t, inputs)),
+            Out::Windowed(w) if w.emit_on_close => Expected::Finals(finals(w, plan, inputs)),
             Out::Windowed(w) => Expected::Table(windowed(w, inputs)),
+            Out::Dyn(
+                w @ DynW {
+                    windows: Dyn::Session(_),
+                    ..
+                },
+            ) => {
+                let (sessions, horizon) = sessions(w, inputs);
+                Expected::Sessions { sessions, horizon }
+            }
+            Out::Dyn(w) => Expected::Table(sliding(w, inputs)),
         })
         .collect()
+}
+
+/// The inputs without the records the user function fails on: under the `skip` policy a
+/// poison record is left out whole, with every record it would have caused, and it does
+/// not advance stream time (as a record that does not deserialize). This is the
+/// framework's unit of poison, the source record (its effect is applied once or not at
+/// all); Kafka Streams' processing exception handler (KIP-1033) drops the record only at
+/// the processor that failed, so its siblings downstream of a `merge` or `split` still
+/// see it.
+fn without_poison(plan: &Plan, inputs: &Inputs) -> Inputs {
+    fn walk(s: &S, inputs: &Inputs, bad: &mut BTreeSet<(usize, i32, usize)>) {
+        match s {
+            S::Source(_) | S::ToStream(_) => {}
+            S::Filter(s, _)
+            | S::MapValues(s, _)
+            | S::SelectKey(s, _)
+            | S::Map(s, _, _)
+            | S::FlatMapValues(s, _)
+            | S::Split(s, _, _)
+            | S::Repartition(s)
+            | S::Join(s, _, _) => walk(s, inputs, bad),
+            S::TryMapValues(inner, b) => {
+                walk(inner, inputs, bad);
+                for r in stream(inner, inputs) {
+                    if try_add_one(*b, r.value).is_err() {
+                        bad.extend(r.source);
+                    }
+                }
+            }
+            S::Merge(a, b) => {
+                walk(a, inputs, bad);
+                walk(b, inputs, bad);
+            }
+            S::StreamJoin { left, right, .. } => {
+                walk(left, inputs, bad);
+                walk(right, inputs, bad);
+            }
+        }
+    }
+    let mut bad = BTreeSet::new();
+    for out in &plan.outputs {
+        match out {
+            Out::Stream(s) => walk(s, inputs, &mut bad),
+            Out::Table(T::Agg(s, _, _) | T::ToTable(s)) => walk(s, inputs, &mut bad),
+            Out::Table(_) => {}
+            Out::Windowed(w) => walk(&w.stream, inputs, &mut bad),
+            Out::Dyn(w) => walk(&w.stream, inputs, &mut bad),
+        }
+    }
+    let mut out = inputs.clone();
+    for (i, p, offset) in bad {
+        if let Some(r) = out
+            .logs
+            .get_mut(&(format!("s{i}"), p))
+            .and_then(|log| log.get_mut(offset))
+        {
+            r.bad = true;
+        }
+    }
+    out
 }
 
 fn log<'a>(inputs: &'a Inputs, topic: &str) -> impl Iterator<Item = &'a In> + 'a {
@@ -60,13 +145,26 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             let mut out = Vec::new();
             for p in 0..PARTITIONS {
                 let mut time = i64::MIN;
-                for r in inputs.logs.get(&(format!("s{i}"), p)).into_iter().flatten() {
+                for (offset, r) in inputs
+                    .logs
+                    .get(&(format!("s{i}"), p))
+                    .into_iter()
+                    .flatten()
+                    .enumerate()
+                {
+                    // A value that does not deserialize never enters the topology (Kafka
+                    // Streams' `LogAndContinueExceptionHandler`): skipped, and it does not
+                    // advance the partition's stream time either.
+                    if r.bad {
+                        continue;
+                    }
                     time = time.max(r.ts);
                     out.push(Rec {
                         key: r.key.clone(),
                         value: r.value,
                         ts: r.ts,
                         stream_time: time,
+                        source: Some((*i, p, offset)),
                     });
                 }
             }
@@ -142,9 +240,111 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                 value: Some(v),
                 ts: 0,
                 stream_time: 0,
+                source: None,
             })
             .collect(),
+        // Under `skip`, a record the user function fails on is left out.
+        S::TryMapValues(s, bad) => stream(s, inputs)
+            .into_iter()
+            .filter_map(|r| {
+                try_add_one(*bad, r.value)
+                    .ok()
+                    .map(|value| Rec { value, ..r })
+            })
+            .collect(),
+        S::StreamJoin {
+            left,
+            right,
+            kind,
+            difference,
+            grace,
+        } => stream_join(
+            &stream(left, inputs),
+            &stream(right, inputs),
+            *kind,
+            *difference,
+            *grace,
+        ),
     }
+}
+
+/// Kafka Streams' stream–stream join (`KStreamKStreamJoin`, 3.1+ semantics), of the
+/// records with a key and a value (Kafka Streams skips the others):
+/// - a pair for every left and right record of one key whose timestamps differ by at most
+///   `difference` (`JoinWindows.ofTimeDifferenceAndGrace`, before = after), timestamped
+///   with the later of the two;
+/// - left and outer joins: a record that joined nothing is emitted alone (the other side
+///   null), with its own timestamp, once its window has closed: when the stream time
+///   shared by the join's two sides in the task (here the highest timestamp that reached
+///   the join in the key's partition of both inputs: the inputs are co-partitioned) is
+///   past `t + difference + grace` (strictly, as `emitNonJoinedOuterRecords`). Records
+///   whose window has not closed at the end are not emitted.
+///
+/// The plans keep every record within `grace` of its partition's stream time, so no
+/// record is late (dropped for an expired window) and the order of the records does not
+/// matter.
+fn stream_join(
+    left: &[Rec],
+    right: &[Rec],
+    kind: JoinKind,
+    difference: i64,
+    grace: i64,
+) -> Vec<Rec> {
+    let present = |r: &&Rec| r.key.is_some() && r.value.is_some();
+    let left: Vec<&Rec> = left.iter().filter(present).collect();
+    let right: Vec<&Rec> = right.iter().filter(present).collect();
+    let mut time: BTreeMap<i32, i64> = BTreeMap::new();
+    for r in left.iter().chain(&right) {
+        let p = partition_of(r.key.as_deref().map(str::as_bytes)).unwrap_or_default();
+        let t = time.entry(p).or_insert(i64::MIN);
+        *t = (*t).max(r.ts);
+    }
+    let closed = |r: &Rec| {
+        let p = partition_of(r.key.as_deref().map(str::as_bytes)).unwrap_or_default();
+        r.ts.saturating_add(difference).saturating_add(grace) < time[&p]
+    };
+    let joins = |a: &Rec, b: &Rec| a.key == b.key && (a.ts - b.ts).abs() <= difference;
+    let mut out = Vec::new();
+    for l in &left {
+        for r in &right {
+            if joins(l, r) {
+                let ts = l.ts.max(r.ts);
+                out.push(Rec {
+                    key: l.key.clone(),
+                    value: stream_stream_joiner(l.value, r.value),
+                    ts,
+                    stream_time: ts,
+                    source: None,
+                });
+            }
+        }
+    }
+    let alone = |side: &[&Rec], other: &[&Rec], is_left: bool, out: &mut Vec<Rec>| {
+        for a in side {
+            if other.iter().any(|b| joins(a, b)) || !closed(a) {
+                continue;
+            }
+            let value = if is_left {
+                stream_stream_joiner(a.value, None)
+            } else {
+                stream_stream_joiner(None, a.value)
+            };
+            out.push(Rec {
+                key: a.key.clone(),
+                value,
+                ts: a.ts,
+                stream_time: a.ts,
+                source: None,
+            });
+        }
+    };
+    if kind != JoinKind::Inner {
+        alone(&left, &right, true, &mut out);
+    }
+    if kind == JoinKind::Outer {
+        alone(&right, &left, false, &mut out);
+    }
+    out
 }
 
 fn fold(agg: Agg, acc: Option<i64>, value: V) -> i64 {
@@ -217,6 +417,16 @@ fn table(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
     }
 }
 
+/// The windows (`<key>@<start>` → aggregate) a plan whose one output is a time-windowed
+/// aggregation holds at the end, every one of them readable (its TTL is ahead of the wall
+/// clock: design.md section 4); `None` for other plans.
+pub fn window_items(plan: &Plan, inputs: &Inputs) -> Option<BTreeMap<String, i64>> {
+    match plan.outputs.as_slice() {
+        [Out::Windowed(w)] => Some(windowed(w, &without_poison(plan, inputs))),
+        _ => None,
+    }
+}
+
 /// Kafka Streams' time windows: a record at `t` is in every window `[s, s + size)` with
 /// `s = k * advance`, `s >= 0`, `s <= t < s + size`; it is late for a window (dropped)
 /// when the stream time has reached the window's end plus grace.
@@ -232,6 +442,186 @@ fn windowed(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
                 out.insert(key, fold(w.agg, acc, r.value));
             }
             start += advance;
+        }
+    }
+    out
+}
+
+/// The partitions' final stream times of the stream topics a stream reads: `(topic,
+/// partition) -> highest timestamp` (absent: the partition has no record).
+fn sources(s: &S, into: &mut BTreeSet<usize>) {
+    match s {
+        S::Source(i) => {
+            into.insert(*i);
+        }
+        S::Filter(s, _)
+        | S::MapValues(s, _)
+        | S::SelectKey(s, _)
+        | S::Map(s, _, _)
+        | S::FlatMapValues(s, _)
+        | S::Split(s, _, _)
+        | S::Repartition(s)
+        | S::TryMapValues(s, _)
+        | S::Join(s, _, _) => sources(s, into),
+        S::Merge(a, b) => {
+            sources(a, into);
+            sources(b, into);
+        }
+        S::StreamJoin { left, right, .. } => {
+            sources(left, into);
+            sources(right, into);
+        }
+        S::ToStream(_) => {}
+    }
+}
+
+/// Emit on window close (Kafka Streams' `EmitStrategy.onWindowClose()`): each window is
+/// emitted once, with its final value, when it closes: its end + grace at or before the
+/// stream time. Here the stream time that closes windows is the low watermark the design
+/// defines for direct mode (design.md section 4b): the lowest final stream time over every
+/// partition of the stream topics the plan reads, all declared
+/// (`BatchOptions::source_partitions`); a partition without records holds every window
+/// open (the test ends long before the idle timeout). The plans' grace exceeds the
+/// inputs' disorder, so no record is late and a final value is that of all its records.
+fn finals(w: &W, plan: &Plan, inputs: &Inputs) -> BTreeMap<String, i64> {
+    let _ = plan;
+    let mut read = BTreeSet::new();
+    sources(&w.stream, &mut read);
+    let mut low: Option<i64> = None;
+    for i in &read {
+        for p in 0..PARTITIONS {
+            let top = inputs
+                .logs
+                .get(&(format!("s{i}"), p))
+                .into_iter()
+                .flatten()
+                .map(|r| r.ts)
+                .max();
+            let Some(top) = top else {
+                return BTreeMap::new();
+            };
+            low = Some(low.map_or(top, |l: i64| l.min(top)));
+        }
+    }
+    let Some(low) = low else {
+        return BTreeMap::new();
+    };
+    let size = w.windows.size();
+    windowed(w, inputs)
+        .into_iter()
+        .filter(|(key, _)| {
+            let start: i64 = key
+                .rsplit_once('@')
+                .and_then(|(_, s)| s.parse().ok())
+                .unwrap_or(i64::MAX);
+            start.saturating_add(size).saturating_add(w.grace) <= low
+        })
+        .collect()
+}
+
+/// Kafka Streams' session windows (`KStreamSessionWindowAggregate`): per key, in the
+/// order the records are processed, a record at `t` merges every session that ends at or
+/// after `t - gap` and starts at or before `t + gap` into one (aggregates combined with
+/// the merger), and is dropped as late when the merged session ends before the stream
+/// time minus grace minus gap. Without lateness the sessions are the runs of a key's
+/// records whose consecutive timestamps are at most `gap` apart, whatever the order.
+/// Returns the sessions `<key>@<start>-<end>` and, per key, the horizon `newest session
+/// end - (2 * gap + grace)`.
+fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+    let Dyn::Session(gap) = w.windows else {
+        unreachable!("session plans only")
+    };
+    // Per key: (start, end, aggregate).
+    let mut by_key: BTreeMap<String, Vec<(i64, i64, i64)>> = BTreeMap::new();
+    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+        let sessions = by_key.entry(k).or_default();
+        let (mut start, mut end) = (r.ts, r.ts);
+        let mut agg = fold(w.agg, None, r.value);
+        let mut rest = Vec::new();
+        let mut merged = Vec::new();
+        for s in sessions.drain(..) {
+            if s.1 >= r.ts - gap && s.0 <= r.ts + gap {
+                merged.push(s);
+            } else {
+                rest.push(s);
+            }
+        }
+        for s in &merged {
+            start = start.min(s.0);
+            end = end.max(s.1);
+        }
+        let close = r.stream_time.saturating_sub(w.grace).saturating_sub(gap);
+        if end < close {
+            // Late: dropped, the sessions stay as they were.
+            rest.extend(merged);
+            *sessions = rest;
+            continue;
+        }
+        for s in &merged {
+            agg = match w.agg {
+                Agg::Count | Agg::Sum => agg + s.2,
+                Agg::Max => agg.max(s.2),
+            };
+        }
+        rest.push((start, end, agg));
+        *sessions = rest;
+    }
+    let mut out = BTreeMap::new();
+    let mut horizon = BTreeMap::new();
+    for (k, sessions) in by_key {
+        if let Some(newest) = sessions.iter().map(|s| s.1).max() {
+            horizon.insert(
+                k.clone(),
+                newest.saturating_sub(gap.saturating_mul(2).saturating_add(w.grace)),
+            );
+        }
+        for (start, end, agg) in sessions {
+            out.insert(format!("{k}@{start}-{end}"), agg);
+        }
+    }
+    (out, horizon)
+}
+
+/// Kafka Streams' sliding windows (`SlidingWindows`, `KStreamSlidingWindowAggregate`):
+/// windows of `difference`, both ends inclusive, per key: for each record at `t` its left
+/// window `[t - difference, t]` (`[0, difference]` when `t < difference`: no window
+/// starts before 0), and its right window `[t + 1, t + 1 + difference]` when a record of
+/// the key falls in it; a window's aggregate is over every record in it. A record is late
+/// (dropped) when `t + 1 + difference <= stream time - grace` at the record: every window
+/// containing it has closed. (Kafka Streams skips, for a record on time, the single
+/// windows that have closed already; the framework documents that it does not, so the
+/// plans' windows that could differ there are those of the `sliding_late` family.)
+fn sliding(w: &DynW, inputs: &Inputs) -> BTreeMap<String, i64> {
+    let Dyn::Sliding(d) = w.windows else {
+        unreachable!("sliding plans only")
+    };
+    let mut by_key: BTreeMap<String, Vec<Rec>> = BTreeMap::new();
+    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+        if r.ts + 1 + d <= r.stream_time.saturating_sub(w.grace) {
+            continue;
+        }
+        by_key.entry(k).or_default().push(r);
+    }
+    let mut out = BTreeMap::new();
+    for (k, records) in by_key {
+        let mut starts = BTreeSet::new();
+        for r in &records {
+            starts.insert((r.ts - d).max(0));
+            if records.iter().any(|o| o.ts > r.ts && o.ts <= r.ts + 1 + d) {
+                starts.insert(r.ts + 1);
+            }
+        }
+        for start in starts {
+            let mut acc = None;
+            for r in records
+                .iter()
+                .filter(|r| r.ts >= start && r.ts <= start + d)
+            {
+                acc = Some(fold(w.agg, acc, r.value));
+            }
+            if let Some(acc) = acc {
+                out.insert(format!("{k}@{start}"), acc);
+            }
         }
     }
     out

@@ -11,7 +11,10 @@ mod http;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lambda_streams::lambda::Handler;
+use lambda_streams::Topology;
+use lambda_streams::error::StreamError;
+use lambda_streams::lambda::{Config, Handler};
+use lambda_streams::state::Store;
 
 pub use http::Http;
 
@@ -43,6 +46,24 @@ impl InProcess {
     /// Wraps a handler.
     pub fn new(handler: Arc<Handler>) -> Self {
         InProcess { handler }
+    }
+
+    /// The function `topology` on `store`, with its own settings read from the
+    /// environment as in Lambda ([`Config::from_env`]: poison policy, partial batch
+    /// responses, emit-on-close windows, output brokers, the producer's TLS/SASL, EMF
+    /// metrics) and wired by [`Handler::from_config`], as [`lambda::run`] wires it.
+    ///
+    /// [`lambda::run`]: lambda_streams::lambda::run
+    pub fn from_env(topology: Topology, store: Arc<dyn Store>) -> Result<Self, StreamError> {
+        let config = Config::from_env()?;
+        Ok(InProcess::new(Arc::new(Handler::from_config(
+            topology, store, &config,
+        ))))
+    }
+
+    /// The handler it calls.
+    pub fn handler(&self) -> &Handler {
+        &self.handler
     }
 }
 

@@ -64,13 +64,7 @@ where
         SV: Serde<V>,
         SO: Serde<VO>,
     {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
-        let this = Side {
-            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
-        };
-        let that = Side {
-            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
-        };
+        let (key_serde, this, that) = sides(serdes);
         let this_records = self.buffered(&this);
         let that_records = other.buffered(&that);
         let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
@@ -129,10 +123,8 @@ where
                     "a stream–stream join takes source records, not a table's updates".into(),
                 ));
             };
-            let bytes = serde.try_serialize(&value).map_err(|e| StreamError::User {
-                tp: tp.clone(),
-                offset,
-                reason: format!("the joined value does not encode: {}", e.0),
+            let bytes = serde.try_serialize(&value).map_err(|e| {
+                ctx.user_error(format!("the joined value does not encode: {}", e.0))
             })?;
             let entry = Buffered {
                 ts,
@@ -271,12 +263,12 @@ pub(super) fn probe<K, V, VO, VR>(
                         }
                         let other_value =
                             serde.deserialize(partner.value.as_deref()).map_err(|e| {
-                                StreamError::Deserialize {
-                                    tp: source.clone(),
-                                    offset: partner.offset,
-                                    side: "value",
-                                    reason: e.0,
-                                }
+                                stored_value_error(
+                                    &partner.topic,
+                                    partner.partition,
+                                    partner.offset,
+                                    e,
+                                )
                             })?;
                         out.forward(ctx, key.clone(), join(&key, &value, &other_value))?;
                     }

@@ -85,6 +85,32 @@ impl Buffered {
     }
 }
 
+/// A stored record's value that does not decode: the error names that record (its source
+/// topic-partition and offset, as stored with it), not the current record that met it.
+fn stored_value_error(topic: &str, partition: i32, offset: i64, e: SerdeError) -> StreamError {
+    StreamError::Deserialize {
+        tp: TopicPartition::new(topic, partition),
+        offset,
+        side: "value",
+        reason: format!("a joined value does not decode: {}", e.0),
+    }
+}
+
+/// A join's key serde and its two sides, from its `serdes` (key, this value, other value).
+fn sides<K, V, VO>(
+    (key, this, that): (impl Serde<K>, impl Serde<V>, impl Serde<VO>),
+) -> (Arc<dyn Serde<K>>, Side<V>, Side<VO>) {
+    (
+        Arc::new(key),
+        Side {
+            serde: Arc::new(this),
+        },
+        Side {
+            serde: Arc::new(that),
+        },
+    )
+}
+
 /// A side of a join: how its values are encoded in the buffers.
 struct Side<V> {
     serde: Arc<dyn Serde<V>>,

@@ -391,13 +391,7 @@ where
         SV: Serde<V>,
         SO: Serde<VO>,
     {
-        let key_serde: Arc<dyn Serde<K>> = Arc::new(serdes.0);
-        let this = Side {
-            serde: Arc::new(serdes.1) as Arc<dyn Serde<V>>,
-        };
-        let that = Side {
-            serde: Arc::new(serdes.2) as Arc<dyn Serde<VO>>,
-        };
+        let (key_serde, this, that) = sides(serdes);
         let arrivals = self
             .buffered(&this)
             .arrivals(THIS)
@@ -430,16 +424,28 @@ where
             .add(Arc::new(move |ctx, key: K, x: Arrival| {
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
                     // A null key joins nothing: on an outer side, the record is emitted alone
-                    // at once (as Kafka Streams 3.7 and later do).
-                    return emit_null_key(
-                        ctx,
-                        &key,
-                        &x,
-                        outer,
-                        &this_serde,
-                        &that_serde,
-                        &*joiner,
-                        &out,
+                    // (as Kafka Streams 3.7 and later do), in its place among the records
+                    // waiting at the join, not ahead of them.
+                    let (this_serde, that_serde, joiner, out) = (
+                        Arc::clone(&this_serde),
+                        Arc::clone(&that_serde),
+                        Arc::clone(&joiner),
+                        out.clone(),
+                    );
+                    return ctx.defer_null_key(
+                        lookup.store,
+                        Box::new(move |ctx: &mut Ctx, _| {
+                            emit_null_key(
+                                ctx,
+                                &key,
+                                &x,
+                                outer,
+                                &this_serde,
+                                &that_serde,
+                                &*joiner,
+                                &out,
+                            )
+                        }),
                     );
                 };
                 let (lookup, this_serde, that_serde, joiner, out) = (
@@ -462,12 +468,8 @@ where
                             })?
                             .unwrap_or_default();
                         let by = &x.entry;
-                        let source = TopicPartition::new(by.topic.as_str(), by.partition);
-                        let decode_error = |e: SerdeError| StreamError::Deserialize {
-                            tp: source.clone(),
-                            offset: by.offset,
-                            side: "value",
-                            reason: format!("a joined value does not decode: {}", e.0),
+                        let decode_error = |e: SerdeError| {
+                            stored_value_error(&by.topic, by.partition, by.offset, e)
                         };
                         for output in state.outputs.iter().filter(|o| {
                             (o.topic.as_str(), o.partition, o.offset)
@@ -541,12 +543,8 @@ where
     if !outer.of(entry.side) {
         return Ok(());
     }
-    let decode_error = |e: SerdeError| StreamError::Deserialize {
-        tp: TopicPartition::new(entry.topic.as_str(), entry.partition),
-        offset: entry.offset,
-        side: "value",
-        reason: format!("a joined value does not decode: {}", e.0),
-    };
+    let decode_error =
+        |e: SerdeError| stored_value_error(&entry.topic, entry.partition, entry.offset, e);
     let value = entry.value.as_deref();
     let joined = if entry.side == THIS {
         let v = this_serde.deserialize(value).map_err(decode_error)?;
