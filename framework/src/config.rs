@@ -26,6 +26,10 @@ pub struct Config {
     pub kafka: KafkaSettings,
     /// The root certificates the AWS SDK clients (DynamoDB) trust.
     pub aws_tls_roots: TlsRoots,
+    /// The DynamoDB store's aggregate cache, in bytes (`LAMBDA_STREAMS_STATE_CACHE_BYTES`;
+    /// 0 turns it off); `None`: the default,
+    /// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES).
+    pub state_cache_bytes: Option<usize>,
 }
 
 impl Config {
@@ -33,7 +37,8 @@ impl Config {
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
-    /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
+    /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS`,
+    /// `LAMBDA_STREAMS_STATE_CACHE_BYTES` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
     /// ([`KafkaSettings::from_env`]); an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
@@ -85,6 +90,15 @@ impl Config {
             source_partitions.insert(topic, n);
         }
         let aws_tls_roots = TlsRoots::parse(var("LAMBDA_STREAMS_AWS_TLS_ROOTS").as_deref())?;
+        let state_cache_bytes = var("LAMBDA_STREAMS_STATE_CACHE_BYTES")
+            .map(|bytes| {
+                bytes.trim().parse::<usize>().map_err(|_| {
+                    StreamError::Config(format!(
+                        "LAMBDA_STREAMS_STATE_CACHE_BYTES: {bytes:?} is not a number of bytes"
+                    ))
+                })
+            })
+            .transpose()?;
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -109,6 +123,7 @@ impl Config {
             metrics_function,
             kafka: KafkaSettings::from_env()?,
             aws_tls_roots,
+            state_cache_bytes,
         })
     }
 }
