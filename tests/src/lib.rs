@@ -866,3 +866,39 @@ pub fn require_iam_listener() {
         "no Kafka listener at {address}: the broker was started without the MSK IAM listener; restart it with `scripts/services down kafka; scripts/services up kafka`"
     );
 }
+
+/// Runs `handler` in process through the local runner over `topics` (group `group`, at
+/// most `batch_size` records a batch) until idle, under the redeliveries the exactly-once
+/// tests share: every third batch delivered twice, every fourth retried with longer
+/// boundaries. Panics if the run fails or outlasts `limit`.
+pub async fn run_with_redeliveries(
+    handler: lambda_streams::lambda::Handler,
+    topics: Vec<String>,
+    group: &str,
+    batch_size: usize,
+    limit: Duration,
+) {
+    use local_runner::{Faults, InProcess, Runner, RunnerConfig};
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique(group),
+        topics,
+        batch_size,
+        batching_window: Duration::from_millis(50),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(10),
+        faults: Faults {
+            duplicate_every: Some(3),
+            extend_retry_every: Some(4),
+            ..Faults::default()
+        },
+        ..RunnerConfig::default()
+    };
+    let transport = std::sync::Arc::new(InProcess::new(std::sync::Arc::new(handler)));
+    let runner = Runner::new(config, transport).expect("runner");
+    tokio::time::timeout(limit, runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+}
