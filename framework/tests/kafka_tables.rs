@@ -1161,3 +1161,72 @@ fn documented_workarounds() {
     );
     assert_eq!(read(&driver, "enriched"), [out(0, "S0+X0+Y0", 3)]);
 }
+
+/// `table(topic1)` filtered to even values (`even` joins read it) and to odd ones (`odd`),
+/// each read by a left join of the stream `probe`: the value getter of Kafka's test, as
+/// a join sees the filtered tables.
+fn value_getter_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    let table = builder.table(T1, Nullable(DecimalI64), DecimalI64, "t1");
+    let even = table.filter(|_, v| v % 2 == 0);
+    let odd = table.filter(|_, v| v % 2 != 0);
+    let probe = builder.stream("probe", Nullable(DecimalI64), Utf8);
+    for (name, table) in [("even", even), ("odd", odd)] {
+        probe
+            .left_join(&table, |_, p: String, v: Option<i64>| {
+                format!(
+                    "{p}+{}",
+                    v.map_or_else(|| "null".to_owned(), |v| v.to_string())
+                )
+            })
+            .to(name, Nullable(DecimalI64), Utf8);
+    }
+    builder.build()
+}
+
+/// Kafka: `KTableFilterTest.shouldGetValuesOnMaterialization` (through `doTestValueGetter`):
+/// the values the filtered tables' getters return after each step, read by a join (keys
+/// "A".."C" as 1..3; the getters' timestamps are not seen through a stream–table join).
+#[test]
+fn ktable_filter_should_get_values_on_materialization() {
+    let probe = |at: i64| -> Vec<In> { (1..=3).map(|k| rec("probe", k, "P", at)).collect() };
+    let seen = |at: i64, values: [&str; 3]| -> Vec<Out> {
+        (1..=3)
+            .zip(values)
+            .map(|(k, v)| out(k, &format!("P+{v}"), at))
+            .collect()
+    };
+    let updates = [
+        vec![rec(T1, 1, "1", 5), rec(T1, 2, "1", 10), rec(T1, 3, "1", 15)],
+        vec![rec(T1, 1, "2", 10), rec(T1, 2, "2", 5)],
+        vec![rec(T1, 1, "3", 15)],
+        vec![tomb(T1, 1, 10), tomb(T1, 2, 20)],
+    ];
+    let even = [
+        ["null", "null", "null"],
+        ["2", "2", "null"],
+        ["null", "2", "null"],
+        ["null", "null", "null"],
+    ];
+    let odd = [
+        ["1", "1", "1"],
+        ["null", "null", "1"],
+        ["3", "null", "1"],
+        ["null", "null", "1"],
+    ];
+    for (output, getter) in [("even", even), ("odd", odd)] {
+        let steps: Vec<Step> = updates
+            .iter()
+            .zip(getter)
+            .enumerate()
+            .flat_map(|(i, (update, values))| {
+                let at = 100 + i as i64;
+                [
+                    step(update.clone(), vec![]),
+                    step(probe(at), seen(at, values)),
+                ]
+            })
+            .collect();
+        check(value_getter_topology, output, &steps);
+    }
+}
