@@ -76,51 +76,56 @@ impl StreamsBuilder {
         .group_by_key(key_serde)
         .aggregate(
             store,
-            || None,
-            |_, (value, timestamp): (Option<V>, i64), _| value.map(|v| (v, timestamp)),
+            || (None, i64::MIN),
+            |_, stamped: (Option<V>, i64), _| stamped,
             Present(value_serde),
         )
         .unstamp()
     }
 }
 
-/// A table's stored value: `2`, the timestamp of the record that set it (8 bytes, big
-/// endian), then the value's bytes; or `0` for a deleted key (the item stays, with its
+/// A table's stored state: its value (`None`: deleted) and the timestamp of the record
+/// that set it. Encoded as `2`, the timestamp (8 bytes, big endian), then the value's
+/// bytes; or, for a deleted key, `3` and the timestamp (the item stays, with its
 /// watermarks, so that a redelivered older record cannot bring the key back). Items
-/// written before timestamps were kept (`1` then the value's bytes) still decode, with
-/// the timestamp `i64::MIN` (not known).
+/// written before timestamps were kept (`1` then the value's bytes, `0` for a deleted
+/// key) still decode, with the timestamp `i64::MIN` (not known).
 struct Present<S>(S);
 
-impl<V, S: Serde<V>> Serde<Option<(V, i64)>> for Present<S> {
-    fn serialize(&self, value: &Option<(V, i64)>) -> Option<Vec<u8>> {
+impl<V, S: Serde<V>> Serde<(Option<V>, i64)> for Present<S> {
+    fn serialize(&self, value: &(Option<V>, i64)) -> Option<Vec<u8>> {
         self.try_serialize(value).ok().flatten()
     }
 
-    fn try_serialize(&self, value: &Option<(V, i64)>) -> Result<Option<Vec<u8>>, SerdeError> {
-        Ok(Some(match value {
-            None => vec![0],
-            Some((v, timestamp)) => {
-                let bytes = self.0.try_serialize(v)?.unwrap_or_default();
-                let mut out = Vec::with_capacity(bytes.len() + 9);
-                out.push(2);
-                out.extend_from_slice(&timestamp.to_be_bytes());
-                out.extend_from_slice(&bytes);
-                out
-            }
-        }))
+    fn try_serialize(&self, value: &(Option<V>, i64)) -> Result<Option<Vec<u8>>, SerdeError> {
+        let (value, timestamp) = value;
+        let bytes = match value {
+            None => None,
+            Some(v) => Some(self.0.try_serialize(v)?.unwrap_or_default()),
+        };
+        let mut out = Vec::with_capacity(9 + bytes.as_ref().map_or(0, Vec::len));
+        out.push(if bytes.is_some() { 2 } else { 3 });
+        out.extend_from_slice(&timestamp.to_be_bytes());
+        out.extend_from_slice(bytes.as_deref().unwrap_or_default());
+        Ok(Some(out))
     }
 
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Option<(V, i64)>, SerdeError> {
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<(Option<V>, i64), SerdeError> {
+        let stamp = |rest: &[u8]| -> Option<(i64, usize)> {
+            let bytes: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+            Some((i64::from_be_bytes(bytes), 8))
+        };
         match data {
-            None | Some([0]) => Ok(None),
-            Some([1, rest @ ..]) => self.0.deserialize(Some(rest)).map(|v| Some((v, i64::MIN))),
-            Some([2, rest @ ..]) if rest.len() >= 8 => {
-                let (timestamp, value) = rest.split_at(8);
-                let mut bytes = [0u8; 8];
-                bytes.copy_from_slice(timestamp);
-                self.0
-                    .deserialize(Some(value))
-                    .map(|v| Some((v, i64::from_be_bytes(bytes))))
+            None | Some([0]) => Ok((None, i64::MIN)),
+            Some([1, rest @ ..]) => Ok((Some(self.0.deserialize(Some(rest))?), i64::MIN)),
+            Some([tag @ (2 | 3), rest @ ..]) => {
+                let (timestamp, at) = stamp(rest)
+                    .ok_or_else(|| SerdeError("a stored table value is cut short".into()))?;
+                let value = match tag {
+                    2 => Some(self.0.deserialize(Some(&rest[at..]))?),
+                    _ => None,
+                };
+                Ok((value, timestamp))
             }
             Some(_) => Err(SerdeError("not a stored table value".into())),
         }
@@ -167,8 +172,8 @@ where
             .group_by_key(key_serde)
             .aggregate(
                 store,
-                || None,
-                |_, (value, timestamp): (V, i64), _| Some((value, timestamp)),
+                || (None, i64::MIN),
+                |_, (value, timestamp): (V, i64), _| (Some(value), timestamp),
                 Present(value_serde),
             )
             .unstamp()

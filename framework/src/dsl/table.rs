@@ -324,14 +324,14 @@ where
     }
 }
 
-impl<K, V> KTable<K, Option<(V, i64)>>
+impl<K, V> KTable<K, (Option<V>, i64)>
 where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
     /// The table of a topic's (or a stream's) latest value per key, from the aggregate
-    /// that keeps each value with the timestamp of the record that set it (`None`:
-    /// deleted). Its updates carry that timestamp, as Kafka Streams' table source
+    /// that keeps each value (`None`: deleted) with the timestamp of the record that set
+    /// it. Its updates and deletions carry that timestamp, as Kafka Streams' table source
     /// forwards each record with its own, and joins read it (a table–table join's result
     /// carries the later of both sides'). `i64::MIN` stands for a timestamp not kept (an
     /// item written before timestamps were stored): the update keeps the batch's.
@@ -339,23 +339,27 @@ where
         let (flat, deletes) = (Downstream::<K, V>::new(), Downstream::<K, ()>::new());
         let (out, removed) = (flat.clone(), deletes.clone());
         self.updates.add(Arc::new(
-            move |ctx, key, value: Option<(V, i64)>| match value {
-                Some((value, i64::MIN)) => out.forward(ctx, key, value),
-                Some((value, timestamp)) => {
-                    ctx.with_update_timestamp(timestamp, |ctx| out.forward(ctx, key, value))
+            move |ctx, key, (value, timestamp): (Option<V>, i64)| {
+                let forward = |ctx: &mut crate::topology::context::Ctx| match value {
+                    Some(value) => out.forward(ctx, key, value),
+                    None => removed.forward(ctx, key, ()),
+                };
+                if timestamp == i64::MIN {
+                    forward(ctx)
+                } else {
+                    ctx.with_update_timestamp(timestamp, forward)
                 }
-                None => removed.forward(ctx, key, ()),
             },
         ));
         self.pass_deletes(&deletes);
         let lookup = self.lookup.map(|inner| {
             let decode = Arc::clone(&inner.value);
             let value: LookupValue<K, V> =
-                Arc::new(move |key, state| decode(key, state).map(|v| v.flatten().map(|(v, _)| v)));
+                Arc::new(move |key, state| decode(key, state).map(|v| v.and_then(|(v, _)| v)));
             let decode = Arc::clone(&inner.value);
             let timestamp: LookupTimestamp<K> =
                 Arc::new(move |key, state| match decode(key, state) {
-                    Ok(Some(Some((_, timestamp)))) if timestamp != i64::MIN => Some(timestamp),
+                    Ok(Some((Some(_), timestamp))) if timestamp != i64::MIN => Some(timestamp),
                     _ => None,
                 });
             Arc::new(Lookup {
