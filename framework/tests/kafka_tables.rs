@@ -1238,3 +1238,60 @@ fn ktable_filter_should_get_values_on_materialization() {
         check(value_getter_topology, output, &steps);
     }
 }
+
+/// Kafka: `KTableSourceTest.testValueGetter`: the table's value and timestamp per key after
+/// each step (keys "A".."C" as 1..3), read by a table–table join: probe table `p<i>`, fed
+/// once at timestamp 0 for check `i`, joined with the table, gives `(key, value,
+/// max(0, the value's timestamp))` for each key the table holds, nothing for the others.
+#[test]
+fn ktable_source_test_value_getter() {
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        let table = builder.table(T1, Nullable(DecimalI64), Utf8, "store");
+        for i in 0..4 {
+            builder
+                .table(
+                    &format!("p{i}"),
+                    Nullable(DecimalI64),
+                    Utf8,
+                    &format!("p{i}"),
+                )
+                .join(&table, |_, _: &String, v: &String| v.clone())
+                .to_stream()
+                .to(&format!("got{i}"), Nullable(DecimalI64), Utf8);
+        }
+        builder.build()
+    };
+    let updates = [
+        vec![
+            rec(T1, 1, "01", 10),
+            rec(T1, 2, "01", 20),
+            rec(T1, 3, "01", 15),
+        ],
+        vec![rec(T1, 1, "02", 30), rec(T1, 2, "02", 5)],
+        vec![rec(T1, 1, "03", 29)],
+        vec![tomb(T1, 1, 50), tomb(T1, 2, 3)],
+    ];
+    let getter = [
+        vec![out(1, "01", 10), out(2, "01", 20), out(3, "01", 15)],
+        vec![out(1, "02", 30), out(2, "02", 5), out(3, "01", 15)],
+        vec![out(1, "03", 29), out(2, "02", 5), out(3, "01", 15)],
+        vec![out(3, "01", 15)],
+    ];
+    for batching in [Batching::PerRecord, Batching::Manual] {
+        let driver = TestDriver::new(topology()).with_batching(batching);
+        for (i, (update, expected)) in updates.iter().zip(&getter).enumerate() {
+            pipe(&driver, update);
+            driver.flush().unwrap();
+            let probe = ["p0", "p1", "p2", "p3"][i];
+            let probes: Vec<In> = (1..=3).map(|k| rec(probe, k, "P", 0)).collect();
+            pipe(&driver, &probes);
+            driver.flush().unwrap();
+            assert_eq!(
+                read(&driver, &format!("got{i}")),
+                *expected,
+                "{batching:?}, check {i}"
+            );
+        }
+    }
+}
