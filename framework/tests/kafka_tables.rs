@@ -1295,3 +1295,16 @@ fn ktable_source_test_value_getter() {
         }
     }
 }
+
+/// Kafka: `KTableKTableLeftJoinTest.testNotSendingOldValue`: the joined table's changes
+/// without old values are the records of `testJoin`, deletions included.
+#[test]
+fn ktable_ktable_left_join_test_not_sending_old_value() {
+    ktable_ktable_left_join_test_join();
+}
+
+/// Kafka: `KTableKTableOuterJoinTest.testNotSendingOldValue`: the records of `testJoin`.
+#[test]
+fn ktable_ktable_outer_join_test_not_sending_old_value() {
+    ktable_ktable_outer_join_test_join();
+}
