@@ -140,6 +140,15 @@ mod table_table {
         })
         .to_change_stream()
         .to("left-outer", Utf8, Nullable(Utf8));
+        left.outer_join(&right, |_, l: Option<&String>, r: Option<&String>| {
+            format!(
+                "{}|{}",
+                l.map_or("-", String::as_str),
+                r.map_or("-", String::as_str)
+            )
+        })
+        .to_change_stream()
+        .to("full-outer", Utf8, Nullable(Utf8));
         left.filter(|_, l| l.len() == 1)
             .map_values(|l| l.to_uppercase())
             .to_change_stream()
@@ -180,8 +189,9 @@ mod table_table {
     }
 
     proptest! {
-        /// With deletions: the changelogs of the joins and of a filtered table, applied by
-        /// version, equal the joins and the filter of the final tables.
+        /// With deletions: the changelogs of the joins (inner, left, outer) and of a
+        /// filtered table, applied by version, equal the joins and the filter of the final
+        /// tables.
         #[test]
         fn table_joins_equal_the_join_of_the_final_tables(updates in updates(), size in 1usize..8) {
             let driver = TestDriver::new(topology()).with_batching(Batching::Size(size));
@@ -209,6 +219,14 @@ mod table_table {
                 .iter()
                 .map(|(k, l)| (k.clone(), format!("{l}|{}", right.get(k).map_or("-", String::as_str))))
                 .collect();
+            let full: BTreeMap<String, String> = left
+                .keys()
+                .chain(right.keys())
+                .map(|k| {
+                    let show = |t: &BTreeMap<String, String>| t.get(k).map_or("-".to_owned(), Clone::clone);
+                    (k.clone(), format!("{}|{}", show(&left), show(&right)))
+                })
+                .collect();
             let short: BTreeMap<String, String> = left
                 .iter()
                 .filter(|(_, l)| l.len() == 1)
@@ -216,6 +234,7 @@ mod table_table {
                 .collect();
             prop_assert_eq!(latest(&driver, "inner"), inner);
             prop_assert_eq!(latest(&driver, "left-outer"), outer);
+            prop_assert_eq!(latest(&driver, "full-outer"), full);
             prop_assert_eq!(latest(&driver, "left-short"), short);
         }
     }

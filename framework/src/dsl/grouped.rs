@@ -291,6 +291,7 @@ where
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(|_, state| Ok(Some(state.value))),
+            timestamp: None,
         })
     }
 
@@ -362,6 +363,7 @@ where
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(move |_, state| decode_aggregate(&*serde, state).map(Some)),
+            timestamp: None,
         })
     }
 

@@ -23,8 +23,9 @@ use crate::topology::describe::{NodeId, NodeKind};
 /// when it is written, naming what to do instead).
 const NOT_JOINABLE: &str = "this table cannot be joined by key: it is a windowed \
     aggregation's table or the result of a table-table join, which have no per-key lookup \
-    (joining a joined table is not supported yet: join the source tables in one step, or \
-    aggregate the joined stream into a table of its own)";
+    (joining a joined table is not supported yet: produce the joined table's changelog to a \
+    topic with `to_change_stream().to(..)` and read that topic as a table with \
+    `builder.table(..)`)";
 
 impl StreamsBuilder {
     /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per
@@ -71,44 +72,61 @@ impl StreamsBuilder {
             Arc::clone(&key_serde),
             Nullable(Arc::clone(&value_serde)),
         )
+        .stamped()
         .group_by_key(key_serde)
         .aggregate(
             store,
-            || None,
-            |_, value: Option<V>, _| value,
+            || (None, i64::MIN),
+            |_, stamped: (Option<V>, i64), _| stamped,
             Present(value_serde),
         )
-        .flatten()
+        .unstamp()
     }
 }
 
-/// A table's stored value: `1` then the value's bytes, or `0` for a deleted key (the
-/// item stays, with its watermarks, so that a redelivered older record cannot bring the
-/// key back).
+/// A table's stored state: its value (`None`: deleted) and the timestamp of the record
+/// that set it. Encoded as `2`, the timestamp (8 bytes, big endian), then the value's
+/// bytes; or, for a deleted key, `3` and the timestamp (the item stays, with its
+/// watermarks, so that a redelivered older record cannot bring the key back). Items
+/// written before timestamps were kept (`1` then the value's bytes, `0` for a deleted
+/// key) still decode, with the timestamp `i64::MIN` (not known).
 struct Present<S>(S);
 
-impl<V, S: Serde<V>> Serde<Option<V>> for Present<S> {
-    fn serialize(&self, value: &Option<V>) -> Option<Vec<u8>> {
+impl<V, S: Serde<V>> Serde<(Option<V>, i64)> for Present<S> {
+    fn serialize(&self, value: &(Option<V>, i64)) -> Option<Vec<u8>> {
         self.try_serialize(value).ok().flatten()
     }
 
-    fn try_serialize(&self, value: &Option<V>) -> Result<Option<Vec<u8>>, SerdeError> {
-        Ok(Some(match value {
-            None => vec![0],
-            Some(v) => {
-                let bytes = self.0.try_serialize(v)?.unwrap_or_default();
-                let mut out = Vec::with_capacity(bytes.len() + 1);
-                out.push(1);
-                out.extend_from_slice(&bytes);
-                out
-            }
-        }))
+    fn try_serialize(&self, value: &(Option<V>, i64)) -> Result<Option<Vec<u8>>, SerdeError> {
+        let (value, timestamp) = value;
+        let bytes = match value {
+            None => None,
+            Some(v) => Some(self.0.try_serialize(v)?.unwrap_or_default()),
+        };
+        let mut out = Vec::with_capacity(9 + bytes.as_ref().map_or(0, Vec::len));
+        out.push(if bytes.is_some() { 2 } else { 3 });
+        out.extend_from_slice(&timestamp.to_be_bytes());
+        out.extend_from_slice(bytes.as_deref().unwrap_or_default());
+        Ok(Some(out))
     }
 
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Option<V>, SerdeError> {
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<(Option<V>, i64), SerdeError> {
+        let stamp = |rest: &[u8]| -> Option<(i64, usize)> {
+            let bytes: [u8; 8] = rest.get(..8)?.try_into().ok()?;
+            Some((i64::from_be_bytes(bytes), 8))
+        };
         match data {
-            None | Some([0]) => Ok(None),
-            Some([1, rest @ ..]) => self.0.deserialize(Some(rest)).map(Some),
+            None | Some([0]) => Ok((None, i64::MIN)),
+            Some([1, rest @ ..]) => Ok((Some(self.0.deserialize(Some(rest))?), i64::MIN)),
+            Some([tag @ (2 | 3), rest @ ..]) => {
+                let (timestamp, at) = stamp(rest)
+                    .ok_or_else(|| SerdeError("a stored table value is cut short".into()))?;
+                let value = match tag {
+                    2 => Some(self.0.deserialize(Some(&rest[at..]))?),
+                    _ => None,
+                };
+                Ok((value, timestamp))
+            }
             Some(_) => Err(SerdeError("not a stored table value".into())),
         }
     }
@@ -150,14 +168,28 @@ where
         key_serde: impl Serde<K>,
         value_serde: impl Serde<V>,
     ) -> KTable<K, V> {
-        self.group_by_key(key_serde)
+        self.stamped()
+            .group_by_key(key_serde)
             .aggregate(
                 store,
-                || None,
-                |_, value: V, _| Some(value),
+                || (None, i64::MIN),
+                |_, (value, timestamp): (V, i64), _| (Some(value), timestamp),
                 Present(value_serde),
             )
-            .flatten()
+            .unstamp()
+    }
+
+    /// Each record's value with its timestamp (the source record's event time, or the
+    /// table update's), for a table that keeps the timestamp of its values. No node of
+    /// its own: it is part of the table's aggregation.
+    fn stamped(&self) -> KStream<K, (V, i64)> {
+        let next = Downstream::<K, (V, i64)>::new();
+        let out = next.clone();
+        self.downstream().add(Arc::new(move |ctx, key, value| {
+            let timestamp = ctx.timestamp();
+            out.forward(ctx, key, (value, timestamp))
+        }));
+        KStream::from_node(self.shared(), next, self.node())
     }
 
     /// Joins each record with `table`'s current value of its key (an inner join, as Kafka
@@ -321,8 +353,10 @@ where
     /// tables hold a value for it, the joined table's update is `joiner(key, this, other)`.
     /// Each update carries as its version the sum of the two items' versions, which grows
     /// with every change of either side, so consumers can keep the highest version per
-    /// key. A deletion in either table is not forwarded (as for every table here), and the
-    /// joined table cannot itself be joined.
+    /// key. A deletion in either table deletes the joined key where it had a value (a
+    /// deletion, seen in [`KTable::to_change_stream`]). Each update and deletion carries
+    /// the later of the two sides' timestamps, as in Kafka Streams. The joined table
+    /// cannot itself be joined.
     ///
     /// Cost: one batched read of the other table per key changed by a batch.
     ///
@@ -361,8 +395,8 @@ where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
-        self.join_tables(other, "KTABLE-JOIN", move |k, v, o: Option<&VO>| {
-            o.map(|o| joiner(k, v, o))
+        self.join_tables(other, "KTABLE-JOIN", JoinKind::Inner, move |k, v, o| {
+            Some(joiner(k, v?, o?))
         })
     }
 
@@ -379,53 +413,125 @@ where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
-        self.join_tables(other, "KTABLE-LEFTJOIN", move |k, v, o: Option<&VO>| {
-            Some(joiner(k, v, o))
+        self.join_tables(other, "KTABLE-LEFTJOIN", JoinKind::Left, move |k, v, o| {
+            Some(joiner(k, v?, o))
         })
     }
 
-    /// Both sides of a table–table join: an update of this table meets `other`'s value
-    /// (or none), an update of `other` meets this table's value (only if there is one);
-    /// `f(key, this, other)` gives the joined value, or `None` for nothing. Deletions: a key
-    /// deleted from this table deletes the joined key; a key deleted from `other` where
-    /// this table has a value gives `f(key, this, None)` (a left join's update), or deletes
-    /// the joined key when that is `None` (an inner join).
-    fn join_tables<VO, VR>(
+    /// Joins this table with `other` by key, keeping the keys either table lacks (an outer
+    /// join, as Kafka Streams' `KTable::outerJoin(KTable)`): after a batch that changed a
+    /// key in either table, the update is `joiner(key, this or None, other or None)`, and
+    /// the joined key is deleted once neither table has a value. Versions and costs as
+    /// [`join`](Self::join).
+    ///
+    /// ```
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::serdes::{Nullable, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("names", Utf8, Utf8, "names");
+    /// let cities = builder.table("cities", Utf8, Utf8, "cities");
+    /// names
+    ///     .outer_join(&cities, |_, name: Option<&String>, city: Option<&String>| {
+    ///         format!("{} in {}", name.map_or("?", |n| n), city.map_or("?", |c| c))
+    ///     })
+    ///     .to_change_stream()
+    ///     .to("profiles", Utf8, Nullable(Utf8));
+    /// let driver = TestDriver::new(builder.build());
+    /// driver.input_topic("cities", Utf8, Utf8).pipe_input("u1", "Paris".to_owned())?;
+    /// driver.input_topic("names", Utf8, Utf8).pipe_input("u1", "Ada".to_owned())?;
+    /// driver.input_topic("cities", Utf8, Nullable(Utf8)).pipe_input("u1", None)?;
+    /// assert_eq!(
+    ///     driver.output_topic("profiles", Utf8, Nullable(Utf8)).read_values()?,
+    ///     [Some("? in Paris".to_owned()), Some("Ada in Paris".to_owned()), Some("Ada in ?".to_owned())]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn outer_join<VO, VR>(
         &self,
         other: &KTable<K, VO>,
-        prefix: &str,
-        f: impl Fn(&K, &V, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+        joiner: impl Fn(&K, Option<&V>, Option<&VO>) -> VR + Send + Sync + 'static,
     ) -> KTable<K, VR>
     where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
-        let f = Arc::new(f);
+        self.join_tables(
+            other,
+            "KTABLE-OUTERJOIN",
+            JoinKind::Outer,
+            move |k, v, o| Some(joiner(k, v, o)),
+        )
+    }
+
+    /// Both sides of a table–table join of `kind`: an update or deletion of either table
+    /// meets the other table's value of the key (or none), read after the batch's writes;
+    /// `f(key, this, other)` gives the joined value (called only with the sides the kind
+    /// keeps: both for an inner join, this one for a left join, either for an outer one).
+    /// A key whose joined value no longer exists is deleted. An inner join deletes it only
+    /// where the other table has a value, or had one in this batch (otherwise there was no
+    /// joined value to delete, and Kafka Streams sends nothing either); left and outer
+    /// joins send the deletion whenever this table (or, outer, the last of the two) loses
+    /// the key.
+    ///
+    /// As in Kafka Streams, a joined update or deletion carries the later of the changed
+    /// side's timestamp and the other side's value's, when the other side has a value
+    /// whose timestamp its table keeps (tables read from a topic or made by `to_table`);
+    /// otherwise the changed side's.
+    fn join_tables<VO, VR>(
+        &self,
+        other: &KTable<K, VO>,
+        prefix: &str,
+        kind: JoinKind,
+        f: impl Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync + 'static,
+    ) -> KTable<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
         let out = Outputs {
             updates: Downstream::<K, VR>::new(),
             deletes: Downstream::<K, ()>::new(),
         };
-        let (this_side, other_deleted) = (Arc::clone(&f), Arc::clone(&f));
+        // `f` called only with the sides `kind` keeps.
+        let joined = Arc::new(move |k: &K, v: Option<&V>, o: Option<&VO>| -> Option<VR> {
+            let kept = match kind {
+                JoinKind::Inner => v.is_some() && o.is_some(),
+                JoinKind::Left => v.is_some(),
+                JoinKind::Outer => v.is_some() || o.is_some(),
+            };
+            if kept { f(k, v, o) } else { None }
+        });
+        let (f1, f2, f3, f4) = (
+            Arc::clone(&joined),
+            Arc::clone(&joined),
+            Arc::clone(&joined),
+            joined,
+        );
         let this_node = watch(
             self,
             other,
             &out,
             &format!("{prefix}THIS"),
-            move |k, v, o| this_side(k, v, o).map_or(Joined::Nothing, Joined::Update),
-            |_, _| Joined::Delete,
+            move |k, v, o| f1(k, Some(v), o).map_or(Joined::Nothing, Joined::Update),
+            move |k, o: Option<&VO>, other_written| match f2(k, None, o) {
+                Some(value) => Joined::Update(value),
+                None if kind == JoinKind::Inner && o.is_none() && !other_written => Joined::Nothing,
+                None => Joined::Delete,
+            },
         );
         let other_node = watch(
             other,
             self,
             &out,
             &format!("{prefix}OTHER"),
-            move |k, o, v: Option<&V>| {
-                v.and_then(|v| f(k, v, Some(o)))
-                    .map_or(Joined::Nothing, Joined::Update)
-            },
-            move |k, v: Option<&V>| match v {
+            move |k, o, v: Option<&V>| f3(k, v, Some(o)).map_or(Joined::Nothing, Joined::Update),
+            move |k, v: Option<&V>, _| match f4(k, v, None) {
+                Some(value) => Joined::Update(value),
+                // This table has the key (an inner join loses it) or, outer, neither has.
+                None if v.is_some() || kind == JoinKind::Outer => Joined::Delete,
                 None => Joined::Nothing,
-                Some(v) => other_deleted(k, v, None).map_or(Joined::Delete, Joined::Update),
             },
         );
         KTable::from_nodes(
@@ -435,6 +541,17 @@ where
         )
         .with_deletes(out.deletes)
     }
+}
+
+/// Which keys a table–table join keeps.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum JoinKind {
+    /// Keys both tables have.
+    Inner,
+    /// Keys this table has.
+    Left,
+    /// Keys either table has.
+    Outer,
 }
 
 /// What a table–table join emits for a changed key.
@@ -453,13 +570,16 @@ struct Outputs<K, R> {
 
 impl<K: Clone, R: Clone> Outputs<K, R> {
     /// Emits `joined` with the item's version plus the other side's (`other_version`), so
-    /// that a key's joined updates and deletions are ordered by version.
+    /// that a key's joined updates and deletions are ordered by version, and with the
+    /// later of the update's timestamp and the other side's value's (`other_timestamp`,
+    /// when known), as Kafka Streams' table–table joins.
     fn emit(
         &self,
         ctx: &mut Ctx,
         key: K,
         joined: Joined<R>,
         other_version: u64,
+        other_timestamp: Option<i64>,
     ) -> Result<(), StreamError> {
         if let Joined::Nothing = joined {
             return Ok(());
@@ -467,7 +587,7 @@ impl<K: Clone, R: Clone> Outputs<K, R> {
         if let Origin::Update { version, timestamp } = ctx.origin {
             ctx.origin = Origin::Update {
                 version: version + other_version,
-                timestamp,
+                timestamp: other_timestamp.map_or(timestamp, |t| t.max(timestamp)),
             };
         }
         match joined {
@@ -480,14 +600,15 @@ impl<K: Clone, R: Clone> Outputs<K, R> {
 
 /// Joins each update and deletion of `changed` with `other`'s value of its key, read after
 /// the batch's writes: `on_update(key, changed value, other value)` and
-/// `on_delete(key, other value)` say what to emit to `out`.
+/// `on_delete(key, other value, whether this batch wrote the other table's key)` say what
+/// to emit to `out`.
 fn watch<K, A, B, R>(
     changed: &KTable<K, A>,
     other: &KTable<K, B>,
     out: &Outputs<K, R>,
     prefix: &str,
     on_update: impl Fn(&K, &A, Option<&B>) -> Joined<R> + Send + Sync + 'static,
-    on_delete: impl Fn(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
+    on_delete: impl Fn(&K, Option<&B>, bool) -> Joined<R> + Send + Sync + 'static,
 ) -> NodeId
 where
     K: Clone + Send + Sync + 'static,
@@ -520,7 +641,7 @@ where
                 (&updates_lookup, &updates_store),
                 key,
                 updates_out.clone(),
-                move |k, found| on_update(k, &value, found),
+                move |k, found, _| on_update(k, &value, found),
             )
         }));
     let (deletes_lookup, deletes_out, deletes_store) =
@@ -532,20 +653,20 @@ where
             (&deletes_lookup, &deletes_store),
             key,
             deletes_out.clone(),
-            move |k, found| on_delete(k, found),
+            move |k, found, written| on_delete(k, found, written),
         )
     }));
     node
 }
 
 /// Parks a table change until `lookup`'s value of `key` is read, then emits what `decide`
-/// makes of it.
+/// makes of it (with whether this batch wrote `key` in the other table).
 fn defer_lookup<K, B, R>(
     ctx: &mut Ctx,
     (lookup, store): (&Arc<Lookup<K, B>>, &Arc<str>),
     key: K,
     out: Outputs<K, R>,
-    decide: impl FnOnce(&K, Option<&B>) -> Joined<R> + Send + Sync + 'static,
+    decide: impl FnOnce(&K, Option<&B>, bool) -> Joined<R> + Send + Sync + 'static,
 ) -> Result<(), StreamError>
 where
     K: Clone + Send + Sync + 'static,
@@ -556,13 +677,19 @@ where
         return Ok(());
     };
     let (lookup, store) = (Arc::clone(lookup), Arc::clone(store));
+    let key_bytes = encoded.clone();
     ctx.defer(
         lookup.store,
         encoded,
         Box::new(move |ctx, state| {
+            let written = ctx.wrote(lookup.store, &key_bytes);
             let found = lookup.find(&key, state, &store)?;
-            let joined = decide(&key, found.as_ref());
-            out.emit(ctx, key, joined, state.map_or(0, |s| s.version))
+            let timestamp = match (&found, &lookup.timestamp, state) {
+                (Some(_), Some(timestamp), Some(state)) => timestamp(&key, state),
+                _ => None,
+            };
+            let joined = decide(&key, found.as_ref(), written);
+            out.emit(ctx, key, joined, state.map_or(0, |s| s.version), timestamp)
         }),
     )
 }

@@ -15,6 +15,10 @@ pub(crate) struct Lookup<K, V> {
     pub(crate) key_serde: Arc<dyn Serde<K>>,
     /// The table's value from the item's state (`None`: deleted).
     pub(crate) value: LookupValue<K, V>,
+    /// The timestamp of the item's value, for the tables that keep it (those read from a
+    /// topic or made by `to_table`: the timestamp of the record that set the value); a
+    /// table–table join's result carries the later of its two sides' timestamps.
+    pub(crate) timestamp: Option<LookupTimestamp<K>>,
 }
 
 impl<K, V> Lookup<K, V> {
@@ -36,6 +40,9 @@ impl<K, V> Lookup<K, V> {
         }
     }
 }
+
+/// Decodes the timestamp of a table's value from its stored item (`None`: not known).
+pub(crate) type LookupTimestamp<K> = Arc<dyn Fn(&K, &ItemState) -> Option<i64> + Send + Sync>;
 
 /// Decodes a table's value of a key from its stored item (`None`: the key was deleted,
 /// or filtered out).
@@ -227,6 +234,7 @@ where
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
                 value,
+                timestamp: inner.timestamp.clone(),
             })
         });
         KTable {
@@ -303,6 +311,62 @@ where
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
                 value,
+                timestamp: inner.timestamp.clone(),
+            })
+        });
+        KTable {
+            shared: self.shared,
+            updates: flat,
+            deletes,
+            lookup,
+            nodes: self.nodes.clone(),
+        }
+    }
+}
+
+impl<K, V> KTable<K, (Option<V>, i64)>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    /// The table of a topic's (or a stream's) latest value per key, from the aggregate
+    /// that keeps each value (`None`: deleted) with the timestamp of the record that set
+    /// it. Its updates and deletions carry that timestamp, as Kafka Streams' table source
+    /// forwards each record with its own, and joins read it (a table–table join's result
+    /// carries the later of both sides'). `i64::MIN` stands for a timestamp not kept (an
+    /// item written before timestamps were stored): the update keeps the batch's.
+    pub(crate) fn unstamp(self) -> KTable<K, V> {
+        let (flat, deletes) = (Downstream::<K, V>::new(), Downstream::<K, ()>::new());
+        let (out, removed) = (flat.clone(), deletes.clone());
+        self.updates.add(Arc::new(
+            move |ctx, key, (value, timestamp): (Option<V>, i64)| {
+                let forward = |ctx: &mut crate::topology::context::Ctx| match value {
+                    Some(value) => out.forward(ctx, key, value),
+                    None => removed.forward(ctx, key, ()),
+                };
+                if timestamp == i64::MIN {
+                    forward(ctx)
+                } else {
+                    ctx.with_update_timestamp(timestamp, forward)
+                }
+            },
+        ));
+        self.pass_deletes(&deletes);
+        let lookup = self.lookup.map(|inner| {
+            let decode = Arc::clone(&inner.value);
+            let value: LookupValue<K, V> =
+                Arc::new(move |key, state| decode(key, state).map(|v| v.and_then(|(v, _)| v)));
+            let decode = Arc::clone(&inner.value);
+            let timestamp: LookupTimestamp<K> =
+                Arc::new(move |key, state| match decode(key, state) {
+                    Ok(Some((Some(_), timestamp))) if timestamp != i64::MIN => Some(timestamp),
+                    _ => None,
+                });
+            Arc::new(Lookup {
+                store: inner.store,
+                key_serde: Arc::clone(&inner.key_serde),
+                value,
+                timestamp: Some(timestamp),
             })
         });
         KTable {

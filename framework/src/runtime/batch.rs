@@ -284,6 +284,14 @@ impl Topology {
             // Emitted once, when the window closes.
             return Ok(());
         }
+        if let Some(written) = ctx.written.get_mut(index) {
+            written.extend(
+                updates
+                    .iter()
+                    .filter(|((_, window), _, _)| window.is_none())
+                    .map(|((key, _), _, _)| key.clone()),
+            );
+        }
         for ((key, window), timestamp, state) in updates {
             ctx.origin = Origin::Update {
                 version: state.version,

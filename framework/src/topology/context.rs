@@ -160,6 +160,10 @@ pub(crate) struct Ctx {
     /// was read (a record's lateness is judged at the record, as in Kafka Streams, not
     /// against the later records of its batch read meanwhile).
     pub(crate) resumed_stream_time: Option<i64>,
+    /// The keys of non-windowed items written in this batch, per store index: a
+    /// table–table join reads the other table after the batch's writes, so a key the
+    /// other table holds no more may still have held a value earlier in the batch.
+    pub(crate) written: Vec<std::collections::HashSet<Vec<u8>>>,
 }
 
 impl Ctx {
@@ -194,7 +198,15 @@ impl Ctx {
             hopped: HashMap::new(),
             unattributed: None,
             resumed_stream_time: None,
+            written: (0..stores).map(|_| Default::default()).collect(),
         }
+    }
+
+    /// Whether this batch wrote the non-windowed item `key` of store `store`.
+    pub(crate) fn wrote(&self, store: usize, key: &[u8]) -> bool {
+        self.written
+            .get(store)
+            .is_some_and(|keys| keys.contains(key))
     }
 
     /// The batch record (partition index, offset) whose contribution carries the
@@ -329,6 +341,31 @@ impl Ctx {
             } => Some((tp, offset, timestamp)),
             Origin::Update { .. } => None,
         }
+    }
+
+    /// The timestamp of what is being processed: the source record's event time, or the
+    /// table update's timestamp.
+    pub(crate) fn timestamp(&self) -> i64 {
+        match self.origin {
+            Origin::Record { timestamp, .. } | Origin::Update { timestamp, .. } => timestamp,
+        }
+    }
+
+    /// Runs `f` with the current table update's timestamp set to `timestamp` (a table's
+    /// update carries the timestamp of the record that set the value, not the highest of
+    /// the batch's records of the key), then restores it.
+    pub(crate) fn with_update_timestamp<R>(
+        &mut self,
+        timestamp: i64,
+        f: impl FnOnce(&mut Ctx) -> R,
+    ) -> R {
+        let saved = self.origin;
+        if let Origin::Update { timestamp: t, .. } = &mut self.origin {
+            *t = timestamp;
+        }
+        let result = f(self);
+        self.origin = saved;
+        result
     }
 
     /// Runs `f` with the current source record's timestamp set to `timestamp` (a join

@@ -412,40 +412,71 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     ));
                 }
             }
-            Expected::Table(want) => {
-                // Every table update carries a version that grows with each change of its
-                // key: its item's version, or for a table–table join the sum of its two
-                // sides' versions (each read after the batch's writes), so the highest is
-                // the latest, also under faults.
-                let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
-                for r in &records {
-                    let (key, value, _) = decode(r)?;
-                    let key = key
-                        .ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
-                    let version = version_of(r)?;
-                    match latest.get(&key) {
-                        Some((v, old)) if *v == version && *old != value => {
-                            return Err(format!(
-                                "topic {topic}: key {key} version {version} emitted as {old:?} and as {value:?}"
-                            ));
-                        }
-                        Some((v, _)) if *v >= version => {}
-                        _ => {
-                            latest.insert(key, (version, value));
-                        }
-                    }
-                }
-                let got: BTreeMap<String, i64> = latest
-                    .into_iter()
-                    .filter_map(|(k, (_, v))| v.map(|v| (k, v)))
-                    .collect();
-                if got != *want {
-                    return Err(format!(
-                        "topic {topic}: final table {got:?}\nreference   {want:?}\nfaults: {:?}",
-                        run.log
-                    ));
-                }
+            Expected::Table(want) => table_updates(&topic, &records, want, None, run)?,
+            Expected::TableAt(want, times) => {
+                table_updates(&topic, &records, want, Some(times), run)?
             }
+        }
+    }
+    Ok(())
+}
+
+/// Checks a table's updates on `topic`: per key, the update with the highest version holds
+/// the reference's final value (`want`) and, for the keys in `times`, its timestamp.
+///
+/// Every table update carries a version that grows with each change of its key: its item's
+/// version, or for a table–table join the sum of its two sides' versions (each read after
+/// the batch's writes), so the highest is the latest, also under faults.
+fn table_updates(
+    topic: &str,
+    records: &[&OutputRecord],
+    want: &BTreeMap<String, i64>,
+    times: Option<&BTreeMap<String, i64>>,
+    run: &Run,
+) -> Result<(), String> {
+    let mut latest: BTreeMap<String, (u64, Option<i64>, i64)> = BTreeMap::new();
+    for r in records {
+        let (key, value, ts) = decode(r)?;
+        let key = key.ok_or_else(|| format!("topic {topic}: a table update with a null key"))?;
+        let version = version_of(r)?;
+        // Only the value is compared between updates of one version: copies of an
+        // aggregation's update carry the highest timestamp of their batch's records, and
+        // a join's version (a sum) can be reached from two states of equal value. The
+        // highest version is reached only from both sides' final states, so its timestamp
+        // is fixed.
+        match latest.get(&key) {
+            Some((v, old, _)) if *v == version && *old != value => {
+                return Err(format!(
+                    "topic {topic}: key {key} version {version} emitted as {old:?} and as {value:?}"
+                ));
+            }
+            Some((v, _, _)) if *v >= version => {}
+            _ => {
+                latest.insert(key, (version, value, ts));
+            }
+        }
+    }
+    let got: BTreeMap<String, i64> = latest
+        .iter()
+        .filter_map(|(k, (_, v, _))| v.map(|v| (k.clone(), v)))
+        .collect();
+    if got != *want {
+        return Err(format!(
+            "topic {topic}: final table {got:?}\nreference   {want:?}\nfaults: {:?}",
+            run.log
+        ));
+    }
+    if let Some(times) = times {
+        let got: BTreeMap<String, i64> = latest
+            .iter()
+            .filter(|(k, _)| times.contains_key(*k))
+            .map(|(k, (_, _, ts))| (k.clone(), *ts))
+            .collect();
+        if got != *times {
+            return Err(format!(
+                "topic {topic}: final updates' timestamps {got:?}\nreference {times:?}\nfaults: {:?}",
+                run.log
+            ));
         }
     }
     Ok(())

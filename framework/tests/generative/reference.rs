@@ -32,6 +32,9 @@ pub enum Expected {
     Records(Vec<(K, V, i64)>),
     /// A table's final state (keys absent: no value or deleted).
     Table(BTreeMap<String, i64>),
+    /// A table's final state, and the timestamp its final update carries for the keys
+    /// where Kafka Streams' rules fix it whatever the batches ([`table_times`]).
+    TableAt(BTreeMap<String, i64>, BTreeMap<String, i64>),
     /// Emit-on-close windows: the final value of every closed window, each emitted once.
     Finals(BTreeMap<String, i64>),
     /// Sessions, keyed `<key>@<start>-<end>`: per key, the current sessions. `horizon`:
@@ -57,7 +60,7 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 records.sort();
                 Expected::Records(records)
             }
-            Out::Table(t) => Expected::Table(table(t, inputs)),
+            Out::Table(t) => Expected::TableAt(table(t, inputs), table_times(t, inputs)),
             Out::Windowed(w) if w.emit_on_close => Expected::Finals(finals(w, plan, inputs)),
             Out::Windowed(w) => Expected::Table(windowed(w, inputs)),
             Out::Dyn(
@@ -376,6 +379,61 @@ fn grouped(s: &S, group: Group, agg: Agg, inputs: &Inputs) -> Vec<(String, Rec)>
         .into_iter()
         .filter(|r| agg != Agg::Max || r.value.is_some())
         .filter_map(|r| group.key(&r.key, &r.value).map(|k| (k, r)))
+        .collect()
+}
+
+/// The timestamp of each key's final update of table `t`, for the keys where it does not
+/// depend on batch boundaries or on the order between two topics' records: a table read
+/// from a topic, or made by `to_table` of a stream that keeps its keys and partitions,
+/// carries the timestamp of the record that set its value (Kafka Streams' table source);
+/// `filter` and `map_values` keep it; a table–table join's value carries the later of both
+/// sides' (Kafka Streams' table–table joins), for keys both sides hold (a left join's key
+/// the other side lacks carries that of the last change, of either side). An
+/// aggregation's table, or one of a re-keyed or merged stream, is left out.
+fn table_times(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
+    /// Whether a stream's records of a key come in one partition's offset order.
+    fn in_order(s: &S) -> bool {
+        match s {
+            S::Source(_) => true,
+            S::Filter(s, _) | S::MapValues(s, _) | S::FlatMapValues(s, _) => in_order(s),
+            S::TryMapValues(s, _) | S::Split(s, _, _) | S::Branch { of: s, .. } => in_order(s),
+            _ => false,
+        }
+    }
+    let values = table(t, inputs);
+    let times = match t {
+        T::Source(i) => {
+            let mut out = BTreeMap::new();
+            for r in log(inputs, &format!("t{i}")) {
+                let Some(k) = &r.key else { continue };
+                out.insert(k.clone(), r.ts);
+            }
+            out
+        }
+        T::Agg(..) => BTreeMap::new(),
+        T::ToTable(s) if in_order(s) => {
+            let mut out = BTreeMap::new();
+            for r in stream(s, inputs) {
+                if let (Some(k), Some(_)) = (r.key, r.value) {
+                    out.insert(k, r.ts);
+                }
+            }
+            out
+        }
+        T::ToTable(_) => BTreeMap::new(),
+        T::Join(a, b_table, _) => {
+            let (a, b) = (table_times(a, inputs), table_times(b_table, inputs));
+            let b_values = table(b_table, inputs);
+            a.into_iter()
+                .filter(|(k, _)| b_values.contains_key(k))
+                .filter_map(|(k, x)| b.get(&k).map(|y| (k, x.max(*y))))
+                .collect()
+        }
+        T::MapValues(t, _) | T::Filter(t, _) => table_times(t, inputs),
+    };
+    times
+        .into_iter()
+        .filter(|(k, _)| values.contains_key(k))
         .collect()
 }
 
