@@ -492,8 +492,10 @@ impl LambdaWatch {
 /// whether it answered HTTP 200 without a function error.
 fn invoke_empty(port: u16, function: &str) -> bool {
     use std::io::{Read, Write};
-    let body =
-        r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:9092","records":{}}"#;
+    let body = format!(
+        r#"{{"eventSource":"SelfManagedKafka","bootstrapServers":"{}","records":{{}}}}"#,
+        bootstrap()
+    );
     let request = format!(
         "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
