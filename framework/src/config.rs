@@ -26,6 +26,10 @@ pub struct Config {
     pub kafka: KafkaSettings,
     /// The root certificates the AWS SDK clients (DynamoDB) trust.
     pub aws_tls_roots: TlsRoots,
+    /// The DynamoDB store's aggregate cache, in bytes (`LAMBDA_STREAMS_STATE_CACHE_BYTES`;
+    /// 0 turns it off); `None`: the default,
+    /// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES).
+    pub state_cache_bytes: Option<usize>,
 }
 
 impl Config {
@@ -33,10 +37,20 @@ impl Config {
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
-    /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
+    /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS`,
+    /// `LAMBDA_STREAMS_STATE_CACHE_BYTES` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
     /// ([`KafkaSettings::from_env`]); an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(std::env::vars())
+    }
+
+    /// Reads the settings of [`Config::from_env`] from these `(variable, value)` pairs (the
+    /// environment, in tests). A variable set to blanks counts as unset.
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, StreamError> {
+        let vars: std::collections::HashMap<String, String> = vars.into_iter().collect();
+        let var = |name: &str| vars.get(name).filter(|v| !v.trim().is_empty()).cloned();
         let guarantee = match var("LAMBDA_STREAMS_GUARANTEE") {
             Some(g) => g
                 .parse()
@@ -85,6 +99,15 @@ impl Config {
             source_partitions.insert(topic, n);
         }
         let aws_tls_roots = TlsRoots::parse(var("LAMBDA_STREAMS_AWS_TLS_ROOTS").as_deref())?;
+        let state_cache_bytes = var("LAMBDA_STREAMS_STATE_CACHE_BYTES")
+            .map(|bytes| {
+                bytes.trim().parse::<usize>().map_err(|_| {
+                    StreamError::Config(format!(
+                        "LAMBDA_STREAMS_STATE_CACHE_BYTES: {bytes:?} is not a number of bytes"
+                    ))
+                })
+            })
+            .transpose()?;
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -107,8 +130,96 @@ impl Config {
                 source_partitions,
             },
             metrics_function,
-            kafka: KafkaSettings::from_env()?,
+            kafka: KafkaSettings::from_vars(vars.clone())?,
             aws_tls_roots,
+            state_cache_bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Result<Config, StreamError> {
+        Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    fn refused(vars: &[(&str, &str)]) -> String {
+        match config(vars) {
+            Ok(c) => panic!("{vars:?} was taken: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn the_cache_size_is_read_in_bytes_and_a_bad_value_names_the_variable() {
+        assert_eq!(config(&[]).unwrap().state_cache_bytes, None);
+        assert_eq!(
+            config(&[("LAMBDA_STREAMS_STATE_CACHE_BYTES", "1048576")])
+                .unwrap()
+                .state_cache_bytes,
+            Some(1 << 20)
+        );
+        assert_eq!(
+            config(&[("LAMBDA_STREAMS_STATE_CACHE_BYTES", " 0 ")])
+                .unwrap()
+                .state_cache_bytes,
+            Some(0),
+            "0 turns the cache off"
+        );
+        assert_eq!(
+            config(&[("LAMBDA_STREAMS_STATE_CACHE_BYTES", "  ")])
+                .unwrap()
+                .state_cache_bytes,
+            None,
+            "blank is unset"
+        );
+        for bad in ["16MiB", "-1", "1.5", "lots"] {
+            let e = refused(&[("LAMBDA_STREAMS_STATE_CACHE_BYTES", bad)]);
+            assert!(
+                e.contains("LAMBDA_STREAMS_STATE_CACHE_BYTES") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_setting_is_parsed_and_a_bad_value_names_its_variable() {
+        let c = config(&[
+            ("LAMBDA_STREAMS_TABLE", "state"),
+            ("LAMBDA_STREAMS_GUARANTEE", "at_least_once"),
+            ("LAMBDA_STREAMS_POISON_POLICY", "skip"),
+            ("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE", "true"),
+            ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "2500"),
+            ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:3, b-c:12"),
+            ("LAMBDA_STREAMS_METRICS", "off"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+        ])
+        .unwrap();
+        assert_eq!(c.table.as_deref(), Some("state"));
+        assert_eq!(c.guarantee, Guarantee::AtLeastOnce);
+        assert!(matches!(c.batch.poison, PoisonPolicy::Skip));
+        assert!(c.batch.partial_batch_response);
+        assert_eq!(c.batch.idle_partition_timeout, Duration::from_millis(2500));
+        assert_eq!(
+            c.batch.source_partitions.into_iter().collect::<Vec<_>>(),
+            vec![("a".to_owned(), 3), ("b-c".to_owned(), 12)]
+        );
+        assert_eq!(c.metrics_function, None);
+        let named = config(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]).unwrap();
+        assert_eq!(named.metrics_function.as_deref(), Some("f"));
+        for (name, bad) in [
+            ("LAMBDA_STREAMS_GUARANTEE", "twice"),
+            ("LAMBDA_STREAMS_POISON_POLICY", "ignore"),
+            ("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE", "yes"),
+            ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "5s"),
+            ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a"),
+            ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:0"),
+            ("LAMBDA_STREAMS_METRICS", "prometheus"),
+        ] {
+            let e = refused(&[(name, bad)]);
+            assert!(e.contains(name), "{name}={bad}: {e}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::OnceCell;
+use tokio::sync::Mutex;
 
 use crate::config::Config;
 use crate::dsl::Topology;
@@ -27,11 +27,13 @@ pub struct Handler {
 
 enum SinkChoice {
     Given(Arc<dyn Sink>),
-    /// Created on first use, for the configured brokers or the event's own.
+    /// Created on first use, for the configured brokers or the event's own: one
+    /// producer per brokers named, since one function can have event sources on several
+    /// clusters and each event's output goes to its own cluster.
     Kafka {
         bootstrap_servers: Option<String>,
         settings: KafkaSettings,
-        producer: OnceCell<Arc<KafkaSink>>,
+        producers: Mutex<Vec<(String, Arc<KafkaSink>)>>,
     },
 }
 
@@ -63,8 +65,10 @@ impl Handler {
     }
 
     /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
-    /// cluster the event came from. The producer is created on the first batch with
-    /// output and reused by every later invocation of the container.
+    /// cluster the event came from (each event's own `bootstrapServers`: a function with
+    /// event sources on two clusters answers each with its own output). A producer is
+    /// created on the first batch for its brokers and reused by every later invocation of
+    /// the container that names them.
     pub fn with_kafka_output(
         topology: Topology,
         store: Arc<dyn Store>,
@@ -76,7 +80,7 @@ impl Handler {
             sink: SinkChoice::Kafka {
                 bootstrap_servers,
                 settings: KafkaSettings::plaintext(),
-                producer: OnceCell::new(),
+                producers: Mutex::new(Vec::new()),
             },
             options: BatchOptions::default(),
             metrics_function: None,
@@ -139,13 +143,15 @@ impl Handler {
             SinkChoice::Kafka {
                 bootstrap_servers,
                 settings,
-                producer,
+                producers,
             } => {
                 let servers = bootstrap_servers
                     .as_deref()
                     .unwrap_or(&event.bootstrap_servers);
-                let producer = producer
-                    .get_or_try_init(|| async {
+                let mut producers = producers.lock().await;
+                match producers.iter().find(|(named, _)| named == servers) {
+                    Some((_, sink)) => Arc::clone(sink) as Arc<dyn Sink>,
+                    None => {
                         let sink = KafkaSink::connect(servers, settings).await.map(Arc::new)?;
                         // Connects while the batch works on its state: the output is sent
                         // at the end of the batch (BENCHMARKS.md section 4).
@@ -156,10 +162,10 @@ impl Handler {
                                 warm.warm_up(&topics, Duration::from_secs(5))
                             });
                         }
-                        Ok::<_, crate::sink::SinkError>(sink)
-                    })
-                    .await?;
-                Arc::clone(producer) as Arc<dyn Sink>
+                        producers.push((servers.to_owned(), Arc::clone(&sink)));
+                        sink as Arc<dyn Sink>
+                    }
+                }
             }
         };
         let outcome = self

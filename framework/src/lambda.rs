@@ -42,7 +42,9 @@ use crate::state::dynamodb::DynamoStore;
 /// either succeeds whole or fails whole (the event source retries it; the state's
 /// watermarks make the retry exact). The DynamoDB client retries throttling as
 /// [`RetrySettings`](crate::state::dynamodb::RetrySettings) says
-/// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`).
+/// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`); its
+/// aggregate cache holds `LAMBDA_STREAMS_STATE_CACHE_BYTES` (default
+/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)).
 pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = Config::from_env()?;
@@ -61,7 +63,11 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
             .load()
             .await;
         let client = retry.client(&sdk, &table);
-        Arc::new(DynamoStore::new(client, table, config.guarantee))
+        let store = DynamoStore::new(client, table, config.guarantee);
+        Arc::new(match config.state_cache_bytes {
+            Some(bytes) => store.with_cache_bytes(bytes),
+            None => store,
+        })
     };
     let handler = Arc::new(Handler::from_config(topology, store, &config));
     lambda_runtime::run(lambda_runtime::service_fn(

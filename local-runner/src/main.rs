@@ -405,11 +405,18 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             (Some(function), _, _) => {
                 let topology = example_topology(function)?;
                 let guarantee: Guarantee = args.guarantee.parse()?;
+                // The store's own setting, as in Lambda: the aggregate cache
+                // (LAMBDA_STREAMS_STATE_CACHE_BYTES; the handler reads the others below).
+                let settings =
+                    lambda_streams::lambda::Config::from_env().map_err(|e| e.to_string())?;
                 let (stores, embedded) = match args.state_kind {
                     StateKind::Dynamodb => {
                         let default_table = format!("lambda-streams-{function}");
-                        let (dynamo, embedded) =
+                        let (mut dynamo, embedded) =
                             open_store(&args.state, &default_table, guarantee).await?;
+                        if let Some(bytes) = settings.state_cache_bytes {
+                            dynamo = dynamo.with_cache_bytes(bytes);
+                        }
                         (Stores::Dynamo(dynamo), embedded)
                     }
                     StateKind::Memory => (Stores::Memory(Arc::new(MemoryStore::new())), None),

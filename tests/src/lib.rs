@@ -492,8 +492,10 @@ impl LambdaWatch {
 /// whether it answered HTTP 200 without a function error.
 fn invoke_empty(port: u16, function: &str) -> bool {
     use std::io::{Read, Write};
-    let body =
-        r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:9092","records":{}}"#;
+    let body = format!(
+        r#"{{"eventSource":"SelfManagedKafka","bootstrapServers":"{}","records":{{}}}}"#,
+        bootstrap()
+    );
     let request = format!(
         "POST /2015-03-31/functions/{function}/invocations HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -865,4 +867,40 @@ pub fn require_iam_listener() {
         listening(&address),
         "no Kafka listener at {address}: the broker was started without the MSK IAM listener; restart it with `scripts/services down kafka; scripts/services up kafka`"
     );
+}
+
+/// Runs `handler` in process through the local runner over `topics` (group `group`, at
+/// most `batch_size` records a batch) until idle, under the redeliveries the exactly-once
+/// tests share: every third batch delivered twice, every fourth retried with longer
+/// boundaries. Panics if the run fails or outlasts `limit`.
+pub async fn run_with_redeliveries(
+    handler: lambda_streams::lambda::Handler,
+    topics: Vec<String>,
+    group: &str,
+    batch_size: usize,
+    limit: Duration,
+) {
+    use local_runner::{Faults, InProcess, Runner, RunnerConfig};
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique(group),
+        topics,
+        batch_size,
+        batching_window: Duration::from_millis(50),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(10),
+        faults: Faults {
+            duplicate_every: Some(3),
+            extend_retry_every: Some(4),
+            ..Faults::default()
+        },
+        ..RunnerConfig::default()
+    };
+    let transport = std::sync::Arc::new(InProcess::new(std::sync::Arc::new(handler)));
+    let runner = Runner::new(config, transport).expect("runner");
+    tokio::time::timeout(limit, runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
 }

@@ -533,3 +533,51 @@ async fn an_msk_iam_token_for_another_region_is_rejected_and_loses_nothing() {
     };
     msk_iam_rejected_then_retry_is_exact("msk-iam-wrong-region", wrong).await;
 }
+
+/// One container, two event sources on different clusters (here: a cluster that is gone,
+/// then the real broker): each event's output goes to the brokers that event names. A
+/// container kept the producer of its first event, so the second batch's output went to
+/// the first cluster and failed after the producer's 30 s timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_events_output_goes_to_the_cluster_it_names() {
+    require_services();
+    let (output, table) = (unique("clusters-out"), unique("clusters"));
+    admin::create_topic(&bootstrap(), &output, 2)
+        .await
+        .expect("topic");
+    create_table(&dynamo_client(), &table).await.expect("table");
+    let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+        dynamo_client(),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    ));
+    let handler =
+        Handler::with_kafka_output(wordcount::topology_direct(INPUT, &output), store, None);
+    let gone = KafkaEvent {
+        bootstrap_servers: format!("127.0.0.1:{}", free_port()),
+        partitions: Vec::new(),
+        ..event(&[])
+    };
+    handler
+        .handle_event(&gone)
+        .await
+        .expect("an event of no records succeeds");
+    let lines = sample_text(40, 11);
+    let started = Instant::now();
+    handler
+        .handle_json(&event(&lines).to_json())
+        .await
+        .expect("the batch from the real broker produces to it");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let expected = reference_counts(&lines);
+    assert_eq!(table_counts(&table, wordcount::STORE).await, expected);
+    assert_eq!(
+        emitted_counts(&output),
+        expected,
+        "read back from the broker"
+    );
+}

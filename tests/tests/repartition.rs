@@ -14,7 +14,7 @@ use lambda_streams::lambda::Handler;
 use lambda_streams::sink::VERSION_HEADER;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::admin;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wordcount_in_repartition_mode_is_exact_and_ordered_per_word() {
@@ -42,27 +42,14 @@ async fn wordcount_in_repartition_mode_is_exact_and_ordered_per_word() {
         store,
         None,
     );
-    let config = RunnerConfig {
-        bootstrap_servers: servers,
-        group_id: unique("rp-group"),
-        topics: vec![input.clone(), repartition.clone()],
-        batch_size: 25,
-        batching_window: Duration::from_millis(50),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(1500),
-        retry_backoff: Duration::from_millis(10),
-        faults: Faults {
-            duplicate_every: Some(3),
-            extend_retry_every: Some(4),
-            ..Faults::default()
-        },
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    run_with_redeliveries(
+        handler,
+        vec![input.clone(), repartition.clone()],
+        "rp-group",
+        25,
+        Duration::from_secs(180),
+    )
+    .await;
 
     let expected = reference_counts(&lines);
     assert_eq!(

@@ -16,7 +16,7 @@ use lambda_streams::serdes::{Unit, Utf8};
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::{Guarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::admin;
 
 /// `per-letter`: words (hop 1) → first letters (hop 2) → count. `by-length`: each line
 /// keyed by its number of words, directly and through `copy`, merged → count (each line
@@ -71,27 +71,14 @@ async fn two_hops_and_merged_channels_are_exact_under_faults_on_every_hop() {
     ));
     let handler =
         Handler::with_kafka_output(topology(&input, &words, &letters, &copy), store, None);
-    let config = RunnerConfig {
-        bootstrap_servers: servers,
-        group_id: unique("hops-group"),
-        topics: vec![input.clone(), words.clone(), letters.clone(), copy.clone()],
-        batch_size: 20,
-        batching_window: Duration::from_millis(50),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(1500),
-        retry_backoff: Duration::from_millis(10),
-        faults: Faults {
-            duplicate_every: Some(3),
-            extend_retry_every: Some(4),
-            ..Faults::default()
-        },
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    tokio::time::timeout(Duration::from_secs(240), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    run_with_redeliveries(
+        handler,
+        vec![input.clone(), words.clone(), letters.clone(), copy.clone()],
+        "hops-group",
+        20,
+        Duration::from_secs(240),
+    )
+    .await;
 
     // The references, from the lines.
     let mut per_letter: BTreeMap<String, i64> = BTreeMap::new();
@@ -166,27 +153,14 @@ async fn null_key_records_cross_a_hop_exactly_once_under_faults() {
         Guarantee::ExactlyOnce,
     ));
     let handler = Handler::with_kafka_output(null_keys_topology(&input, &hop), store, None);
-    let config = RunnerConfig {
-        bootstrap_servers: servers,
-        group_id: unique("nullkey-group"),
-        topics: vec![input.clone(), hop.clone()],
-        batch_size: 20,
-        batching_window: Duration::from_millis(50),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(1500),
-        retry_backoff: Duration::from_millis(10),
-        faults: Faults {
-            duplicate_every: Some(3),
-            extend_retry_every: Some(4),
-            ..Faults::default()
-        },
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    tokio::time::timeout(Duration::from_secs(240), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    run_with_redeliveries(
+        handler,
+        vec![input.clone(), hop.clone()],
+        "nullkey-group",
+        20,
+        Duration::from_secs(240),
+    )
+    .await;
 
     // The reference, from the lines: each line once.
     let mut by_length: BTreeMap<String, i64> = BTreeMap::new();

@@ -15,7 +15,7 @@ use lambda_streams::sink::VERSION_HEADER;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::{Guarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::admin;
 
 const PARTITIONS: i32 = 2;
 
@@ -121,27 +121,14 @@ async fn deletions_reach_the_changelog_topics_as_tombstones() {
     let store = Arc::new(DynamoStore::new(client, table, Guarantee::ExactlyOnce));
     let handler =
         Handler::with_kafka_output(topology(&users, &plans, &active, &joined), store, None);
-    let config = RunnerConfig {
-        bootstrap_servers: servers,
-        group_id: unique("tb-group"),
-        topics: vec![users.clone(), plans.clone()],
-        batch_size: 5,
-        batching_window: Duration::from_millis(50),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(1500),
-        retry_backoff: Duration::from_millis(10),
-        faults: Faults {
-            duplicate_every: Some(3),
-            extend_retry_every: Some(4),
-            ..Faults::default()
-        },
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    run_with_redeliveries(
+        handler,
+        vec![users.clone(), plans.clone()],
+        "tb-group",
+        5,
+        Duration::from_secs(180),
+    )
+    .await;
 
     let users_final = final_table(&user_changes);
     let plans_final = final_table(&plan_changes);

@@ -297,8 +297,9 @@ where
     /// Aggregates the records per key, as Kafka Streams' `aggregate`: the aggregate of a
     /// new key starts as `init()`, and each record's value is added with
     /// `adder(key, value, aggregate)`. The aggregate is kept in `store`, encoded with
-    /// `aggregate_serde` (it must fit DynamoDB's 400 KB item limit: a larger one fails the
-    /// batch with an error naming the store and key).
+    /// `aggregate_serde` (it must fit DynamoDB's 400 KB item limit: the record that would
+    /// take it past the limit is a poison record, named with the store and key, as is a
+    /// record the adder or the serde fails or panics on; docs/state.md, "Limits").
     ///
     /// The adder runs once per record and item in the common case; on a redelivery or a
     /// conflict it runs again on the values the stored item does not hold yet, so it must

@@ -19,6 +19,13 @@ use crate::serdes::{Nullable, Serde, SerdeError};
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::describe::{NodeId, NodeKind};
 
+/// Why a table without a lookup cannot be a join's side (a composition the DSL refuses
+/// when it is written, naming what to do instead).
+const NOT_JOINABLE: &str = "this table cannot be joined by key: it is a windowed \
+    aggregation's table or the result of a table-table join, which have no per-key lookup \
+    (joining a joined table is not supported yet: join the source tables in one step, or \
+    aggregate the joined stream into a table of its own)";
+
 impl StreamsBuilder {
     /// Reads `topic` as a table, as Kafka Streams' `builder.table`: the latest value per
     /// key, kept in `store`; a record with a null value (a tombstone) deletes its key.
@@ -253,7 +260,7 @@ where
     {
         let lookup: Arc<Lookup<K, VT>> = match &table.lookup {
             Some(lookup) => Arc::clone(lookup),
-            None => panic!("a windowed table cannot be joined by key"),
+            None => panic!("{NOT_JOINABLE}"),
         };
         let (store_name, node) = {
             let mut inner = lock(&table.shared);
@@ -489,7 +496,7 @@ where
     R: Clone + Send + Sync + 'static,
 {
     let (Some(_), Some(lookup)) = (&changed.lookup, &other.lookup) else {
-        panic!("a windowed table cannot be joined by key");
+        panic!("{NOT_JOINABLE}");
     };
     let (store, node): (Arc<str>, NodeId) = {
         let mut inner = lock(&changed.shared);

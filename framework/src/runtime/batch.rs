@@ -1,20 +1,24 @@
 //! Batch execution: records through the stateless operators, then one write per
 //! touched state item, then the table updates, then the sinks.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
 use super::options::{BatchOptions, PoisonPolicy};
-use super::poison::{dead_letter, failure, guarded};
+use super::poison::{dead_letter, failure, guarded, rejected_record};
 use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
 use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
-use crate::state::{Clock, ItemState, ItemWrite, PartitionTime, Store, WriteStats};
+use crate::state::limits::RejectedRecords;
+use crate::state::{
+    Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+};
 use crate::topology::Topology;
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::wire::HopHeaders;
@@ -132,6 +136,9 @@ impl Topology {
                         .try_for_each(|source| source(&mut ctx, record))
                 }));
                 let Some(error) = failure(result, &batch.tp, record.offset)? else {
+                    if let Some(source) = ctx.source {
+                        ctx.hopped.insert(source, (tp_index, record.offset));
+                    }
                     outcome.report.records_in += 1;
                     continue;
                 };
@@ -163,6 +170,7 @@ impl Topology {
         // of the stores written so far go on (again and again: a record that passes one
         // join may wait at the next), so they reach the store before its write.
         let mut written = vec![false; self.inner.stores.len()];
+        let poisoned = Mutex::new(HashSet::new());
         for &index in &self.inner.write_order {
             self.resume_joins(
                 &mut ctx,
@@ -174,7 +182,14 @@ impl Topology {
                 &mut dead_letters,
             )
             .await?;
-            self.write_and_emit(index, &mut ctx, store, &mut outcome.report)
+            let writing = Writing {
+                event,
+                store,
+                sink,
+                options,
+                poisoned: &poisoned,
+            };
+            self.write_and_emit(index, &mut ctx, &writing, &mut outcome.report)
                 .await?;
             written[index] = true;
         }
@@ -206,7 +221,7 @@ impl Topology {
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
-        outcome.report.dead_lettered = dead_letters.len() as u64;
+        outcome.report.dead_lettered += dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
         if self.inner.sort_hops {
             let hops = self.repartition_topics();
@@ -253,7 +268,7 @@ impl Topology {
         &self,
         index: usize,
         ctx: &mut Ctx,
-        store: &dyn Store,
+        writing: &Writing<'_>,
         report: &mut BatchReport,
     ) -> Result<(), StreamError> {
         let pending = std::mem::take(&mut ctx.pending[index]);
@@ -262,7 +277,7 @@ impl Topology {
         }
         report.items_touched += pending.len() as u64;
         let updates = self
-            .write_store(index, pending, ctx, store, &mut report.state)
+            .write_store(index, pending, ctx, writing, report)
             .await?;
         let spec = &self.inner.stores[index];
         if spec.emit_on_close.is_some() {
@@ -469,44 +484,163 @@ impl Topology {
 
     /// Writes one store's touched items, concurrently, and returns their new states
     /// sorted by key (so that emission order does not depend on response order).
+    ///
+    /// A store that rejects records of an item ([`StateErrorKind::Rejected`]: a key over
+    /// DynamoDB's limits, an item that would pass 400 KB, a user fold function that fails
+    /// or panics at write time) has written nothing of it: each rejected record is a poison
+    /// record, handled by the policy (with `Fail`, the whole batch fails, partial batch
+    /// responses or not, with the error naming the record), and the item is written again
+    /// without its effect, its watermark past it (so a redelivery of the record, whatever
+    /// the item holds by then, does not decide again; an item left with nothing but
+    /// rejected records is not written). A dead-lettered record is produced and
+    /// acknowledged before that write: once the item is written, the record is decided,
+    /// and a retry of a batch that fails later would not meet it again (a crash between
+    /// the two decides again on the retry: dead letters are at least once). The record is dropped from
+    /// the item that rejected it only: what it did elsewhere (other items, other stores,
+    /// its other outputs) stays, as when a Kafka Streams processor fails on a record after
+    /// the processors before it forwarded it.
     async fn write_store(
         &self,
         index: usize,
         pending: std::collections::HashMap<PendingKey, PendingItem>,
         ctx: &Ctx,
-        store: &dyn Store,
-        stats: &mut WriteStats,
+        writing: &Writing<'_>,
+        report: &mut BatchReport,
     ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
         let mut results: Vec<_> = futures::stream::iter(pending)
-            .map(|((key, window), item)| async move {
-                let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
-                let write = ItemWrite {
-                    store: name,
-                    key: &key,
-                    contributions: &item.contributions,
-                    partitions,
-                    window,
-                    expires_at: item.expires_at,
-                    close_at: item.close_at,
-                    fold,
-                };
-                let (state, stats) = store.apply(write).await?;
-                Ok::<_, StreamError>(((key, window), item.max_timestamp, state, stats))
+            .map(|((key, window), mut item)| async move {
+                let mut stats = WriteStats::default();
+                let mut rejections = Rejections::default();
+                // The item's records rejected so far (partition index, offset).
+                let mut rejected: HashSet<(u32, i64)> = HashSet::new();
+                loop {
+                    let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
+                    let write = ItemWrite {
+                        store: name,
+                        key: &key,
+                        contributions: &item.contributions,
+                        partitions,
+                        window,
+                        expires_at: item.expires_at,
+                        close_at: item.close_at,
+                        fold,
+                    };
+                    let (records, printable) = match writing.store.apply(write).await {
+                        Ok((state, item_stats)) => {
+                            stats.add(&item_stats);
+                            let written = ((key, window), item.max_timestamp, state);
+                            return Ok((Some(written), stats, rejections));
+                        }
+                        Err(StateError {
+                            kind: StateErrorKind::Rejected(RejectedRecords(records)),
+                            key: printable,
+                            ..
+                        }) => (records, printable),
+                        Err(other) => return Err(StreamError::from(other)),
+                    };
+                    let mut letters = Vec::new();
+                    for (source, offset, why) in records {
+                        // The record stays in the write without its effect (its values
+                        // forgotten, its delta 0), so that the item's watermark covers it:
+                        // the decision is made once per item, and a redelivery does not
+                        // decide again on another stored state.
+                        let live = item
+                            .contributions
+                            .iter_mut()
+                            .filter(|c| c.tp == source && c.offset == offset)
+                            .fold(false, |_, c| {
+                                c.delta = 0;
+                                true
+                            });
+                        if !live || !rejected.insert((source, offset)) {
+                            return Err(StreamError::Config(format!(
+                                "state store {name:?}, key {printable}: the store rejected a \
+                                 record the write does not hold, or rejected it again"
+                            )));
+                        }
+                        if let Some(fold) = &mut item.fold {
+                            fold.forget(source, offset);
+                        }
+                        let reason = format!("state store {name:?}, key {printable}: {why}");
+                        let poison = rejected_record(ctx, writing.event, source, offset, reason);
+                        if writing.options.poison == PoisonPolicy::Fail {
+                            return Err(poison.error);
+                        }
+                        tracing::warn!(
+                            error = %poison.error,
+                            policy = ?writing.options.poison,
+                            "poison record at a state write"
+                        );
+                        // A record rejected by several items is one poison record.
+                        let first = poison.record.is_none_or(|at| {
+                            writing
+                                .poisoned
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .insert(at)
+                        });
+                        if !first {
+                            continue;
+                        }
+                        rejections.poison_records += 1;
+                        if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison
+                            && let Some(letter) = poison.letter(topic)
+                        {
+                            letters.push(letter);
+                        }
+                    }
+                    if !letters.is_empty() {
+                        rejections.dead_lettered += letters.len() as u64;
+                        writing.sink.send(letters).await?;
+                    }
+                    if item
+                        .contributions
+                        .iter()
+                        .all(|c| rejected.contains(&(c.tp, c.offset)))
+                    {
+                        // Nothing of the item is left to write: it is not created.
+                        return Ok((None, stats, rejections));
+                    }
+                }
             })
             .buffer_unordered(WRITE_CONCURRENCY)
-            .try_collect()
-            .await?;
-        results.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(results
+            .try_collect::<Vec<_>>()
+            .await?
             .into_iter()
-            .map(|(key, ts, state, item_stats)| {
-                stats.add(&item_stats);
-                (key, ts, state)
+            .filter_map(|(written, item_stats, rejections)| {
+                report.state.add(&item_stats);
+                report.poison_records += rejections.poison_records;
+                report.records_in = report.records_in.saturating_sub(rejections.poison_records);
+                report.dead_lettered += rejections.dead_lettered;
+                report.records_out += rejections.dead_lettered;
+                written
             })
-            .collect())
+            .collect();
+        results.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(results)
     }
+}
+
+/// The poison records one item's write met.
+#[derive(Debug, Default)]
+struct Rejections {
+    /// Records rejected (each counted once per batch).
+    poison_records: u64,
+    /// Of those, the ones produced to the dead-letter topic.
+    dead_lettered: u64,
+}
+
+/// What the state writes of a batch need besides the topology and the context.
+struct Writing<'a> {
+    event: &'a KafkaEvent,
+    store: &'a dyn Store,
+    sink: &'a dyn Sink,
+    options: &'a BatchOptions,
+    /// The batch records (partition index, offset) a store rejected so far, over every
+    /// store of the batch: a record is one poison record however many items reject it.
+    poisoned: &'a Mutex<HashSet<(u32, i64)>>,
 }
 
 /// Puts the records of the repartition topics `hops` among `outputs` back in source order:

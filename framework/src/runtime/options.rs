@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// What to do with a *poison* record: one whose key or value does not deserialize, or
-/// whose user function returns an error or panics.
+/// What to do with a *poison* record: one whose key or value does not deserialize, whose
+/// user function returns an error or panics (also an adder, reducer or aggregate serde
+/// when its store folds the batch), or that would break a DynamoDB limit (a key too long
+/// for a partition key, an item past 400 KB; see `state::limits`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PoisonPolicy {
     /// Fail: the partition stops at the record (the event source's default behaviour).

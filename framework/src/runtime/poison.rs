@@ -4,8 +4,9 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use crate::error::StreamError;
-use crate::event::{Record, TopicPartition};
+use crate::event::{KafkaEvent, Record, TopicPartition};
 use crate::sink::{OutputRecord, SOURCE_HEADER};
+use crate::topology::context::Ctx;
 use crate::wire::{ERROR_HEADER, SourceHeader};
 
 /// The record as it came, to the dead-letter topic, with the error and its source.
@@ -65,10 +66,63 @@ pub(crate) fn guarded(f: impl FnOnce() -> Result<(), StreamError>) -> Result<(),
     })
 }
 
-pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
+pub(crate) use crate::state::limits::panic_message;
+
+/// A record whose contribution a store rejected, named for the poison policy.
+pub(crate) struct RejectedRecord<'a> {
+    /// The poison error, naming the batch record (topic-partition and offset).
+    pub(crate) error: StreamError,
+    /// The batch record (partition index, offset), when the batch holds it.
+    pub(crate) record: Option<(u32, i64)>,
+    tp: Option<&'a TopicPartition>,
+    found: Option<&'a Record>,
+}
+
+impl RejectedRecord<'_> {
+    /// The dead letter of the record, when the batch holds it.
+    pub(crate) fn letter(&self, topic: &str) -> Option<OutputRecord> {
+        Some(dead_letter(topic, self.tp?, self.found?, &self.error))
+    }
+}
+
+/// Names the batch record behind the contribution (`source`, `offset`) that a store
+/// rejected with `reason`: the record itself, or the repartitioned record standing for it.
+/// A contribution the batch cannot trace (none should be) is named by its source
+/// partition and position.
+pub(crate) fn rejected_record<'a>(
+    ctx: &Ctx,
+    event: &'a KafkaEvent,
+    source: u32,
+    offset: i64,
+    reason: String,
+) -> RejectedRecord<'a> {
+    let at = ctx.batch_record(source, offset);
+    let batch = at.and_then(|(tp, _)| event.partitions.get(tp as usize));
+    let found = at.zip(batch).and_then(|((_, offset), batch)| {
+        batch
+            .records
+            .binary_search_by_key(&offset, |r| r.offset)
+            .ok()
+            .map(|i| &batch.records[i])
+    });
+    let (tp, record_offset) = match (batch, at) {
+        (Some(batch), Some((_, offset))) => (batch.tp.clone(), offset),
+        _ => (
+            ctx.sources
+                .get(source as usize)
+                .cloned()
+                .unwrap_or_else(|| TopicPartition::new("<unknown>", -1)),
+            offset,
+        ),
+    };
+    RejectedRecord {
+        error: StreamError::User {
+            tp,
+            offset: record_offset,
+            reason,
+        },
+        record: at,
+        tp: batch.map(|b| &b.tp),
+        found,
+    }
 }

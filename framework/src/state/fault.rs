@@ -95,7 +95,12 @@ impl<S: Store> FaultyStore<S> {
 
 #[async_trait]
 impl<S: Store> Store for FaultyStore<S> {
+    /// Checks the keys against DynamoDB's limits before anything else (a key rejected
+    /// there is no request: it neither counts towards a crash nor is delayed), then injects
+    /// the faults, then writes through the inner store, which checks the rest (a write the
+    /// inner store rejects, an item past 400 KB or a fold that fails, counts as a write).
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        super::limits::check_keys(&write)?;
         let before = self.writes.fetch_add(1, Ordering::SeqCst);
         if let Some(hook) = &self.hook {
             hook(before);

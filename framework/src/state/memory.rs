@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
-    WriteStats, above_watermarks,
+    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
+    above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -40,25 +40,6 @@ impl Item {
             version: self.version,
         }
     }
-}
-
-/// DynamoDB's item size limit (400 KB), which this store enforces too, so that a
-/// topology that outgrows it fails in unit tests as it would in Lambda.
-const MAX_ITEM_BYTES: usize = 400 * 1024;
-
-/// An item's size as DynamoDB counts it (attribute names plus values), closely enough
-/// to enforce the limit: the keys (`pk` holds the key in base64), the aggregate, the
-/// version and format numbers, and one watermark per partition.
-fn estimated_item_size(
-    write: &ItemWrite<'_>,
-    aggregate: &[u8],
-    watermarks: &HashMap<String, i64>,
-) -> usize {
-    let key = write.key.len();
-    let pk = 2 + write.store.len() + 1 + key.div_ceil(3) * 4;
-    let numbers = 2 + 3 + 2 + 3 * 21;
-    let marks: usize = watermarks.keys().map(|tp| 2 + tp.len() + 21).sum();
-    pk + numbers + (1 + key) + (1 + aggregate.len()) + marks
 }
 
 /// The wall clock, epoch seconds, which TTLs are compared with.
@@ -122,41 +103,56 @@ impl MemoryStore {
     }
 }
 
-#[async_trait]
-impl Store for MemoryStore {
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+impl MemoryStore {
+    /// One update's worth of a write (see [`Store::apply`]): what DynamoDB's update would
+    /// do, limits checked first.
+    fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        let item = items
-            .entry((write.store.to_owned(), write.key.to_vec(), write.window))
-            .or_default();
-        let (delta, marks) = above_watermarks(&write, &item.watermarks);
+        let id = (write.store.to_owned(), write.key.to_vec(), write.window);
+        let empty = Item::default();
+        let stored = items.get(&id).unwrap_or(&empty);
+        let (delta, marks) = above_watermarks(&write, &stored.watermarks);
         let mut stats = WriteStats {
             requests: 1,
             ..WriteStats::default()
         };
         if marks.is_empty() {
             stats.conditional_failures = 1;
-            return Ok((item.state(), stats));
+            return Ok((stored.state(), stats));
         }
-        if let Some(fold) = write.fold {
-            let watermarks = item.watermarks.clone();
-            let held = super::held_up_to(&write, &watermarks);
-            let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
-            let aggregate = fold
-                .fold(item.aggregate.as_deref(), &include)
-                .map_err(|e| {
-                    StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
-                })?;
-            if estimated_item_size(&write, &aggregate, &item.watermarks) > MAX_ITEM_BYTES {
-                return Err(StateError::new(
-                    write.store,
-                    write.key,
-                    StateErrorKind::ItemTooLarge,
-                ));
+        let aggregate = match write.fold {
+            Some(fold) => {
+                let held = super::held_up_to(&write, &stored.watermarks);
+                let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
+                let new_marks: Vec<(String, i64)> = marks
+                    .iter()
+                    .map(|(tp, offset)| (write.partitions[*tp as usize].to_string(), *offset))
+                    .collect();
+                let mut watermarks = stored.watermarks.clone();
+                watermarks.extend(new_marks.iter().cloned());
+                let fits = |bytes: usize| {
+                    limits::check_aggregate(
+                        &write,
+                        bytes,
+                        stored.version + 1,
+                        watermarks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                        new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                    )
+                };
+                Some(limits::fold_within_limits(
+                    &write,
+                    fold,
+                    stored.aggregate.as_deref(),
+                    &include,
+                    &fits,
+                )?)
             }
-            item.aggregate = Some(aggregate);
-        } else {
-            item.value += delta;
+            None => None,
+        };
+        let item = items.entry(id).or_default();
+        match aggregate {
+            Some(aggregate) => item.aggregate = Some(aggregate),
+            None => item.value += delta,
         }
         item.version += 1;
         if write.close_at.is_some() {
@@ -170,6 +166,33 @@ impl Store for MemoryStore {
                 .insert(write.partitions[tp as usize].to_string(), offset);
         }
         Ok((item.state(), stats))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    /// Checks DynamoDB's limits first ([`limits`]), as the DynamoDB store
+    /// does, so that the test driver refuses what Lambda would: a rejected write changes
+    /// nothing.
+    ///
+    /// A write fed by more partitions than one DynamoDB update names is applied in the
+    /// same parts as the DynamoDB store sends it ([`limits::split`]), so that both give the
+    /// same versions and fold the values in the same order.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let parts = limits::split(&write);
+        if parts.is_empty() {
+            return self.apply_one(write);
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let (state, part_stats) = self.apply_one(part.write(&write, restricted.as_ref()))?;
+            stats.add(&part_stats);
+            last = Some(state);
+        }
+        Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
     }
 
     async fn get_many(
@@ -294,24 +317,28 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Contribution, Fold};
+    use crate::state::{Contribution, Fold, StateErrorKind};
 
-    struct Grow(usize);
+    /// The record at (t-0, `.1`) grows the aggregate by `.0` bytes.
+    struct Grow(usize, i64);
 
     impl Fold for Grow {
         fn fold(
             &self,
             current: Option<&[u8]>,
-            _include: &dyn Fn(u32, i64) -> bool,
+            include: &dyn Fn(u32, i64) -> bool,
         ) -> Result<Vec<u8>, String> {
             let mut out = current.unwrap_or_default().to_vec();
-            out.extend(std::iter::repeat_n(b'x', self.0));
+            if include(0, self.1) {
+                out.extend(std::iter::repeat_n(b'x', self.0));
+            }
             Ok(out)
         }
     }
 
-    /// Applies the record at `offset` of partition t-0 to item "k", growing it by `grow`.
-    async fn grow(store: &MemoryStore, offset: i64, grow: &Grow) -> Result<ItemState, StateError> {
+    /// Applies the record at `grow.1` of partition t-0 to item "k", growing it by `grow.0`.
+    async fn grow(store: &MemoryStore, grow: &Grow) -> Result<ItemState, StateError> {
+        let offset = grow.1;
         let partitions = [TopicPartition::new("t", 0)];
         let contributions = [Contribution {
             tp: 0,
@@ -334,14 +361,15 @@ mod tests {
     #[tokio::test]
     async fn an_item_over_400_kb_is_refused_and_left_unchanged() {
         let store = MemoryStore::new();
-        grow(&store, 0, &Grow(300 * 1024))
+        grow(&store, &Grow(300 * 1024, 0))
             .await
             .expect("300 KB fit");
-        let error = grow(&store, 1, &Grow(300 * 1024))
+        let error = grow(&store, &Grow(300 * 1024, 1))
             .await
             .expect_err("600 KB do not");
+        // The record at offset 1 is to blame: nothing was written.
         assert!(
-            matches!(error.kind, StateErrorKind::ItemTooLarge),
+            matches!(&error.kind, StateErrorKind::Rejected(r) if r.0.len() == 1 && r.0[0].1 == 1),
             "{error}"
         );
         let state = store.get("s", b"k").await.expect("get").expect("item");
@@ -349,6 +377,6 @@ mod tests {
             (state.aggregate.map(|a| a.len()), state.version),
             (Some(300 * 1024), 1)
         );
-        grow(&store, 2, &Grow(99 * 1024)).await.expect("399 KB fit");
+        grow(&store, &Grow(99 * 1024, 2)).await.expect("399 KB fit");
     }
 }

@@ -9,10 +9,12 @@
 //!
 //! Two stores ship: [`DynamoStore`](dynamodb::DynamoStore) for Lambda, and
 //! [`MemoryStore`](memory::MemoryStore) for unit tests. [`fault::FaultyStore`] wraps
-//! either to inject failures in tests and demos.
+//! either to inject failures in tests and demos. Every one checks DynamoDB's limits before
+//! a write from [`limits`], so that the test driver refuses what Lambda would.
 
 pub mod dynamodb;
 pub mod fault;
+pub mod limits;
 pub mod memory;
 
 use std::collections::HashMap;
@@ -353,9 +355,17 @@ pub enum StateErrorKind {
     /// The store could not be reached or refused the request.
     #[error("request failed: {0}")]
     Request(String),
-    /// The item would exceed DynamoDB's 400 KB item limit; nothing was written.
+    /// DynamoDB refused the item as over its 400 KB item limit; nothing was written.
+    /// The stores check the limit before the request ([`limits`]), so this means the
+    /// item is over the limit by an accounting the check does not know.
     #[error("the item would exceed the 400 KB item size limit; nothing was written")]
     ItemTooLarge,
+    /// Records the write cannot hold, each with why: a key over DynamoDB's key limits, an
+    /// item that would pass 400 KB, a user fold function (adder, reducer, merger,
+    /// aggregate serde) that failed or panicked on them. Nothing was written; the batch
+    /// treats each as a poison record and writes the item without them ([`limits`]).
+    #[error("{0}")]
+    Rejected(limits::RejectedRecords),
     /// The stored item is not in a format this release reads.
     #[error("stored item is unreadable: {0}")]
     Corrupt(String),

@@ -149,6 +149,10 @@ pub(crate) struct Ctx {
     /// index, offset): how many of the record's records have arrived at that side so far
     /// (a `flat_map_values` ahead of the join makes several).
     pub(crate) join_arrivals: HashMap<(u64, u8, u32, i64), u32>,
+    /// Per contribution coordinates of a record read from a repartition topic (see
+    /// [`source`](Self::source)): the batch record (partition index, offset) they stand
+    /// for, to name and dead-letter a record whose contribution a store rejects.
+    pub(crate) hopped: HashMap<(u32, i64), (u32, i64)>,
     /// A store given a table's update (which has no source coordinates to attribute it
     /// to): the batch fails. `build()` refuses the topologies that would do it.
     pub(crate) unattributed: Option<usize>,
@@ -187,9 +191,20 @@ impl Ctx {
             seen: HashMap::new(),
             sequences: HashMap::new(),
             join_arrivals: HashMap::new(),
+            hopped: HashMap::new(),
             unattributed: None,
             resumed_stream_time: None,
         }
+    }
+
+    /// The batch record (partition index, offset) whose contribution carries the
+    /// coordinates (`source`, `offset`): the record itself, or the repartitioned record
+    /// that stands for its original source record.
+    pub(crate) fn batch_record(&self, source: u32, offset: i64) -> Option<(u32, i64)> {
+        if (source as usize) < self.partitions.len() {
+            return Some((source, offset));
+        }
+        self.hopped.get(&(source, offset)).copied()
     }
 
     /// The index of `channel` in `sources`, added on first use.

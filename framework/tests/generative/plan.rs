@@ -192,6 +192,14 @@ pub enum S {
     Merge(Box<S>, Box<S>),
     /// `split()`: one branch with the predicate and the default branch; `true` takes the branch.
     Split(Box<S>, Pred, bool),
+    /// One branch of a `split()` with a branch per predicate (in order: a record goes to
+    /// the first whose predicate it matches) and a default branch (`take == preds.len()`).
+    /// Every `Branch` of the same stream and predicates is a branch of one split node.
+    Branch {
+        of: Box<S>,
+        preds: Vec<Pred>,
+        take: usize,
+    },
     Repartition(Box<S>),
     /// Stream–table join; `true`: left join.
     Join(Box<S>, Box<T>, bool),
@@ -337,6 +345,7 @@ impl S {
             | S::FlatMapValues(s, _)
             | S::Split(s, _, _)
             | S::Repartition(s) => 1 + s.size(),
+            S::Branch { of, .. } => 1 + of.size(),
             S::Merge(a, b) => 1 + a.size() + b.size(),
             S::Join(s, t, _) => 1 + s.size() + t.size(),
             S::ToStream(t) => 1 + t.size(),
@@ -409,6 +418,18 @@ fn windows(rng: &mut Rng, hopping: bool) -> Win {
     } else {
         Win::Tumbling(size)
     }
+}
+
+/// `t` under 1..=`depth` random table operators (`filter`, `map_values`), in a chain.
+fn table_chain(rng: &mut Rng, mut t: T, depth: u64) -> T {
+    for _ in 0..rng.range(1, depth as i64) {
+        t = if rng.chance(50) {
+            T::Filter(Box::new(t), rng.range(-2, 10))
+        } else {
+            T::MapValues(Box::new(t), rng.range(-3, 3))
+        };
+    }
+    t
 }
 
 /// A grace that no record can be late for (the inputs span less than this).
@@ -699,6 +720,198 @@ impl Plan {
                     })],
                 }
             }
+            "join_merge_aggregate" | "join_merge_window" | "join_merge_repartition_count" => {
+                // Records that waited at a stream–table join merged with records that did
+                // not: the join's own input (each source record reaching the merge on both
+                // paths) or another stream; sometimes with records that waited at another
+                // join.
+                let base = stream(rng, 2, 1);
+                let joined = S::Join(
+                    Box::new(base.clone()),
+                    Box::new(source_table(rng)),
+                    rng.chance(50),
+                );
+                let joined = stateless(rng, joined, 1, false);
+                let other = match rng.below(5) {
+                    0 | 1 => stateless(rng, base, 1, false),
+                    2 | 3 => stream(rng, 2, 1),
+                    _ => S::Join(
+                        Box::new(stream(rng, 2, 1)),
+                        Box::new(source_table(rng)),
+                        rng.chance(50),
+                    ),
+                };
+                let (a, b) = if rng.chance(50) {
+                    (joined, other)
+                } else {
+                    (other, joined)
+                };
+                let s = S::Merge(Box::new(a), Box::new(b));
+                match family {
+                    "join_merge_aggregate" => {
+                        vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+                    }
+                    "join_merge_window" => {
+                        let hopping = rng.chance(40);
+                        vec![Out::Windowed(W {
+                            stream: s,
+                            group: group(rng, true),
+                            windows: windows(rng, hopping),
+                            grace: rng.pick(&[0, 1_000, NO_LATENESS]),
+                            agg: agg(rng),
+                            emit_on_close: false,
+                        })]
+                    }
+                    // A repartition, then a count: an explicit `repartition` before a
+                    // grouping by key or a direct one, or `group_by` with `Grouped::with`.
+                    _ => {
+                        let (s, g) = if rng.chance(50) {
+                            let s = S::Repartition(Box::new(s));
+                            (stateless(rng, s, 1, false), group(rng, true))
+                        } else {
+                            (s, Group::With(KeyFn::random(rng)))
+                        };
+                        vec![Out::Table(T::Agg(Box::new(s), g, Agg::Count))]
+                    }
+                }
+            }
+            "split_branch_aggregates" | "split_merge_branches" => {
+                // One split with one or two predicates and a default branch.
+                let of = stream(rng, 2, 1);
+                let preds: Vec<Pred> = (0..rng.range(1, 2)).map(|_| Pred::random(rng)).collect();
+                let arms = preds.len() + 1;
+                let branch = |take: usize| S::Branch {
+                    of: Box::new(of.clone()),
+                    preds: preds.clone(),
+                    take,
+                };
+                if family == "split_branch_aggregates" {
+                    // Each branch (at least two of them) aggregated into its own store.
+                    let skip = if arms > 2 && rng.chance(50) {
+                        Some(rng.below(arms as u64) as usize)
+                    } else {
+                        None
+                    };
+                    (0..arms)
+                        .filter(|take| Some(*take) != skip)
+                        .map(|take| {
+                            let s = stateless(rng, branch(take), 1, false);
+                            Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))
+                        })
+                        .collect()
+                } else {
+                    // Two branches merged again, aggregated or streamed out; sometimes a
+                    // third branch as a stream of its own.
+                    let first = rng.below(arms as u64) as usize;
+                    let second = (first + 1 + rng.below(arms as u64 - 1) as usize) % arms;
+                    let a = stateless(rng, branch(first), 1, false);
+                    let b = stateless(rng, branch(second), 1, false);
+                    let merged = S::Merge(Box::new(a), Box::new(b));
+                    let mut outputs = vec![if rng.chance(50) {
+                        Out::Table(T::Agg(Box::new(merged), group(rng, false), agg(rng)))
+                    } else {
+                        Out::Stream(stateless(rng, merged, 1, false))
+                    }];
+                    if arms > 2 && rng.chance(50) {
+                        let third = (0..arms).find(|t| *t != first && *t != second).unwrap_or(0);
+                        outputs.push(Out::Stream(branch(third)));
+                    }
+                    outputs
+                }
+            }
+            "joined_table_lookup" => {
+                // A table–table join used as the table of a stream–table join.
+                let i = rng.below(2) as usize;
+                let a = match rng.below(3) {
+                    0 => T::MapValues(Box::new(T::Source(i)), rng.range(-2, 2)),
+                    1 => T::Filter(Box::new(T::Source(i)), rng.range(0, 5)),
+                    _ => T::Source(i),
+                };
+                let joined = T::Join(Box::new(a), Box::new(T::Source(1 - i)), rng.chance(50));
+                let s = S::Join(
+                    Box::new(stream(rng, 2, d)),
+                    Box::new(joined),
+                    rng.chance(50),
+                );
+                if rng.chance(50) {
+                    vec![Out::Stream(stateless(rng, s, 1, false))]
+                } else {
+                    vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+                }
+            }
+            "table_join_chain" => {
+                // A table–table join joined again with a third table (a stream's table or
+                // a topic's), on either side.
+                let i = rng.below(2) as usize;
+                let joined = T::Join(
+                    Box::new(T::Source(i)),
+                    Box::new(T::Source(1 - i)),
+                    rng.chance(50),
+                );
+                let joined = if rng.chance(50) {
+                    table_chain(rng, joined, 2)
+                } else {
+                    joined
+                };
+                let source = S::Source(rng.below(2) as usize);
+                let third = T::ToTable(Box::new(stateless(rng, source, d, true)));
+                let (a, b) = if rng.chance(50) {
+                    (joined, third)
+                } else {
+                    (third, joined)
+                };
+                vec![Out::Table(T::Join(
+                    Box::new(a),
+                    Box::new(b),
+                    rng.chance(50),
+                ))]
+            }
+            "to_table_table_join" => {
+                // A stream read into a table (its key in its source partition, so its last
+                // value is defined), joined with a table of a topic or another stream's
+                // table; filters and value mappers on the sides and the result.
+                let i = rng.below(2) as usize;
+                let fed = T::ToTable(Box::new(stateless(rng, S::Source(i), d, true)));
+                let fed = if rng.chance(50) {
+                    table_chain(rng, fed, 2)
+                } else {
+                    fed
+                };
+                let other = if rng.chance(60) {
+                    T::Source(rng.below(2) as usize)
+                } else {
+                    T::ToTable(Box::new(stateless(rng, S::Source(1 - i), d, true)))
+                };
+                let other = if rng.chance(50) {
+                    table_chain(rng, other, 2)
+                } else {
+                    other
+                };
+                let (a, b) = if rng.chance(50) {
+                    (fed, other)
+                } else {
+                    (other, fed)
+                };
+                let joined = T::Join(Box::new(a), Box::new(b), rng.chance(50));
+                vec![Out::Table(if rng.chance(50) {
+                    table_chain(rng, joined, 3)
+                } else {
+                    joined
+                })]
+            }
+            "table_chains" => {
+                // `filter` and `map_values` in chains over an aggregation's table, a
+                // stream's table or a topic's table.
+                let base = match rng.below(3) {
+                    0 => T::Agg(Box::new(stream(rng, 2, d)), group(rng, false), agg(rng)),
+                    1 => {
+                        let source = S::Source(rng.below(2) as usize);
+                        T::ToTable(Box::new(stateless(rng, source, d, true)))
+                    }
+                    _ => T::Source(rng.below(2) as usize),
+                };
+                vec![Out::Table(table_chain(rng, base, 4))]
+            }
             other => panic!("unknown family {other}"),
         };
         Plan {
@@ -716,6 +929,7 @@ impl Plan {
             builder: &builder,
             streams: HashMap::new(),
             tables: HashMap::new(),
+            splits: HashMap::new(),
             next: 0,
         };
         for (i, out) in self.outputs.iter().enumerate() {
@@ -764,6 +978,8 @@ struct Builder<'a> {
     builder: &'a StreamsBuilder,
     streams: HashMap<usize, KStream<K, V>>,
     tables: HashMap<usize, KTable<K, i64>>,
+    /// The branches of each split, by the split stream and predicates (`S::Branch`).
+    splits: HashMap<String, Vec<KStream<K, V>>>,
     next: usize,
 }
 
@@ -815,6 +1031,24 @@ impl Builder<'_> {
                 let branch = split.branch("yes", move |k, v| p.test(k, v));
                 let default = split.default_branch("no");
                 if *take { branch } else { default }
+            }
+            S::Branch { of, preds, take } => {
+                let id = format!("{of:?}/{preds:?}");
+                if !self.splits.contains_key(&id) {
+                    let split = self.stream(of).split();
+                    let mut branches: Vec<KStream<K, V>> = preds
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| {
+                            let p = *p;
+                            split.branch(&format!("b{i}"), move |k, v| p.test(k, v))
+                        })
+                        .collect();
+                    branches.push(split.default_branch("rest"));
+                    self.splits.insert(id.clone(), branches);
+                }
+                // A pass-through child: every use of a branch reads the same branch node.
+                self.splits[&id][*take].filter(|_, _| true)
             }
             S::Repartition(s) => {
                 let topic = self.name("rp");

@@ -92,6 +92,7 @@ fn without_poison(plan: &Plan, inputs: &Inputs) -> Inputs {
             | S::FlatMapValues(s, _)
             | S::Split(s, _, _)
             | S::Repartition(s)
+            | S::Branch { of: s, .. }
             | S::Join(s, _, _) => walk(s, inputs, bad),
             S::TryMapValues(inner, b) => {
                 walk(inner, inputs, bad);
@@ -212,6 +213,18 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
         S::Split(s, p, take) => stream(s, inputs)
             .into_iter()
             .filter(|r| p.test(&r.key, &r.value) == *take)
+            .collect(),
+        // Kafka Streams' `BranchedKStream`: a record goes to the first branch whose
+        // predicate it matches, else to the default branch (index `preds.len()`).
+        S::Branch { of, preds, take } => stream(of, inputs)
+            .into_iter()
+            .filter(|r| {
+                let index = preds
+                    .iter()
+                    .position(|p| p.test(&r.key, &r.value))
+                    .unwrap_or(preds.len());
+                index == *take
+            })
             .collect(),
         // A repartition moves records, it does not change them.
         S::Repartition(s) => stream(s, inputs),
@@ -461,6 +474,7 @@ fn sources(s: &S, into: &mut BTreeSet<usize>) {
         | S::FlatMapValues(s, _)
         | S::Split(s, _, _)
         | S::Repartition(s)
+        | S::Branch { of: s, .. }
         | S::TryMapValues(s, _)
         | S::Join(s, _, _) => sources(s, into),
         S::Merge(a, b) => {

@@ -11,7 +11,8 @@
 //! an exactly-once effect through the per-partition watermarks (a redelivered or retried
 //! record is never folded twice), one version-conditioned write per touched item per
 //! batch, windows with grace, late records dropped and counted, emit on window close,
-//! and DynamoDB's 400 KB item limit enforced with a clear error. Records whose member
+//! and DynamoDB's 400 KB item limit enforced before the write (the record that would pass
+//! it is a poison record, named with the store and key). Records whose member
 //! serializes to null are ignored.
 //!
 //! # Members and the stable hash

@@ -11,10 +11,14 @@
 //! only the contributions above the stored watermarks and writes them on the
 //! condition `ver = :read`, retrying with backoff and jitter on conflict.
 //!
-//! The item layout and the update expressions are in `item.rs`, table administration (and
-//! the emulator's client) in `admin.rs`.
+//! DynamoDB's limits are checked before every request (`state/limits.rs`): a record that
+//! would break one is rejected, for the batch to treat as a poison record.
+//!
+//! The item layout and the update expressions are in `item.rs`, the aggregate cache in
+//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`.
 
 mod admin;
+mod cache;
 mod item;
 mod retry;
 
@@ -34,12 +38,14 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::{
     Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
-    StateErrorKind, Store, WriteStats, above_watermarks, offset_ranges,
+    StateErrorKind, Store, WriteStats, above_watermarks, limits, offset_ranges,
 };
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
 pub use admin::{create_table, emulator_client, emulator_client_with};
+use cache::Cache;
+pub use cache::DEFAULT_CACHE_BYTES;
 pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
     TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
@@ -59,25 +65,44 @@ pub struct DynamoStore {
     guarantee: Guarantee,
     /// General aggregates' items as last written by this container: a batch folds onto
     /// them and writes once, conditioned on the cached version (a stale entry costs one
-    /// refused write, which returns the current item).
-    cache: Arc<Mutex<HashMap<String, Item>>>,
+    /// refused write, which returns the current item). Bounded by bytes (`cache.rs`).
+    cache: Arc<Mutex<Cache>>,
 }
 
 /// A DynamoDB item's attributes.
 type Item = HashMap<String, AttributeValue>;
 
-/// How many general-aggregate items the container keeps (then the cache starts over).
-const CACHE_ITEMS: usize = 100_000;
-
 impl DynamoStore {
-    /// A store on `table`, through `client`, with the given guarantee.
+    /// A store on `table`, through `client`, with the given guarantee, and an aggregate
+    /// cache of [`DEFAULT_CACHE_BYTES`].
     pub fn new(client: Client, table: impl Into<String>, guarantee: Guarantee) -> Self {
         DynamoStore {
             client,
             table: table.into(),
             guarantee,
-            cache: Arc::new(Mutex::new(HashMap::new())),
+            cache: Arc::new(Mutex::new(Cache::new(DEFAULT_CACHE_BYTES))),
         }
+    }
+
+    /// The same store with an aggregate cache of at most `bytes` (0: no cache; see
+    /// `cache.rs`). The cache keeps general aggregates' items as this container last wrote
+    /// them, so that a batch writes each once, conditioned on the cached version; an item
+    /// not cached costs one refused write more (which returns the current item), never
+    /// another result. Counts are not cached.
+    pub fn with_cache_bytes(self, bytes: usize) -> Self {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .set_budget(bytes);
+        self
+    }
+
+    /// What the aggregate cache holds now, in bytes as it counts them (at most its budget).
+    pub fn cached_bytes(&self) -> usize {
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .bytes()
     }
 
     /// The table name.
@@ -137,9 +162,6 @@ impl DynamoStore {
         let state = parse_state(&item).map_err(|e| Self::corrupt(write, e))?;
         if write.fold.is_some() {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
-            if cache.len() >= CACHE_ITEMS {
-                cache.clear();
-            }
             cache.insert(cache_key(write), item);
         }
         Ok(state)
@@ -213,9 +235,24 @@ impl DynamoStore {
                     let held = super::held_up_to(write, &watermarks);
                     let include = |tp: u32, offset: i64| super::is_new(&held, tp, offset);
                     let current = stored.as_ref().and_then(|s| s.aggregate.as_deref());
-                    let aggregate = fold.fold(current, &include).map_err(|e| {
-                        StateError::new(write.store, write.key, StateErrorKind::Aggregate(e))
-                    })?;
+                    let new_marks: Vec<(String, i64)> = marks
+                        .iter()
+                        .map(|(tp, last)| (write.partitions[*tp as usize].to_string(), *last))
+                        .collect();
+                    let mut marked = watermarks.clone();
+                    marked.extend(new_marks.iter().cloned());
+                    let version = stored.as_ref().map_or(0, |s| s.version) + 1;
+                    let fits = |bytes: usize| {
+                        limits::check_aggregate(
+                            write,
+                            bytes,
+                            version,
+                            marked.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                            new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
+                        )
+                    };
+                    let aggregate =
+                        limits::fold_within_limits(write, fold, current, &include, &fits)?;
                     request = request
                         .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
                     set.push("#v = :a".to_owned());
@@ -245,7 +282,9 @@ impl DynamoStore {
                     ),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
-            let request = request.update_expression(format!("{add} SET {}", set.join(", ")));
+            let expression = format!("{add} SET {}", set.join(", "));
+            limits::check_expression(write, &expression)?;
+            let request = request.update_expression(expression);
             if attempt > 0 {
                 stats.retries += 1;
                 tokio::time::sleep(backoff(attempt)).await;
@@ -283,9 +322,11 @@ impl DynamoStore {
             set.push(format!("#w{i} = :l{i}"));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
         }
+        let condition = conditions.join(" AND ");
+        limits::check_expression(write, &condition)?;
         let request = request
             .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
-            .condition_expression(conditions.join(" AND "));
+            .condition_expression(condition);
         let mut stats = WriteStats::default();
         let state = match self.send(request, write, &mut stats).await? {
             Ok(item) => self.written(write, item)?,
@@ -295,13 +336,9 @@ impl DynamoStore {
     }
 }
 
-#[async_trait]
-impl Store for DynamoStore {
-    /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
-    /// fallback when it is refused. General aggregates: one write conditioned on the
-    /// version of the item as this container last wrote it (cached), or on its absence
-    /// for an item it has not seen; a refused write returns the current item to merge with.
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+impl DynamoStore {
+    /// [`Store::apply`] for a write within the expression limits.
+    async fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         match (self.guarantee, write.fold) {
             (Guarantee::AtLeastOnce, _) => self.apply_at_least_once(&write).await,
             (Guarantee::ExactlyOnce, None) => self.apply_additive(&write).await,
@@ -312,8 +349,42 @@ impl Store for DynamoStore {
             }
         }
     }
+}
 
-    /// Strongly consistent `BatchGetItem`s, 100 keys each.
+#[async_trait]
+impl Store for DynamoStore {
+    /// Additive stores: one conditional `ADD` per item (fast path), the read-merge-write
+    /// fallback when it is refused. General aggregates: one write conditioned on the
+    /// version of the item as this container last wrote it (cached), or on its absence
+    /// for an item it has not seen; a refused write returns the current item to merge with.
+    ///
+    /// DynamoDB's limits are checked before any request ([`limits`]): a key over them, or
+    /// records whose fold fails or would take the item past 400 KB, are rejected
+    /// ([`StateErrorKind::Rejected`]) with nothing written. A write whose contributions come
+    /// from more than [`limits::MAX_PARTITIONS_PER_UPDATE`] source partitions is sent as one
+    /// update per that many partitions (in partition order; each is exact on its own
+    /// partitions' watermarks, so a crash between them loses nothing), to stay within
+    /// DynamoDB's 4 KB and 300-operator expression limits.
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let parts = limits::split(&write);
+        if parts.is_empty() {
+            return self.apply_one(write).await;
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let part = part.write(&write, restricted.as_ref());
+            let (state, part_stats) = self.apply_one(part).await?;
+            stats.add(&part_stats);
+            last = Some(state);
+        }
+        Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
+    }
+
+    /// Strongly consistent `BatchGetItem`s, 100 keys each. A key over DynamoDB's key
+    /// limits is not asked for ([`limits::key_fits`]): no item can have it.
     async fn get_many(
         &self,
         store: &str,
@@ -321,6 +392,7 @@ impl Store for DynamoStore {
     ) -> Result<HashMap<Vec<u8>, ItemState>, StateError> {
         let requests = keys
             .iter()
+            .filter(|key| limits::key_fits(store, key))
             .map(|key| {
                 HashMap::from([
                     ("pk".to_owned(), AttributeValue::S(item_key(store, key))),
@@ -352,6 +424,9 @@ impl Store for DynamoStore {
     }
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
+        if !limits::key_fits(store, key) {
+            return Ok(None);
+        }
         let out = self
             .client
             .get_item()
@@ -376,6 +451,9 @@ impl Store for DynamoStore {
         from: i64,
         to: i64,
     ) -> Result<Vec<(i64, ItemState)>, StateError> {
+        if !limits::key_fits(store, key) {
+            return Ok(Vec::new());
+        }
         let err = |e: String| StateError::new(store, key, StateErrorKind::Request(e));
         let now = unix_seconds();
         let mut out = Vec::new();
@@ -715,7 +793,7 @@ impl DynamoStore {
 
 fn classify(table: &str, error: &UpdateItemError) -> StateErrorKind {
     let message = error.message().unwrap_or_default();
-    if error.code() == Some("ValidationException") && message.contains("size") {
+    if error.code() == Some("ValidationException") && message.starts_with("Item size") {
         StateErrorKind::ItemTooLarge
     } else {
         StateErrorKind::Request(describe_request(
