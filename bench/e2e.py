@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End to end on the real broker (issue 7, item 2): the local runner (lambda-streams,
-in-process) against a Kafka Streams 4.1.1 application (bench/kstreams), same broker, same
+in-process) against a Kafka Streams application (bench/kstreams), same broker, same
 input topic, same machine, alternating runs.
 
 Run through `bench/run --e2e [ARGS]` (which builds both sides first), or directly:
@@ -299,6 +299,20 @@ def version(cmd):
         return None
 
 
+def pinned_versions():
+    """The broker version scripts/services runs and the Kafka Streams version bench/kstreams
+    builds with, read from the files that pin them (so the results name what really ran)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    broker = streams = None
+    with open(os.path.join(root, "scripts", "services")) as f:
+        m = re.search(r"^KAFKA_VERSION=(\S+)$", f.read(), re.M)
+        broker = m and m.group(1)
+    with open(os.path.join(root, "bench", "kstreams", "pom.xml")) as f:
+        m = re.search(r"<kafka\.version>([^<]+)</kafka\.version>", f.read())
+        streams = m and m.group(1)
+    return broker, streams
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runner", required=True)
@@ -359,12 +373,13 @@ def main():
                 "rss_ratio": l["peak_rss_mib"] / k["peak_rss_mib"],
             })
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None)
+    broker_version, streams_version = pinned_versions()
     doc = {
         "benchmark": "end to end on the real broker: local runner vs Kafka Streams (issue 7, item 2)",
         "date": date,
         "machine": {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
                     "loadavg_start": load_start, "loadavg_end": loadavg()},
-        "versions": {"kafka_broker": "4.1.1", "kafka_streams": "4.1.1", "java": version(["java", "-version"]),
+        "versions": {"kafka_broker": broker_version, "kafka_streams": streams_version, "java": version(["java", "-version"]),
                      "rustc": version(["rustc", "--version"])},
         "setup": {"records": a.records, "keys": a.keys, "partitions": PARTITIONS, "input_topic": input_topic,
                   "input_produced_now": produced, "runs": a.runs, "dynamodb_runs": a.dynamodb_runs or a.runs, "batch_size": a.batch_size,
