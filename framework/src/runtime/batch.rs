@@ -285,9 +285,12 @@ impl Topology {
             return Ok(());
         }
         for ((key, window), timestamp, state) in updates {
+            // A time window's update carries its newest record time (Kafka Streams'
+            // window timestamp: a late record does not move it back); other items the
+            // newest of the batch's records.
             ctx.origin = Origin::Update {
                 version: state.version,
-                timestamp,
+                timestamp: state.timestamp.map_or(timestamp, |t| t.max(timestamp)),
             };
             guarded(|| (spec.on_update)(ctx, &key, window, &state))?;
         }
@@ -464,9 +467,12 @@ impl Topology {
             };
             let windows = store.closed_windows(&spec.name, low).await?;
             for window in &windows {
+                // Kafka Streams' final result carries the window's newest record time
+                // (items written before it was kept: the window's last millisecond).
+                let last = window.start.saturating_add(size).saturating_sub(1);
                 ctx.origin = Origin::Update {
                     version: window.state.version,
-                    timestamp: window.start.saturating_add(size).saturating_sub(1),
+                    timestamp: window.state.timestamp.unwrap_or(last),
                 };
                 guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
             }
@@ -524,6 +530,9 @@ impl Topology {
                         partitions,
                         window,
                         expires_at: item.expires_at,
+                        // A time window keeps its newest record time (Kafka Streams'
+                        // window timestamp), which its updates carry.
+                        timestamp: window.map(|_| item.max_timestamp),
                         close_at: item.close_at,
                         fold,
                     };

@@ -358,31 +358,36 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 }
             }
             Expected::Sessions { sessions, horizon } => {
-                // Per key, the sessions emitted with the highest version are the current ones.
-                let mut current: BTreeMap<String, (u64, BTreeMap<String, i64>)> = BTreeMap::new();
+                // Per session, the update with the highest version (its key's item version)
+                // is the current one; a tombstone (a session merged away) deletes it. Within
+                // one version (one batch), the tombstones come before the sessions.
+                let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
                 for r in &records {
                     let (key, value, _) = decode(r)?;
-                    let (Some(key), Some(value)) = (key, value) else {
-                        return Err(format!("topic {topic}: a session without key or value"));
+                    let Some(key) = key else {
+                        return Err(format!("topic {topic}: a session without key"));
                     };
                     let version = version_of(r)?;
-                    let group = key
-                        .rsplit_once('@')
-                        .map(|(g, _)| g.to_owned())
-                        .unwrap_or_default();
-                    let entry = current.entry(group).or_insert((0, BTreeMap::new()));
+                    let entry = latest.entry(key.clone()).or_insert((0, None));
                     if version > entry.0 {
-                        *entry = (version, BTreeMap::new());
-                    }
-                    if version == entry.0
-                        && let Some(old) = entry.1.insert(key.clone(), value)
-                        && old != value
-                    {
-                        return Err(format!(
-                            "topic {topic}: session {key} version {version} emitted as {old} and as {value}"
-                        ));
+                        *entry = (version, value);
+                    } else if version == entry.0 {
+                        if let (Some(old), Some(new)) = (entry.1, value)
+                            && old != new
+                        {
+                            return Err(format!(
+                                "topic {topic}: session {key} version {version} emitted as {old} and as {new}"
+                            ));
+                        }
+                        if value.is_some() {
+                            entry.1 = value;
+                        }
                     }
                 }
+                let current: BTreeMap<String, (u64, BTreeMap<String, i64>)> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v))| v.map(|v| (k.clone(), (0, BTreeMap::from([(k, v)])))))
+                    .collect();
                 let end_of = |key: &str| -> (String, i64) {
                     let (group, window) = key.rsplit_once('@').unwrap_or((key, "0-0"));
                     let end = window
