@@ -55,22 +55,12 @@ fn adder(_: &String, v: String, agg: String) -> String {
 /// Runs `inputs` (key, value, timestamp) on topic `input` through `topology` and returns the
 /// records produced to `out`, in order.
 fn run(topology: Topology, batching: Batching, inputs: &[(&str, &str, i64)]) -> Vec<Out> {
-    run_topics(topology, batching, &[("input", inputs)])
-}
-
-fn run_topics(
-    topology: Topology,
-    batching: Batching,
-    inputs: &[(&str, &[(&str, &str, i64)])],
-) -> Vec<Out> {
     let driver = TestDriver::new(topology).with_batching(batching);
-    for (topic, records) in inputs {
-        let mut input = driver.input_topic(topic, Utf8, Utf8);
-        for (k, v, ts) in *records {
-            input
-                .pipe_input_with_timestamp(k.to_string(), v.to_string(), *ts)
-                .unwrap();
-        }
+    let mut input = driver.input_topic("input", Utf8, Utf8);
+    for (k, v, ts) in inputs {
+        input
+            .pipe_input_with_timestamp(k.to_string(), v.to_string(), *ts)
+            .unwrap();
     }
     driver.flush().unwrap();
     driver
