@@ -1260,3 +1260,66 @@ fn grouped_stream_should_count_sliding_windows() {
         );
     }
 }
+
+/// Runs `inputs` one record per batch through session windows of gap 10 and `grace`
+/// counting, and returns the late records the batches reported and the keys of the sessions
+/// produced.
+fn late_sessions(grace: u64, inputs: &[(&str, i64)]) -> (u64, BTreeSet<String>) {
+    let builder = StreamsBuilder::new();
+    to_out(
+        builder
+            .stream("input", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by_session(SessionWindows::with_inactivity_gap(ms(10)).grace(ms(grace)))
+            .count("store"),
+    );
+    let driver = TestDriver::new(builder.build());
+    let mut input = driver.input_topic("input", Utf8, Utf8);
+    let mut late = 0;
+    for (key, ts) in inputs {
+        input
+            .pipe_input_with_timestamp(key.to_string(), "1".to_owned(), *ts)
+            .unwrap();
+        late += driver.last_report().unwrap().late_records;
+    }
+    let keys = driver
+        .output_topic("out", Utf8, Nullable(Utf8))
+        .read_records()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.key.split('@').next().unwrap().to_owned())
+        .collect();
+    (late, keys)
+}
+
+/// KStreamSessionWindowAggregateProcessorTest.shouldLogAndMeterWhenSkippingLateRecordWithZeroGrace:
+/// gap 10, no grace; at stream time 11, a record at 0 (its session `[0, 0]` expired at 1) is
+/// dropped: one dropped record.
+#[test]
+fn session_processor_should_skip_late_record_with_zero_grace() {
+    let (late, keys) = late_sessions(
+        0,
+        &[("dummy", 0), ("OnTime1", 0), ("dummy", 11), ("Late1", 0)],
+    );
+    assert_eq!(late, 1);
+    assert!(keys.contains("OnTime1") && !keys.contains("Late1"));
+}
+
+/// KStreamSessionWindowAggregateProcessorTest.shouldLogAndMeterWhenSkippingLateRecordWithNonzeroGrace:
+/// gap 10, grace 1; a record at 0 is on time at stream time 11 and late at 12.
+#[test]
+fn session_processor_should_skip_late_record_with_nonzero_grace() {
+    let (late, keys) = late_sessions(
+        1,
+        &[
+            ("dummy", 0),
+            ("OnTime1", 0),
+            ("dummy", 11),
+            ("OnTime2", 0),
+            ("dummy", 12),
+            ("Late1", 0),
+        ],
+    );
+    assert_eq!(late, 1);
+    assert!(keys.contains("OnTime1") && keys.contains("OnTime2") && !keys.contains("Late1"));
+}
