@@ -5,6 +5,8 @@
 //! `TimeWindowedKStreamImplTest.shouldCountWindowed`); a redelivered batch changes neither
 //! the records' timestamps nor the state.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
