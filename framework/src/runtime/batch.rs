@@ -286,11 +286,11 @@ impl Topology {
         }
         for ((key, window), timestamp, state) in updates {
             // A time window's update carries its newest record time (Kafka Streams'
-            // window timestamp: a late record does not move it back); other items the
-            // newest of the batch's records.
+            // window timestamp: a late record does not move it back; the item holds it
+            // after the write); other items the newest of the batch's records.
             ctx.origin = Origin::Update {
                 version: state.version,
-                timestamp: state.timestamp.map_or(timestamp, |t| t.max(timestamp)),
+                timestamp: state.timestamp.unwrap_or(timestamp),
             };
             guarded(|| (spec.on_update)(ctx, &key, window, &state))?;
         }
@@ -531,8 +531,14 @@ impl Topology {
                         window,
                         expires_at: item.expires_at,
                         // A time window keeps its newest record time (Kafka Streams'
-                        // window timestamp), which its updates carry.
-                        timestamp: window.map(|_| item.max_timestamp),
+                        // window timestamp), which its updates carry: of the records it
+                        // holds, not of those rejected at write time.
+                        timestamp: item
+                            .times
+                            .iter()
+                            .filter(|(tp, offset, _)| !rejected.contains(&(*tp, *offset)))
+                            .map(|t| t.2)
+                            .max(),
                         close_at: item.close_at,
                         fold,
                     };

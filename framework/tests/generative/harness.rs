@@ -326,18 +326,30 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     ));
                 }
             }
-            Expected::Finals(want) => {
+            Expected::Finals {
+                values: want,
+                times,
+            } => {
                 let got = records
                     .iter()
                     .map(|r| decode(r))
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut finals: BTreeMap<String, i64> = BTreeMap::new();
                 let mut problems = Vec::new();
-                for (key, value, _) in &got {
+                for (key, value, timestamp) in &got {
                     let (Some(key), Some(value)) = (key, value) else {
                         problems.push(format!("a final without key or value: {key:?}={value:?}"));
                         continue;
                     };
+                    // Kafka Streams' timestamp: the window's newest record time.
+                    if !plan.ignore_timestamps
+                        && let Some(want) = times.get(key)
+                        && want != timestamp
+                    {
+                        problems.push(format!(
+                            "{key} emitted at {timestamp}, newest record {want}"
+                        ));
+                    }
                     match finals.insert(key.clone(), *value) {
                         Some(old) if old != *value => {
                             problems.push(format!("{key} emitted as {old} and as {value}"))
@@ -413,6 +425,55 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 if got != want {
                     return Err(format!(
                         "topic {topic}: current sessions {got:?}\nreference {want:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+            Expected::Windows {
+                values: want,
+                times,
+            } => {
+                // Per window, the update with the highest version is the latest; it carries
+                // the window's newest record time (Kafka Streams'), also under faults.
+                let mut latest: BTreeMap<String, (u64, Option<i64>, i64)> = BTreeMap::new();
+                for r in &records {
+                    let (key, value, timestamp) = decode(r)?;
+                    let key = key
+                        .ok_or_else(|| format!("topic {topic}: a window update with a null key"))?;
+                    let version = version_of(r)?;
+                    match latest.get(&key) {
+                        Some((v, old, at))
+                            if *v == version && (*old != value || *at != timestamp) =>
+                        {
+                            return Err(format!(
+                                "topic {topic}: window {key} version {version} emitted as {old:?}@{at} and as {value:?}@{timestamp}"
+                            ));
+                        }
+                        Some((v, _, _)) if *v >= version => {}
+                        _ => {
+                            latest.insert(key, (version, value, timestamp));
+                        }
+                    }
+                }
+                let mut problems = Vec::new();
+                if !plan.ignore_timestamps {
+                    for (key, (_, _, timestamp)) in &latest {
+                        if let Some(want) = times.get(key)
+                            && want != timestamp
+                        {
+                            problems.push(format!(
+                                "{key} last emitted at {timestamp}, newest record {want}"
+                            ));
+                        }
+                    }
+                }
+                let got: BTreeMap<String, i64> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v, _))| v.map(|v| (k, v)))
+                    .collect();
+                if got != *want || !problems.is_empty() {
+                    return Err(format!(
+                        "topic {topic}: windows {got:?}\nreference {want:?}\nproblems: {problems:?}\nfaults: {:?}",
                         run.log
                     ));
                 }
