@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use lambda_streams::driver::{Batching, TestDriver};
 use lambda_streams::dsl::SessionWindows;
-use lambda_streams::serdes::{DecimalI64, Utf8};
+use lambda_streams::serdes::{DecimalI64, Nullable, Utf8};
 use lambda_streams::sink::VERSION_HEADER;
 use lambda_streams::{StreamsBuilder, Topology};
 use proptest::prelude::*;
@@ -30,9 +30,9 @@ fn topology(grace: i64) -> Topology {
                 .grace(Duration::from_millis(grace as u64)),
         )
         .count("sessions")
-        .to_stream()
+        .to_change_stream()
         .map(|w, n| (format!("{}@{}..{}", w.key, w.start, w.end), n))
-        .to("out", Utf8, DecimalI64);
+        .to("out", Utf8, Nullable(DecimalI64));
     builder.build()
 }
 
@@ -83,8 +83,9 @@ fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64) {
     (kept, late)
 }
 
-/// The sessions the driver emitted last per key (those with the highest version), and the
-/// late records the batches reported (batches of `size` records).
+/// The sessions the driver emitted last (per session, the update with the highest version:
+/// a tombstone deletes it; within one version the tombstones come first), and the late
+/// records the batches reported (batches of `size` records).
 fn run(inputs: &[(String, i64)], grace: i64, size: usize) -> (Sessions, u64) {
     let driver = TestDriver::new(topology(grace)).with_batching(Batching::Manual);
     let mut input = driver.input_topic("in", Utf8, Utf8);
@@ -98,9 +99,9 @@ fn run(inputs: &[(String, i64)], grace: i64, size: usize) -> (Sessions, u64) {
         }
     }
     late += driver.flush().unwrap().late_records;
-    let mut latest: BTreeMap<String, (u64, BTreeMap<String, i64>)> = BTreeMap::new();
+    let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
     for record in driver
-        .output_topic("out", Utf8, DecimalI64)
+        .output_topic("out", Utf8, Nullable(DecimalI64))
         .read_records()
         .unwrap()
     {
@@ -110,16 +111,22 @@ fn run(inputs: &[(String, i64)], grace: i64, size: usize) -> (Sessions, u64) {
             .find(|(name, _)| name == VERSION_HEADER)
             .map(|(_, v)| std::str::from_utf8(v).unwrap().parse().unwrap())
             .unwrap();
-        let (key, window) = record.key.split_once('@').unwrap();
-        let entry = latest.entry(key.to_owned()).or_default();
-        if version > entry.0 {
-            *entry = (version, BTreeMap::new());
-        }
-        if version == entry.0 {
-            entry.1.insert(window.to_owned(), record.value);
+        let entry = latest.entry(record.key).or_default();
+        if version > entry.0 || (version == entry.0 && record.value.is_some()) {
+            *entry = (version, record.value);
         }
     }
-    (latest.into_iter().map(|(k, (_, s))| (k, s)).collect(), late)
+    let mut sessions = Sessions::new();
+    for (key, (_, value)) in latest {
+        if let Some(n) = value {
+            let (key, window) = key.split_once('@').unwrap();
+            sessions
+                .entry(key.to_owned())
+                .or_default()
+                .insert(window.to_owned(), n);
+        }
+    }
+    (sessions, late)
 }
 
 /// Records whose timestamps wander, at times far enough behind the newest to be late.

@@ -31,6 +31,7 @@ async fn embedded_state_survives_a_restart() {
         partitions: &partitions,
         window: None,
         expires_at: None,
+        timestamp: None,
         close_at: None,
         fold: None,
     };

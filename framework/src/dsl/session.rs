@@ -4,9 +4,23 @@
 //! All sessions of a key live in one state item (a general aggregate: exactly once, one
 //! write per touched key per batch). A record within the gap of one or more sessions
 //! extends them, merging those it bridges (with the user's merger); otherwise it starts
-//! a session. After each batch the key's sessions are emitted, all with the item's
-//! version: per key, the sessions carrying the highest version are the current ones (a
-//! session merged away is not in that set; no tombstones are produced).
+//! a session. As in Kafka Streams, each update names one session and carries its end as
+//! timestamp, and the sessions a record merges away are deleted: after each batch, first a
+//! deletion (a tombstone on [`KTable::to_change_stream`]) for every session merged away, then
+//! the current value of every session the batch changed, all with the item's version (per
+//! session, the highest version is the current value). Kafka Streams emits them per record;
+//! here a batch emits each session once, with its value after the batch, so a session that
+//! is created and merged away within one batch gets only its tombstone.
+//!
+//! Exactly once under redelivery: each session keeps the record that last changed it, and
+//! the item the sessions merged away by records of the batch, with the merging record. A
+//! batch emits the sessions and tombstones of records read at or after its partitions' first
+//! offsets, which the event source has not committed (a failed attempt of the batch may
+//! have written them without producing their updates), so a retry emits what its failed
+//! attempt did not; tombstones of committed records are forgotten at the next write. With
+//! direct re-keying from several partitions, a record of a partition outside the batch
+//! counts as emitted: a failed batch of one partition that another partition's batch follows
+//! before the retry can lose those updates (not the state).
 //!
 //! Lateness is decided on the stream time of the record's partition (the highest timestamp
 //! seen in it, persisted with the state like the time windows'), as in Kafka Streams: a
@@ -31,6 +45,7 @@ use super::windowed::Windowed;
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
+use crate::topology::context::Origin;
 
 /// Session windows: an inactivity gap, and a grace period for out-of-order records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,26 +70,80 @@ impl SessionWindows {
     }
 }
 
-/// One session: first and last record times, and its aggregate.
+/// Where a record was read: `(topic-partition of the batch, offset)`.
+type ReadAt = (String, i64);
+
+/// One session: first and last record times, its aggregate, and the record that last
+/// changed it (`None` in items written by earlier versions).
 #[derive(Debug, Clone, PartialEq)]
 struct Session<A> {
     start: i64,
     end: i64,
     aggregate: A,
+    at: Option<ReadAt>,
 }
 
-/// A key's sessions, by start; `floor` is the newest record time as stored before the
-/// batch (read back from the sessions, not stored).
+/// A key's sessions, by start, and the sessions merged away by records that may not have
+/// been emitted yet (`(start, end, the merging record)`), whose tombstones the batch emits.
+/// `floor` is the newest record time as stored before the batch (read back from the
+/// sessions, not stored), `batch` the batch's partitions with their first offsets (known
+/// during a write, not stored).
 #[derive(Debug, Clone)]
 struct Sessions<A> {
     sessions: Vec<Session<A>>,
+    removed: Vec<(i64, i64, ReadAt)>,
     floor: Option<i64>,
+    batch: Arc<Vec<(String, i64)>>,
+}
+
+impl<A> Sessions<A> {
+    /// Whether the batch that `at` was read in may not have emitted its updates yet: it
+    /// was read at or after the first offset of a partition of the current batch, so the
+    /// event source has not committed it (a failed attempt of this batch may have
+    /// written it). Records of partitions outside the batch count as emitted.
+    fn unconfirmed(&self, at: &ReadAt) -> bool {
+        self.batch
+            .iter()
+            .any(|(tp, first)| *tp == at.0 && at.1 >= *first)
+    }
+}
+
+/// A record for the sessions: its value, timestamp, where it was read, and the batch's
+/// partitions with their first offsets.
+#[derive(Clone)]
+struct Timed<V> {
+    value: V,
+    ts: i64,
+    at: ReadAt,
+    batch: Arc<Vec<(String, i64)>>,
 }
 
 /// The codec of [`Sessions`].
 const SESSIONS: StateCodec = StateCodec::new("sessions");
 
-/// Stores [`Sessions`] as JSON: `[[start, end, "<aggregate, base64>"], …]`.
+/// A stored session: start, end, aggregate (base64), the record that last changed it.
+type StoredSession = (i64, i64, String, Option<ReadAt>);
+
+/// The stored form of [`Sessions`]: `{"sessions": [[start, end, "<aggregate, base64>",
+/// ["<topic>-<partition>", offset]], …], "removed": [[start, end, [tp, offset]], …]}`, or
+/// the bare `[[start, end, "<aggregate>"], …]` of earlier versions.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+enum StoredSessions {
+    Tracked {
+        sessions: Vec<StoredSession>,
+        removed: Vec<(i64, i64, ReadAt)>,
+    },
+    Bare(Vec<(i64, i64, String)>),
+}
+
+impl Default for StoredSessions {
+    fn default() -> Self {
+        StoredSessions::Bare(Vec::new())
+    }
+}
+
+/// Stores [`Sessions`] as [`StoredSessions`].
 struct SessionsSerde<A>(Arc<dyn Serde<A>>);
 
 impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
@@ -83,27 +152,42 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
     }
 
     fn try_serialize(&self, value: &Sessions<A>) -> Result<Option<Vec<u8>>, SerdeError> {
-        let mut rows = Vec::with_capacity(value.sessions.len());
+        let mut sessions = Vec::with_capacity(value.sessions.len());
         for s in &value.sessions {
             let bytes = self.0.try_serialize(&s.aggregate)?.unwrap_or_default();
-            rows.push((s.start, s.end, SESSIONS.encode_bytes(&bytes)));
+            sessions.push((s.start, s.end, SESSIONS.encode_bytes(&bytes), s.at.clone()));
         }
-        SESSIONS.encode(&rows)
+        SESSIONS.encode(&StoredSessions::Tracked {
+            sessions,
+            removed: value.removed.clone(),
+        })
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let rows: Vec<(i64, i64, String)> = SESSIONS.decode(data)?;
+        let (rows, removed) = match SESSIONS.decode(data)? {
+            StoredSessions::Tracked { sessions, removed } => (sessions, removed),
+            StoredSessions::Bare(rows) => (
+                rows.into_iter().map(|(s, e, a)| (s, e, a, None)).collect(),
+                Vec::new(),
+            ),
+        };
         let mut sessions = Vec::with_capacity(rows.len());
-        for (start, end, aggregate) in rows {
+        for (start, end, aggregate, at) in rows {
             let bytes = SESSIONS.decode_bytes(&aggregate)?;
             sessions.push(Session {
                 start,
                 end,
                 aggregate: self.0.deserialize(Some(&bytes))?,
+                at,
             });
         }
         let floor = sessions.iter().map(|s| s.end).max();
-        Ok(Sessions { sessions, floor })
+        Ok(Sessions {
+            sessions,
+            removed,
+            floor,
+            batch: Arc::default(),
+        })
     }
 }
 
@@ -181,11 +265,44 @@ where
         )
     }
 
+    /// Combines the values per key and session, as Kafka Streams' session `reduce`: a
+    /// session's first value is its aggregate, each later one is combined with
+    /// `reducer(aggregate, value)`, and merged sessions with `reducer(earlier, later)`.
+    pub fn reduce(
+        &self,
+        store: &str,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+        value_serde: impl Serde<V>,
+    ) -> KTable<Windowed<K>, V> {
+        let reducer = Arc::new(reducer);
+        let merge = Arc::clone(&reducer);
+        self.aggregate(
+            store,
+            || None,
+            move |_, value, acc: Option<V>| {
+                Some(match acc {
+                    Some(acc) => reducer(acc, value),
+                    None => value,
+                })
+            },
+            move |_, a: Option<V>, b: Option<V>| match (a, b) {
+                (Some(a), Some(b)) => Some(merge(a, b)),
+                (a, None) => a,
+                (None, b) => b,
+            },
+            crate::serdes::Nullable(value_serde),
+        )
+        .flatten()
+    }
+
     /// Aggregates the records per key and session: a session starts as `init()`, each
-    /// record is added with `adder(key, value, aggregate)`, and two sessions that a record
-    /// bridges are combined with `merger(key, a, b)` (as Kafka Streams' session
-    /// `aggregate(initializer, aggregator, merger)`). All of a key's sessions share one
-    /// item (at most 400 KB); see the module documentation.
+    /// record is added with `adder(key, value, aggregate)`, and the sessions that a record
+    /// falls within the gap of are merged, as Kafka Streams' session
+    /// `aggregate(initializer, aggregator, merger)` does it: from `init()`, each such session
+    /// (earliest first) with `merger(key, aggregate, session)`, then the record with the
+    /// adder (so a merger that is not commutative gives Kafka Streams' result). Each
+    /// session's update carries the session's end as its timestamp. All of a key's sessions
+    /// share one item (at most 400 KB); see the module documentation.
     pub fn aggregate<A>(
         &self,
         store: &str,
@@ -201,12 +318,14 @@ where
         // Lateness needs the partitions' stream times, loaded and persisted with the state.
         lock(&self.grouped.shared).windowed = true;
         // The records with their timestamps; the late ones are dropped.
-        let timed = Downstream::<K, (V, i64)>::new();
+        let timed = Downstream::<K, Timed<V>>::new();
         let out = timed.clone();
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
-                let Some((_, _, ts)) = ctx.record_time() else {
+                let (Some((tp, offset)), Some((_, _, ts))) =
+                    (ctx.record_coordinates(), ctx.record_time())
+                else {
                     return Err(StreamError::Config(
                         "session windows take source records, not a table's updates".into(),
                     ));
@@ -219,7 +338,19 @@ where
                     ctx.late_records += 1;
                     return Ok(());
                 }
-                out.forward(ctx, key, (value, ts))
+                let batch = ctx
+                    .partitions
+                    .iter()
+                    .zip(&ctx.ranges)
+                    .map(|(p, (first, _))| (p.to_string(), *first))
+                    .collect();
+                let timed = Timed {
+                    value,
+                    ts,
+                    at: (tp.to_string(), offset),
+                    batch: Arc::new(batch),
+                };
+                out.forward(ctx, key, timed)
             }));
         let grouped = KGroupedStream::new(
             self.grouped.shared.clone(),
@@ -231,9 +362,24 @@ where
             store,
             || Sessions {
                 sessions: Vec::new(),
+                removed: Vec::new(),
                 floor: None,
+                batch: Arc::default(),
             },
-            move |key, (value, ts): (V, i64), mut all: Sessions<A>| {
+            move |key, timed: Timed<V>, mut all: Sessions<A>| {
+                let Timed {
+                    value,
+                    ts,
+                    at,
+                    batch,
+                } = timed;
+                all.batch = batch;
+                // The tombstones of earlier batches were emitted: forgotten.
+                let removed = std::mem::take(&mut all.removed);
+                all.removed = removed
+                    .into_iter()
+                    .filter(|(_, _, by)| all.unconfirmed(by))
+                    .collect();
                 // Kept: the sessions that a record which is not late can merge with.
                 let kept = windows.gap.saturating_mul(2).saturating_add(windows.grace);
                 if let Some(floor) = all.floor {
@@ -242,47 +388,90 @@ where
                 }
                 // The sessions within the gap of `ts` merge with the record.
                 let (near, far): (Vec<Session<A>>, Vec<Session<A>>) =
-                    all.sessions.into_iter().partition(|s| {
-                        s.start.saturating_sub(windows.gap) <= ts
-                            && ts <= s.end.saturating_add(windows.gap)
-                    });
-                let mut merged = Session {
-                    start: ts,
-                    end: ts,
-                    aggregate: adder(key, value, init()),
-                };
+                    std::mem::take(&mut all.sessions)
+                        .into_iter()
+                        .partition(|s| {
+                            s.start.saturating_sub(windows.gap) <= ts
+                                && ts <= s.end.saturating_add(windows.gap)
+                        });
+                // Kafka Streams' order: from `init()`, merge each session (earliest first)
+                // as `merger(key, aggregate, session)`, then add the record.
+                let (mut start, mut end, mut aggregate) = (ts, ts, init());
+                let mut merged_away = Vec::with_capacity(near.len());
                 for s in near {
-                    merged = Session {
-                        start: merged.start.min(s.start),
-                        end: merged.end.max(s.end),
-                        aggregate: merger(key, s.aggregate, merged.aggregate),
-                    };
+                    start = start.min(s.start);
+                    end = end.max(s.end);
+                    merged_away.push((s.start, s.end, at.clone()));
+                    aggregate = merger(key, aggregate, s.aggregate);
                 }
-                let mut sessions = far;
-                sessions.push(merged);
-                sessions.sort_by_key(|s| s.start);
-                Sessions {
-                    sessions,
-                    floor: all.floor,
+                // As Kafka Streams: the merged sessions are deleted (tombstones) unless the
+                // record only falls on the one session `[ts, ts]`, which it updates.
+                if (start, end) != (ts, ts) {
+                    all.removed.extend(merged_away);
                 }
+                let merged = Session {
+                    start,
+                    end,
+                    aggregate: adder(key, value, aggregate),
+                    at: Some(at),
+                };
+                all.sessions = far;
+                all.sessions.push(merged);
+                all.sessions.sort_by_key(|s| s.start);
+                all
             },
             SessionsSerde(Arc::new(aggregate_serde) as Arc<dyn Serde<A>>),
         );
         let next = Downstream::<Windowed<K>, A>::new();
-        let out = next.clone();
+        let deletes = Downstream::<Windowed<K>, ()>::new();
+        let (out, removed) = (next.clone(), deletes.clone());
         table
             .updates()
-            .add(Arc::new(move |ctx, key: K, all: Sessions<A>| {
-                for s in all.sessions {
+            .add(Arc::new(move |ctx, key: K, mut all: Sessions<A>| {
+                all.batch = Arc::new(
+                    ctx.partitions
+                        .iter()
+                        .zip(&ctx.ranges)
+                        .map(|(p, (first, _))| (p.to_string(), *first))
+                        .collect(),
+                );
+                // As Kafka Streams, each update carries its session's end as timestamp.
+                let at = |ctx: &mut crate::topology::context::Ctx, end: i64| {
+                    if let Origin::Update { version, .. } = ctx.origin {
+                        ctx.origin = Origin::Update {
+                            version,
+                            timestamp: end,
+                        };
+                    }
+                };
+                // First the sessions merged away, then the sessions changed: those that
+                // records not committed yet changed (this batch, or a failed attempt of
+                // it whose updates may not have been produced).
+                for (start, end, by) in &all.removed {
+                    if all.unconfirmed(by) {
+                        at(ctx, *end);
+                        let window = Windowed {
+                            key: key.clone(),
+                            start: *start,
+                            end: *end,
+                        };
+                        removed.forward(ctx, window, ())?;
+                    }
+                }
+                for s in &all.sessions {
+                    if !s.at.as_ref().is_some_and(|by| all.unconfirmed(by)) {
+                        continue;
+                    }
+                    at(ctx, s.end);
                     let window = Windowed {
                         key: key.clone(),
                         start: s.start,
                         end: s.end,
                     };
-                    out.forward(ctx, window, s.aggregate)?;
+                    out.forward(ctx, window, s.aggregate.clone())?;
                 }
                 Ok(())
             }));
-        KTable::new(self.grouped.shared.clone(), next)
+        KTable::new(self.grouped.shared.clone(), next).with_deletes(deletes)
     }
 }

@@ -51,6 +51,7 @@ use super::windowed::Windowed;
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
+use crate::topology::context::Origin;
 
 /// Sliding windows: how far back a record's window reaches, and a grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,7 +121,8 @@ struct Buffered {
     at: Option<(String, i64)>,
 }
 
-/// A key's buffered records, by timestamp. `from`: every record of the key at or after it
+/// A key's buffered records, in arrival order (items written by earlier versions: by
+/// timestamp). `from`: every record of the key at or after it
 /// is buffered (`None`: every record; earlier ones were dropped as too old). `floor` is the
 /// newest timestamp as stored before the batch, and `batch` the batch's partitions with
 /// their first offsets (both known during a write, not stored).
@@ -327,7 +329,10 @@ where
     }
 
     /// Aggregates the records of each key in each of its sliding windows: from `init()`,
-    /// adding each record of the window in time order with `adder(key, value, aggregate)`.
+    /// adding each record of the window in arrival order (by source partition, then offset)
+    /// with `adder(key, value, aggregate)`, the order in which Kafka Streams adds a record to
+    /// every window that already holds the records before it. Each window's update carries
+    /// the timestamp of its newest record.
     /// The records are kept (encoded with `value_serde`) in one item per key, at most
     /// 400 KB: see the module documentation.
     pub fn aggregate<A>(
@@ -349,6 +354,30 @@ where
             init,
             adder,
         )
+    }
+
+    /// Combines the values of each key in each of its sliding windows, as Kafka Streams'
+    /// sliding `reduce`: a window's first value (in arrival order) is its aggregate, each
+    /// later one is combined with `reducer(aggregate, value)`. The records are kept as for
+    /// [`aggregate`](Self::aggregate).
+    pub fn reduce(
+        &self,
+        store: &str,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+        value_serde: impl Serde<V>,
+    ) -> KTable<Windowed<K>, V> {
+        self.aggregate(
+            store,
+            || None,
+            move |_, value, acc: Option<V>| {
+                Some(match acc {
+                    Some(acc) => reducer(acc, value),
+                    None => value,
+                })
+            },
+            value_serde,
+        )
+        .flatten()
     }
 
     /// The aggregation, with the values kept as `encode` writes them (`None`: null) and
@@ -435,9 +464,10 @@ where
                     buffer.records.retain(|r| r.ts >= oldest);
                     buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
-                let ts = timed.record.ts;
-                let at = buffer.records.partition_point(|r| r.ts <= ts);
-                buffer.records.insert(at, timed.record);
+                // Kept in arrival order (the order the store folds the values in: by
+                // partition, then offset), which is the order Kafka Streams adds them to
+                // each window's aggregate.
+                buffer.records.push(timed.record);
                 buffer
             },
             RecordsSerde,
@@ -448,7 +478,8 @@ where
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, buffer: Records| {
-                let times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
+                let mut times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
+                times.sort_unstable();
                 // The windows whose records are all buffered, as is the record just before
                 // them (which decides whether a right window exists): every window this
                 // batch changed is one of them.
@@ -459,8 +490,10 @@ where
                         continue;
                     }
                     let mut aggregate = init();
+                    let mut newest = start;
                     for record in &buffer.records {
                         if (start..=end).contains(&record.ts) {
+                            newest = newest.max(record.ts);
                             let value = decode(record.value.as_deref()).map_err(|e| {
                                 StreamError::Config(format!(
                                     "a stored window record does not decode: {e}"
@@ -468,6 +501,13 @@ where
                             })?;
                             aggregate = adder(&key, value, aggregate);
                         }
+                    }
+                    // As Kafka Streams, a window's update carries its newest record's time.
+                    if let Origin::Update { version, .. } = ctx.origin {
+                        ctx.origin = Origin::Update {
+                            version,
+                            timestamp: newest,
+                        };
                     }
                     let window = Windowed {
                         key: key.clone(),

@@ -9,7 +9,9 @@
 //! seen in it, persisted with the state so that a cold container knows it; a window is
 //! closed once the stream time of the partition of the record reaches its end plus grace,
 //! and a record for a closed window is dropped and counted (`BatchReport::late_records`,
-//! metric `LateRecordsDropped`), as in Kafka Streams.
+//! metric `LateRecordsDropped`), as in Kafka Streams. As in Kafka Streams too, a window's
+//! updates (and its emit-on-close result) carry its newest record time as timestamp, kept in
+//! the item: a late record does not move it back (docs/state.md, "Windows").
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -372,6 +374,29 @@ where
         self.grouped.add_fold(index, aggregation, Some(self.spec()));
         self.set_emit(index);
         table
+    }
+
+    /// Combines the values per key and window, as Kafka Streams' windowed `reduce`: a
+    /// window's first value is its aggregate, each later one is combined with
+    /// `reducer(aggregate, value)`. Same costs and rules as [`aggregate`](Self::aggregate).
+    pub fn reduce(
+        &self,
+        store: &str,
+        reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+        value_serde: impl Serde<V>,
+    ) -> KTable<Windowed<K>, V> {
+        self.aggregate(
+            store,
+            || None,
+            move |_, value, acc: Option<V>| {
+                Some(match acc {
+                    Some(acc) => reducer(acc, value),
+                    None => value,
+                })
+            },
+            crate::serdes::Nullable(value_serde),
+        )
+        .flatten()
     }
 }
 

@@ -293,9 +293,12 @@ impl Topology {
             );
         }
         for ((key, window), timestamp, state) in updates {
+            // A time window's update carries its newest record time (Kafka Streams'
+            // window timestamp: a late record does not move it back; the item holds it
+            // after the write); other items the newest of the batch's records.
             ctx.origin = Origin::Update {
                 version: state.version,
-                timestamp,
+                timestamp: state.timestamp.unwrap_or(timestamp),
             };
             guarded(|| (spec.on_update)(ctx, &key, window, &state))?;
         }
@@ -472,9 +475,12 @@ impl Topology {
             };
             let windows = store.closed_windows(&spec.name, low).await?;
             for window in &windows {
+                // Kafka Streams' final result carries the window's newest record time
+                // (items written before it was kept: the window's last millisecond).
+                let last = window.start.saturating_add(size).saturating_sub(1);
                 ctx.origin = Origin::Update {
                     version: window.state.version,
-                    timestamp: window.start.saturating_add(size).saturating_sub(1),
+                    timestamp: window.state.timestamp.unwrap_or(last),
                 };
                 guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
             }
@@ -532,6 +538,15 @@ impl Topology {
                         partitions,
                         window,
                         expires_at: item.expires_at,
+                        // A time window keeps its newest record time (Kafka Streams'
+                        // window timestamp), which its updates carry: of the records it
+                        // holds, not of those rejected at write time.
+                        timestamp: item
+                            .times
+                            .iter()
+                            .filter(|(tp, offset, _)| !rejected.contains(&(*tp, *offset)))
+                            .map(|t| t.2)
+                            .max(),
                         close_at: item.close_at,
                         fold,
                     };

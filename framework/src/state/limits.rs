@@ -25,7 +25,7 @@
 //!
 //! [`item_bytes`] applies these rules to the store's item layout (see
 //! [`DynamoStore`]'s module docs): `pk`, `sk`, `v` (a count) or `a` (an aggregate), `ver`,
-//! `k`, `fv`, `ttl` and `cq`/`cl` where set, and one `w:<topic>-<partition>` per watermark.
+//! `k`, `fv`, `ttl`, `mt` and `cq`/`cl` where set, and one `w:<topic>-<partition>` per watermark.
 //!
 //! [`MemoryStore`]: super::memory::MemoryStore
 //! [`FaultyStore`]: super::fault::FaultyStore
@@ -189,6 +189,9 @@ pub fn item_bytes<'a>(
     if let Some(at) = write.expires_at {
         size += 3 + number_bytes(at);
     }
+    if let Some(at) = write.timestamp {
+        size += 2 + number_bytes(at);
+    }
     if let Some(at) = write.close_at {
         size += 2 + write.store.len() + 2 + number_bytes(at);
     }
@@ -227,6 +230,9 @@ pub fn update_bytes<'a>(
     };
     if let Some(at) = write.expires_at {
         size += ACTION + 3 + number_bytes(at);
+    }
+    if let Some(at) = write.timestamp {
+        size += ACTION + 2 + number_bytes(at);
     }
     if let Some(at) = write.close_at {
         size += ACTION + 2 + write.store.len() + ACTION + 2 + number_bytes(at);
@@ -499,6 +505,7 @@ mod tests {
             key: b"k",
             window: None,
             expires_at: None,
+            timestamp: None,
             contributions,
             partitions,
             close_at: None,

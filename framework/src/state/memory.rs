@@ -24,6 +24,8 @@ struct Item {
     close_at: Option<i64>,
     /// A windowed item's TTL (epoch seconds), as the DynamoDB store's `ttl` attribute.
     expires_at: Option<i64>,
+    /// The newest record time, as the DynamoDB store's `mt` attribute.
+    timestamp: Option<i64>,
 }
 
 impl Item {
@@ -38,6 +40,7 @@ impl Item {
             value: self.value,
             aggregate: self.aggregate.clone(),
             version: self.version,
+            timestamp: self.timestamp,
         }
     }
 }
@@ -160,6 +163,9 @@ impl MemoryStore {
         }
         if write.expires_at.is_some() {
             item.expires_at = write.expires_at;
+        }
+        if let Some(at) = write.timestamp {
+            item.timestamp = Some(item.timestamp.map_or(at, |t| t.max(at)));
         }
         for (tp, offset) in marks {
             item.watermarks
@@ -350,6 +356,7 @@ mod tests {
             key: b"k",
             window: None,
             expires_at: None,
+            timestamp: None,
             contributions: &contributions,
             partitions: &partitions,
             fold: Some(grow),

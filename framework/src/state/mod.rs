@@ -51,6 +51,10 @@ pub struct ItemWrite<'a> {
     /// When a windowed item may be deleted (epoch seconds, DynamoDB TTL): past the
     /// window's end, grace and retention.
     pub expires_at: Option<i64>,
+    /// For an item that keeps its newest record time (a time window: Kafka Streams'
+    /// window timestamp), the newest timestamp among the write's records; the item keeps
+    /// the highest it was given ([`ItemState::timestamp`]).
+    pub timestamp: Option<i64>,
     /// The contributions of the batch's records, by source record.
     pub contributions: &'a [Contribution],
     /// The batch's topic-partitions, indexed by [`Contribution::tp`].
@@ -99,6 +103,10 @@ pub struct ItemState {
     pub aggregate: Option<Vec<u8>>,
     /// The item's version: it grows by one with every write that changes it.
     pub version: u64,
+    /// The newest record time the item holds, for an item written with
+    /// [`ItemWrite::timestamp`] (`None` otherwise, and for items written before it was
+    /// kept).
+    pub timestamp: Option<i64>,
 }
 
 impl ItemState {
@@ -108,6 +116,7 @@ impl ItemState {
             value,
             aggregate: None,
             version,
+            timestamp: None,
         }
     }
 }
@@ -513,6 +522,7 @@ mod tests {
             partitions: &partitions,
             window: None,
             expires_at: None,
+            timestamp: None,
             close_at: None,
             fold: None,
         };

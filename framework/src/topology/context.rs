@@ -34,6 +34,10 @@ pub(crate) trait PendingFold: Fold {
 pub(crate) struct PendingItem {
     pub(crate) contributions: Vec<Contribution>,
     pub(crate) max_timestamp: i64,
+    /// Each contributing record's timestamp, `(partition index, offset, timestamp)`: a time
+    /// window keeps the newest of those it holds, so a record rejected at write time (a
+    /// poison record) leaves it out.
+    pub(crate) times: Vec<(u32, i64, i64)>,
     /// The values of a general aggregate (`None` for an additive store).
     pub(crate) fold: Option<Box<dyn PendingFold>>,
     /// When a windowed item may be deleted (epoch seconds).
@@ -252,6 +256,9 @@ impl Ctx {
             .entry((key, window.map(|w| w.start)))
             .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
+        if window.is_some() {
+            item.times.push((tp, offset, timestamp));
+        }
         item.expires_at = window.map(|w| w.expires_at);
         item.close_at = window.and_then(|w| w.close_at);
         Some((item, tp, offset))
@@ -302,6 +309,7 @@ impl Ctx {
             store.retain(|_, item| {
                 item.contributions
                     .retain(|c| !(c.tp == tp && c.offset == offset));
+                item.times.retain(|t| !(t.0 == tp && t.1 == offset));
                 if let Some(fold) = &mut item.fold {
                     fold.forget(tp, offset);
                 }

@@ -326,18 +326,30 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                     ));
                 }
             }
-            Expected::Finals(want) => {
+            Expected::Finals {
+                values: want,
+                times,
+            } => {
                 let got = records
                     .iter()
                     .map(|r| decode(r))
                     .collect::<Result<Vec<_>, _>>()?;
                 let mut finals: BTreeMap<String, i64> = BTreeMap::new();
                 let mut problems = Vec::new();
-                for (key, value, _) in &got {
+                for (key, value, timestamp) in &got {
                     let (Some(key), Some(value)) = (key, value) else {
                         problems.push(format!("a final without key or value: {key:?}={value:?}"));
                         continue;
                     };
+                    // Kafka Streams' timestamp: the window's newest record time.
+                    if !plan.ignore_timestamps
+                        && let Some(want) = times.get(key)
+                        && want != timestamp
+                    {
+                        problems.push(format!(
+                            "{key} emitted at {timestamp}, newest record {want}"
+                        ));
+                    }
                     match finals.insert(key.clone(), *value) {
                         Some(old) if old != *value => {
                             problems.push(format!("{key} emitted as {old} and as {value}"))
@@ -358,31 +370,36 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 }
             }
             Expected::Sessions { sessions, horizon } => {
-                // Per key, the sessions emitted with the highest version are the current ones.
-                let mut current: BTreeMap<String, (u64, BTreeMap<String, i64>)> = BTreeMap::new();
+                // Per session, the update with the highest version (its key's item version)
+                // is the current one; a tombstone (a session merged away) deletes it. Within
+                // one version (one batch), the tombstones come before the sessions.
+                let mut latest: BTreeMap<String, (u64, Option<i64>)> = BTreeMap::new();
                 for r in &records {
                     let (key, value, _) = decode(r)?;
-                    let (Some(key), Some(value)) = (key, value) else {
-                        return Err(format!("topic {topic}: a session without key or value"));
+                    let Some(key) = key else {
+                        return Err(format!("topic {topic}: a session without key"));
                     };
                     let version = version_of(r)?;
-                    let group = key
-                        .rsplit_once('@')
-                        .map(|(g, _)| g.to_owned())
-                        .unwrap_or_default();
-                    let entry = current.entry(group).or_insert((0, BTreeMap::new()));
+                    let entry = latest.entry(key.clone()).or_insert((0, None));
                     if version > entry.0 {
-                        *entry = (version, BTreeMap::new());
-                    }
-                    if version == entry.0
-                        && let Some(old) = entry.1.insert(key.clone(), value)
-                        && old != value
-                    {
-                        return Err(format!(
-                            "topic {topic}: session {key} version {version} emitted as {old} and as {value}"
-                        ));
+                        *entry = (version, value);
+                    } else if version == entry.0 {
+                        if let (Some(old), Some(new)) = (entry.1, value)
+                            && old != new
+                        {
+                            return Err(format!(
+                                "topic {topic}: session {key} version {version} emitted as {old} and as {new}"
+                            ));
+                        }
+                        if value.is_some() {
+                            entry.1 = value;
+                        }
                     }
                 }
+                let current: BTreeMap<String, (u64, BTreeMap<String, i64>)> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v))| v.map(|v| (k.clone(), (0, BTreeMap::from([(k, v)])))))
+                    .collect();
                 let end_of = |key: &str| -> (String, i64) {
                     let (group, window) = key.rsplit_once('@').unwrap_or((key, "0-0"));
                     let end = window
@@ -408,6 +425,55 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 if got != want {
                     return Err(format!(
                         "topic {topic}: current sessions {got:?}\nreference {want:?}\nfaults: {:?}",
+                        run.log
+                    ));
+                }
+            }
+            Expected::Windows {
+                values: want,
+                times,
+            } => {
+                // Per window, the update with the highest version is the latest; it carries
+                // the window's newest record time (Kafka Streams'), also under faults.
+                let mut latest: BTreeMap<String, (u64, Option<i64>, i64)> = BTreeMap::new();
+                for r in &records {
+                    let (key, value, timestamp) = decode(r)?;
+                    let key = key
+                        .ok_or_else(|| format!("topic {topic}: a window update with a null key"))?;
+                    let version = version_of(r)?;
+                    match latest.get(&key) {
+                        Some((v, old, at))
+                            if *v == version && (*old != value || *at != timestamp) =>
+                        {
+                            return Err(format!(
+                                "topic {topic}: window {key} version {version} emitted as {old:?}@{at} and as {value:?}@{timestamp}"
+                            ));
+                        }
+                        Some((v, _, _)) if *v >= version => {}
+                        _ => {
+                            latest.insert(key, (version, value, timestamp));
+                        }
+                    }
+                }
+                let mut problems = Vec::new();
+                if !plan.ignore_timestamps {
+                    for (key, (_, _, timestamp)) in &latest {
+                        if let Some(want) = times.get(key)
+                            && want != timestamp
+                        {
+                            problems.push(format!(
+                                "{key} last emitted at {timestamp}, newest record {want}"
+                            ));
+                        }
+                    }
+                }
+                let got: BTreeMap<String, i64> = latest
+                    .into_iter()
+                    .filter_map(|(k, (_, v, _))| v.map(|v| (k, v)))
+                    .collect();
+                if got != *want || !problems.is_empty() {
+                    return Err(format!(
+                        "topic {topic}: windows {got:?}\nreference {want:?}\nproblems: {problems:?}\nfaults: {:?}",
                         run.log
                     ));
                 }

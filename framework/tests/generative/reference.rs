@@ -35,8 +35,18 @@ pub enum Expected {
     /// A table's final state, and the timestamp its final update carries for the keys
     /// where Kafka Streams' rules fix it whatever the batches ([`table_times`]).
     TableAt(BTreeMap<String, i64>, BTreeMap<String, i64>),
-    /// Emit-on-close windows: the final value of every closed window, each emitted once.
-    Finals(BTreeMap<String, i64>),
+    /// Emit-on-close windows: the final value of every closed window, each emitted once,
+    /// and its timestamp (Kafka Streams': the window's newest record time).
+    Finals {
+        values: BTreeMap<String, i64>,
+        times: BTreeMap<String, i64>,
+    },
+    /// A time-windowed table: per window its latest value and the latest update's
+    /// timestamp (Kafka Streams': the window's newest record time, whatever the order).
+    Windows {
+        values: BTreeMap<String, i64>,
+        times: BTreeMap<String, i64>,
+    },
     /// Sessions, keyed `<key>@<start>-<end>`: per key, the current sessions. `horizon`:
     /// per key, sessions that end before it are not compared (the framework drops them
     /// from the key's item once no record that is not late can reach them).
@@ -61,8 +71,18 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 Expected::Records(records)
             }
             Out::Table(t) => Expected::TableAt(table(t, inputs), table_times(t, inputs)),
-            Out::Windowed(w) if w.emit_on_close => Expected::Finals(finals(w, plan, inputs)),
-            Out::Windowed(w) => Expected::Table(windowed(w, inputs)),
+            Out::Windowed(w) if w.emit_on_close => {
+                let values = finals(w, plan, inputs);
+                let times = windowed_times(w, inputs)
+                    .into_iter()
+                    .filter(|(k, _)| values.contains_key(k))
+                    .collect();
+                Expected::Finals { values, times }
+            }
+            Out::Windowed(w) => Expected::Windows {
+                values: windowed(w, inputs),
+                times: windowed_times(w, inputs),
+            },
             Out::Dyn(
                 w @ DynW {
                     windows: Dyn::Session(_),
@@ -511,6 +531,24 @@ fn windowed(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
                 let key = format!("{k}@{start}");
                 let acc = out.get(&key).copied();
                 out.insert(key, fold(w.agg, acc, r.value));
+            }
+            start += advance;
+        }
+    }
+    out
+}
+
+/// Per window of [`windowed`], the newest timestamp of the records it holds (Kafka Streams'
+/// window timestamp: `max(record, stored)`, so a late record does not move it back).
+fn windowed_times(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
+    let (size, advance) = (w.windows.size(), w.windows.advance());
+    let mut out: BTreeMap<String, i64> = BTreeMap::new();
+    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+        let mut start = 0;
+        while start <= r.ts {
+            if r.ts < start + size && start + size + w.grace > r.stream_time {
+                let newest = out.entry(format!("{k}@{start}")).or_insert(r.ts);
+                *newest = (*newest).max(r.ts);
             }
             start += advance;
         }

@@ -13,6 +13,7 @@
 //! | `k` | B | the raw key, for queries and scans |
 //! | `fv` | N | the item format version (`1`) |
 //! | `w:<topic>-<partition>` | N | watermark: the highest source offset of that partition whose effect `v` holds |
+//! | `mt` | N | a time window's newest record time (epoch ms), the timestamp of its updates; absent in items written before it was kept |
 //!
 //! Watermarks are top-level attributes rather than entries of one map attribute: an
 //! update can then create the item and set a watermark in the same request
@@ -48,6 +49,8 @@ pub const CLOSING_INDEX: &str = "closing";
 pub const CLOSING_STORE: &str = "cq";
 /// See [`CLOSING_STORE`].
 pub const CLOSING_TIME: &str = "cl";
+/// The attribute of a time window's newest record time (epoch ms).
+pub const NEWEST_TIME: &str = "mt";
 
 impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
@@ -55,6 +58,9 @@ impl DynamoStore {
         let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
         if write.expires_at.is_some() {
             set.push("#ttl = :ttl".to_owned());
+        }
+        if write.timestamp.is_some() {
+            set.push("#mt = :mt".to_owned());
         }
         if write.close_at.is_some() {
             set.push("#cq = :cq, #cl = :cl".to_owned());
@@ -92,6 +98,12 @@ impl DynamoStore {
             Some(at) => request
                 .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
                 .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
+            None => request,
+        };
+        let request = match write.timestamp {
+            Some(at) => request
+                .expression_attribute_names("#mt", NEWEST_TIME)
+                .expression_attribute_values(":mt", AttributeValue::N(at.to_string())),
             None => request,
         };
         match write.close_at {
@@ -160,6 +172,7 @@ pub(super) fn parse_state(item: &Item) -> Result<ItemState, String> {
         value,
         aggregate,
         version: number(item, "ver")?,
+        timestamp: number(item, NEWEST_TIME).ok(),
     })
 }
 

@@ -47,8 +47,8 @@ pub use admin::{create_table, emulator_client, emulator_client_with};
 use cache::Cache;
 pub use cache::DEFAULT_CACHE_BYTES;
 pub use item::{
-    CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, STREAM_TIME_KEY, ScannedItem,
-    TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
+    CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, NEWEST_TIME, STREAM_TIME_KEY,
+    ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
 use item::{cache_key, expired, number, parse_state, parse_watermarks};
 use retry::describe_request;
@@ -179,16 +179,24 @@ impl DynamoStore {
             return Ok((state, stats));
         }
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
-        let request = self
+        let mut request = self
             .update(write, false)
             .update_expression(format!(
                 "ADD #v :d, #ver :one SET {}",
                 Self::base_set(write).join(", ")
             ))
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        if write.timestamp.is_some() {
+            // The newest record time only moves forward (see `apply_additive`).
+            request = request.condition_expression("attribute_not_exists(#mt) OR #mt <= :mt");
+        }
         let mut stats = WriteStats::default();
         match self.send(request, write, &mut stats).await? {
             Ok(item) => Ok((self.written(write, item)?, stats)),
+            Err(current) if write.timestamp.is_some() => {
+                let state = self.merge(write, current, &mut stats).await?;
+                Ok((state, stats))
+            }
             Err(_) => Err(StateError::new(
                 write.store,
                 write.key,
@@ -229,6 +237,15 @@ impl DynamoStore {
             }
             let mut set = Self::base_set(write);
             let mut request = self.update(write, write.fold.is_some());
+            if let Some(at) = write.timestamp {
+                // The newest record time only moves forward.
+                let newest = stored
+                    .as_ref()
+                    .and_then(|s| s.timestamp)
+                    .map_or(at, |t| t.max(at));
+                request = request
+                    .expression_attribute_values(":mt", AttributeValue::N(newest.to_string()));
+            }
             let mut add = "ADD #ver :one".to_owned();
             match write.fold {
                 Some(fold) => {
@@ -321,6 +338,12 @@ impl DynamoStore {
                 .expression_attribute_values(format!(":l{i}"), AttributeValue::N(last.to_string()));
             set.push(format!("#w{i} = :l{i}"));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
+        }
+        if write.timestamp.is_some() {
+            // The newest record time only moves forward: a batch whose records are all
+            // older than the window's newest is refused and written by the fallback (one
+            // more request), which keeps the stored time.
+            conditions.push("(attribute_not_exists(#mt) OR #mt <= :mt)".to_owned());
         }
         let condition = conditions.join(" AND ");
         limits::check_expression(write, &condition)?;
