@@ -19,7 +19,7 @@ use crate::state::limits::RejectedRecords;
 use crate::state::{
     Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
 };
-use crate::topology::Topology;
+use crate::topology::{StoreSpec, Topology};
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::wire::HopHeaders;
 
@@ -92,6 +92,12 @@ impl Topology {
         for (index, spec) in self.inner.stores.iter().enumerate() {
             if let Some(closed) = clock.closed.get(&spec.name) {
                 ctx.closed[index] = *closed;
+            }
+            if let Some(closing) = &spec.closing {
+                // The join's closing time as the batch starts: its records close on it as
+                // they arrive (the closing pass after the writes closes the others).
+                let low = self.low_watermark(&clock, &[], unix_millis(), options, &closing.topics);
+                ctx.closing_times[index] = low.unwrap_or(i64::MIN);
             }
         }
         let mut outcome = BatchOutcome::default();
@@ -247,14 +253,29 @@ impl Topology {
             if !advanced.is_empty() {
                 store.advance_stream_times(&advanced, now_ms).await?;
             }
-            if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
+            let closes = |s: &StoreSpec| s.emit_on_close.is_some() || s.closing.is_some();
+            if self.inner.stores.iter().any(closes) {
                 // Read the clock again, after this batch's own advance: of two batches
                 // of different partitions running at once, at least the later reader
                 // sees both advances, so the windows they close together do close.
                 let clock = store.clock().await?;
-                let low = self.low_watermark(&clock, &advanced, now_ms, options);
-                self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
-                    .await?;
+                if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
+                    let all = self.inner.sources.keys().cloned().collect();
+                    let low = self.low_watermark(&clock, &advanced, now_ms, options, &all);
+                    self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
+                        .await?;
+                }
+                for (index, spec) in self.inner.stores.iter().enumerate() {
+                    let Some(closing) = &spec.closing else {
+                        continue;
+                    };
+                    let low =
+                        self.low_watermark(&clock, &advanced, now_ms, options, &closing.topics);
+                    if let Some(low) = low {
+                        self.close_join(index, low, &mut ctx, store, sink, &mut outcome.report)
+                            .await?;
+                    }
+                }
             }
         }
         outcome.report.late_records = ctx.late_records;
@@ -394,27 +415,29 @@ impl Topology {
         Ok(())
     }
 
-    /// The low watermark of the topology's source partitions after this batch: the lowest
-    /// stream time over the partitions whose stream time advanced within the idle timeout
-    /// (`None`: no such partition).
+    /// The low watermark of the source partitions of `topics` (of those the topology
+    /// reads) after this batch: the lowest stream time over the partitions whose stream
+    /// time advanced within the idle timeout (`None`: no such partition).
     fn low_watermark(
         &self,
         clock: &Clock,
         advanced: &[(TopicPartition, i64)],
         now_ms: i64,
         options: &BatchOptions,
+        topics: &BTreeSet<String>,
     ) -> Option<i64> {
         let idle_ms = i64::try_from(options.idle_partition_timeout.as_millis()).unwrap_or(i64::MAX);
+        let counts = |topic: &String| self.inner.sources.contains_key(topic) && topics.contains(topic);
         let mut times: HashMap<&TopicPartition, PartitionTime> = clock
             .partitions
             .iter()
-            .filter(|(tp, _)| self.inner.sources.contains_key(&tp.topic))
+            .filter(|(tp, _)| counts(&tp.topic))
             .map(|(tp, t)| (tp, *t))
             .collect();
         let declared: Vec<TopicPartition> = options
             .source_partitions
             .iter()
-            .filter(|(topic, _)| self.inner.sources.contains_key(*topic))
+            .filter(|(topic, _)| counts(topic))
             .flat_map(|(topic, n)| (0..*n).map(|p| TopicPartition::new(topic.as_str(), p)))
             .collect();
         let unseen = PartitionTime {
@@ -424,7 +447,7 @@ impl Topology {
         for tp in &declared {
             times.entry(tp).or_insert(unseen);
         }
-        for (tp, time) in advanced {
+        for (tp, time) in advanced.iter().filter(|(tp, _)| counts(&tp.topic)) {
             // The clock may hold a later time already (a concurrent batch of the partition).
             let mine = PartitionTime {
                 stream_time: *time,
@@ -478,6 +501,68 @@ impl Topology {
             let stats = store.mark_closed(&spec.name, &windows, low).await?;
             report.state.add(&stats);
             report.windows_closed += windows.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// The closing pass of the left or outer join of store `index` at its closing time
+    /// `low`: reads the items whose earliest unmatched record closes by then (the closing
+    /// index), emits the records that leave alone through the join's downstream operators,
+    /// produced and acknowledged, then writes each item without its closed records and
+    /// with its next closing time, on the condition that its version is the one read. Of
+    /// two closers (or a closer and an arrival) of one item, one writes; the other's
+    /// emission is a copy with the same content (outputs are at least once). A crash between
+    /// the emission and the write emits the same records again on the next pass.
+    async fn close_join(
+        &self,
+        index: usize,
+        low: i64,
+        ctx: &mut Ctx,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        report: &mut BatchReport,
+    ) -> Result<(), StreamError> {
+        let spec = &self.inner.stores[index];
+        let Some(closing) = &spec.closing else {
+            return Ok(());
+        };
+        let items = store.closing_items(&spec.name, low).await?;
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut rewrites = Vec::with_capacity(items.len());
+        for item in items {
+            ctx.origin = Origin::Update {
+                version: item.state.version + 1,
+                timestamp: 0,
+            };
+            let mut closed = None;
+            guarded(|| {
+                closed = (closing.close)(ctx, &item.key, &item.state, low)?;
+                Ok(())
+            })?;
+            if let Some((aggregate, next)) = closed {
+                rewrites.push((item, aggregate, next));
+            }
+        }
+        let outputs = std::mem::take(&mut ctx.outputs);
+        report.records_out += outputs.len() as u64;
+        if !outputs.is_empty() {
+            sink.send(outputs).await?;
+        }
+        let name = spec.name.as_str();
+        let results: Vec<WriteStats> = futures::stream::iter(rewrites)
+            .map(|(item, aggregate, next)| async move {
+                store
+                    .close_item(name, &item, &aggregate, next)
+                    .await
+                    .map(|(_, stats)| stats)
+            })
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .try_collect()
+            .await?;
+        for stats in &results {
+            report.state.add(stats);
         }
         Ok(())
     }

@@ -129,6 +129,10 @@ impl Fold for Restricted<'_> {
             self.partitions.binary_search(&tp).is_ok() && include(tp, offset)
         })
     }
+
+    fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+        self.inner.close_at(aggregate)
+    }
 }
 
 /// The length of `<store>#<key as unpadded base64url>`, the item's partition key.

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
+    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
     above_watermarks, limits,
 };
 
@@ -149,6 +149,10 @@ impl MemoryStore {
             }
             None => None,
         };
+        let closing = match (&aggregate, write.fold) {
+            (Some(aggregate), Some(fold)) => fold.close_at(aggregate),
+            _ => None,
+        };
         let item = items.entry(id).or_default();
         match aggregate {
             Some(aggregate) => item.aggregate = Some(aggregate),
@@ -157,6 +161,9 @@ impl MemoryStore {
         item.version += 1;
         if write.close_at.is_some() {
             item.close_at = write.close_at;
+        }
+        if let Some(close_at) = closing {
+            item.close_at = close_at;
         }
         if write.expires_at.is_some() {
             item.expires_at = write.expires_at;
@@ -311,6 +318,52 @@ impl Store for MemoryStore {
         let closed = clock.closed.entry(store.to_owned()).or_insert(up_to);
         *closed = (*closed).max(up_to);
         Ok(stats)
+    }
+
+    async fn closing_items(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<ClosingItem>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, _, window), item)| {
+                s == store && window.is_none() && item.close_at.is_some_and(|c| c <= up_to)
+            })
+            .map(|((_, key, _), item)| ClosingItem {
+                key: key.clone(),
+                state: item.state(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        match items.get_mut(&(store.to_owned(), item.key.clone(), None)) {
+            Some(stored) if stored.version == item.state.version => {
+                stored.aggregate = Some(aggregate.to_vec());
+                stored.version += 1;
+                stored.close_at = close_at;
+                Ok((Some(stored.state()), stats))
+            }
+            _ => {
+                stats.conditional_failures = 1;
+                Ok((None, stats))
+            }
+        }
     }
 }
 

@@ -70,6 +70,33 @@ pub(crate) struct StoreSpec {
     /// For an emit-on-close windowed store: the window size (ms). Its updates are
     /// emitted once per window, when the window closes, instead of after every batch.
     pub(crate) emit_on_close: Option<i64>,
+    /// For a left or outer stream–stream join's store: how its items close.
+    pub(crate) closing: Option<Closing>,
+}
+
+/// Closes a left or outer join's item (key, state read) at a closing time: emits into the
+/// context the records whose window closed and that joined nothing, and returns the item's
+/// new aggregate and next closing time (`None`: nothing closed).
+pub(crate) type CloseFn = Arc<
+    dyn Fn(
+            &mut Ctx,
+            &[u8],
+            &crate::state::ItemState,
+            i64,
+        ) -> Result<Option<(Vec<u8>, Option<i64>)>, StreamError>
+        + Send
+        + Sync,
+>;
+
+/// How a left or outer stream–stream join's items close.
+#[derive(Clone)]
+pub(crate) struct Closing {
+    /// The join's node: the source topics upstream of it give its closing time.
+    pub(crate) node: NodeId,
+    /// The topics whose partitions' stream times close the join (set at build: the
+    /// source topics upstream of `node`).
+    pub(crate) topics: BTreeSet<String>,
+    pub(crate) close: CloseFn,
 }
 
 /// Everything a built topology holds.

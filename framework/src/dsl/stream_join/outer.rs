@@ -1,7 +1,11 @@
 //! Left and outer stream–stream joins ([`KStream::left_join_stream`],
-//! [`KStream::outer_join_stream`]): both sides of a key in one item, with its join stream time.
+//! [`KStream::outer_join_stream`]): both sides of a key in one item, closed on the lowest
+//! stream time of the partitions feeding the join (its closing time), by the arrivals of
+//! the key's records and by the closing pass at the end of every batch.
 
 use super::*;
+use crate::state::ItemState;
+use crate::topology::{CloseFn, Closing};
 
 /// Which sides of a left or outer join emit their records that found no partner.
 #[derive(Debug, Clone, Copy)]
@@ -101,8 +105,8 @@ pub(super) struct Output {
 /// after the write).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(super) struct JoinState {
-    /// The join's stream time for the key: the highest stream time (of its source
-    /// partition) of a record of the key folded so far.
+    /// The highest closing time applied to the item so far (by an arrival or by the
+    /// closing pass): the records whose window and grace it passed have left.
     pub(super) time: Option<i64>,
     pub(super) entries: Vec<Entry>,
     pub(super) outputs: Vec<Output>,
@@ -131,20 +135,21 @@ impl Serde<JoinState> for JoinStateSerde {
     }
 }
 
-/// A record arriving at a left or outer join: its entry, the stream time of its partition,
-/// and the first offset of its partition in its batch.
+/// A record arriving at a left or outer join: its entry, the join's closing time at the
+/// start of its batch, and the first offset of its partition in its batch.
 #[derive(Debug, Clone)]
 pub(super) struct Arrival {
     pub(super) entry: Entry,
-    pub(super) stream_time: i64,
+    pub(super) close: i64,
     pub(super) batch_first: i64,
 }
 
 impl JoinState {
-    /// Folds the arrival of `x`: the stream time moves; the records whose window and
-    /// grace it passes leave (those that never joined, of an outer side, are emitted
-    /// alone); `x` joins the records of the other side within the window that remain;
-    /// `x` stays unless its own window and grace have passed already.
+    /// Folds the arrival of `x`: the item's closing time moves to the batch's (if later);
+    /// the records whose window and grace it passes leave (those that never joined, of an
+    /// outer side, are emitted alone, by `x`); `x` joins the records of the other side
+    /// within the window that remain; `x` stays unless its own window and grace have
+    /// passed already (a record later than the grace).
     pub(super) fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
         // The first write of this batch's records of the partition drops the outputs of
         // its earlier batches (the event source started this one after them, so they
@@ -158,7 +163,7 @@ impl JoinState {
             });
             self.replaced.push(source);
         }
-        let time = self.time.map_or(x.stream_time, |t| t.max(x.stream_time));
+        let time = self.time.map_or(x.close, |t| t.max(x.close));
         self.time = Some(time);
         let closed = |ts: i64| {
             ts.saturating_add(windows.difference)
@@ -216,6 +221,45 @@ impl JoinState {
         }
         self.entries = kept;
         self
+    }
+
+    /// When the item next closes: just past the window and grace of its earliest record
+    /// of an outer side that has not joined (`None`: it holds no such record).
+    pub(super) fn next_close(&self, windows: JoinWindows, outer: Outer) -> Option<i64> {
+        self.entries
+            .iter()
+            .filter(|e| !e.matched && outer.of(e.side))
+            .map(|e| {
+                e.ts.saturating_add(windows.difference)
+                    .saturating_add(windows.grace)
+                    .saturating_add(1)
+            })
+            .min()
+    }
+
+    /// Closes the item at the closing time `low`: the records whose window and grace it
+    /// passes leave, and those of an outer side that never joined are returned, in
+    /// timestamp order, to be emitted alone.
+    pub(super) fn close(mut self, low: i64, windows: JoinWindows, outer: Outer) -> (Self, Vec<Entry>) {
+        let time = self.time.map_or(low, |t| t.max(low));
+        self.time = Some(time);
+        let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| {
+                e.ts.saturating_add(windows.difference)
+                    .saturating_add(windows.grace)
+                    < time
+            });
+        self.entries = kept;
+        let mut alone: Vec<Entry> = gone
+            .into_iter()
+            .filter(|e| !e.matched && outer.of(e.side))
+            .collect();
+        alone.sort_by(|a, b| {
+            (a.ts, a.side, &a.topic, a.partition, a.offset, a.seq)
+                .cmp(&(b.ts, b.side, &b.topic, b.partition, b.offset, b.seq))
+        });
+        (self, alone)
     }
 }
 
@@ -418,20 +462,31 @@ where
     {
         let (key_serde, this, that) = sides(serdes);
         let id = NEXT_JOIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store_index = Arc::new(std::sync::OnceLock::new());
         let arrivals = self
             .buffered(&this)
-            .arrivals(id, THIS)
-            .merge(&other.buffered(&that).arrivals(id, 1));
-        let table: KTable<K, JoinState> = arrivals.group_by_key(Arc::clone(&key_serde)).aggregate(
-            store,
-            JoinState::default,
-            move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
-            JoinStateSerde,
-        );
+            .arrivals(id, THIS, Arc::clone(&store_index))
+            .merge(
+                &other
+                    .buffered(&that)
+                    .arrivals(id, 1, Arc::clone(&store_index)),
+            );
+        let table: KTable<K, JoinState> = arrivals
+            .group_by_key(Arc::clone(&key_serde))
+            .aggregate_closing(
+                store,
+                JoinState::default,
+                move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
+                JoinStateSerde,
+                Some(Box::new(move |state: &JoinState| {
+                    state.next_close(windows, outer)
+                })),
+            );
         let Some(lookup) = table.lookup else {
             unreachable!("a key's aggregate can be looked up")
         };
         let join_store = lookup.store;
+        let _ = store_index.set(join_store);
         let shared = self.shared();
         {
             let mut inner = lock(&shared);
@@ -444,6 +499,15 @@ where
             Arc::clone(&this.serde),
             Arc::clone(&that.serde),
             Arc::new(joiner),
+        );
+        let close = closer(
+            Arc::clone(&key_serde),
+            Arc::clone(&this_serde),
+            Arc::clone(&that_serde),
+            Arc::clone(&joiner) as Arc<OuterJoiner<K, V, VO, VR>>,
+            windows,
+            outer,
+            next.clone(),
         );
         arrivals
             .downstream()
@@ -540,10 +604,72 @@ where
                 .description
                 .add_node(name, kind, &[self.node(), other.node()]);
             inner.roles.read(node, join_store);
+            inner.roles.closes(node, join_store);
+            inner.stores[join_store].closing = Some(Closing {
+                node,
+                topics: Default::default(),
+                close,
+            });
             node
         };
         KStream::from_node(shared, next, node)
     }
+}
+
+/// The closing pass of a left or outer join's items: decodes the item, closes it at the
+/// closing time, emits the records that leave alone (as Kafka Streams, with their own
+/// timestamps) through the join's downstream operators, and returns the item's new
+/// aggregate and closing time.
+fn closer<K, V, VO, VR>(
+    key_serde: Arc<dyn Serde<K>>,
+    this_serde: Arc<dyn Serde<V>>,
+    that_serde: Arc<dyn Serde<VO>>,
+    joiner: Arc<OuterJoiner<K, V, VO, VR>>,
+    windows: JoinWindows,
+    outer: Outer,
+    out: Downstream<K, VR>,
+) -> CloseFn
+where
+    K: Clone + Send + Sync + 'static,
+    V: 'static,
+    VO: 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64| {
+        let corrupt = |what: &str, e: String| {
+            StreamError::Config(format!("a join state's {what} does not decode: {e}"))
+        };
+        let stored = JoinStateSerde
+            .deserialize(state.aggregate.as_deref())
+            .map_err(|e| corrupt("state", e.0))?;
+        let (closed, alone) = stored.close(low, windows, outer);
+        if !alone.is_empty() {
+            let key = key_serde
+                .deserialize(Some(key))
+                .map_err(|e| corrupt("key", e.0))?;
+            for e in &alone {
+                let decode_error =
+                    |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
+                let value = e.value.as_deref();
+                let joined = if e.side == THIS {
+                    let v = this_serde.deserialize(value).map_err(decode_error)?;
+                    joiner(&key, Some(&v), None)
+                } else {
+                    let o = that_serde.deserialize(value).map_err(decode_error)?;
+                    joiner(&key, None, Some(&o))
+                };
+                if let Some(joined) = joined {
+                    ctx.with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined))?;
+                }
+            }
+        }
+        let next = closed.next_close(windows, outer);
+        let bytes = JoinStateSerde
+            .try_serialize(&closed)
+            .map_err(|e| corrupt("state", e.0))?
+            .unwrap_or_default();
+        Ok(Some((bytes, next)))
+    })
 }
 
 /// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no
@@ -596,7 +722,12 @@ where
 {
     /// The records of one side of a left or outer join (`join`: its id) as they arrive at
     /// its state, each numbered among its source record's arrivals at that side.
-    pub(super) fn arrivals(&self, join: u64, side: u8) -> KStream<K, Arrival> {
+    pub(super) fn arrivals(
+        &self,
+        join: u64,
+        side: u8,
+        store: Arc<std::sync::OnceLock<usize>>,
+    ) -> KStream<K, Arrival> {
         self.child(
             "KSTREAM-JOINSIDE",
             move |ctx, key, (_, b): (V, Buffered), out| {
@@ -621,14 +752,18 @@ where
                     matched: false,
                     seq,
                 };
-                let stream_time = ctx.stream_time();
+                let close = store
+                    .get()
+                    .and_then(|index| ctx.closing_times.get(*index))
+                    .copied()
+                    .unwrap_or(i64::MIN);
                 let batch_first = ctx
                     .record_time()
                     .and_then(|(tp, _, _)| ctx.ranges.get(tp as usize))
                     .map_or(entry.offset, |range| range.0);
                 let arrival = Arrival {
                     entry,
-                    stream_time,
+                    close,
                     batch_first,
                 };
                 out.forward(ctx, key, arrival)
@@ -653,7 +788,7 @@ mod tests {
                 matched: false,
                 seq: 0,
             },
-            stream_time: ts,
+            close: ts,
             batch_first,
         }
     }
