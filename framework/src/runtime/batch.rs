@@ -253,7 +253,9 @@ impl Topology {
             if !advanced.is_empty() {
                 store.advance_stream_times(&advanced, now_ms).await?;
             }
-            let closes = |s: &StoreSpec| s.emit_on_close.is_some() || s.closing.is_some();
+            let closes = |s: &StoreSpec| {
+                s.emit_on_close.is_some() || s.closing.as_ref().is_some_and(|c| c.close.is_some())
+            };
             if self.inner.stores.iter().any(closes) {
                 // Read the clock again, after this batch's own advance: of two batches
                 // of different partitions running at once, at least the later reader
@@ -266,7 +268,7 @@ impl Topology {
                         .await?;
                 }
                 for (index, spec) in self.inner.stores.iter().enumerate() {
-                    let Some(closing) = &spec.closing else {
+                    let Some(closing) = spec.closing.as_ref().filter(|c| c.close.is_some()) else {
                         continue;
                     };
                     let low =
@@ -523,7 +525,7 @@ impl Topology {
         report: &mut BatchReport,
     ) -> Result<(), StreamError> {
         let spec = &self.inner.stores[index];
-        let Some(closing) = &spec.closing else {
+        let Some(close) = spec.closing.as_ref().and_then(|c| c.close.as_ref()) else {
             return Ok(());
         };
         let items = store.closing_items(&spec.name, low).await?;
@@ -538,7 +540,7 @@ impl Topology {
             };
             let mut closed = None;
             guarded(|| {
-                closed = (closing.close)(ctx, &item.key, &item.state, low)?;
+                closed = close(ctx, &item.key, &item.state, low)?;
                 Ok(())
             })?;
             if let Some((aggregate, next)) = closed {

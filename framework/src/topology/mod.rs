@@ -70,7 +70,7 @@ pub(crate) struct StoreSpec {
     /// For an emit-on-close windowed store: the window size (ms). Its updates are
     /// emitted once per window, when the window closes, instead of after every batch.
     pub(crate) emit_on_close: Option<i64>,
-    /// For a left or outer stream–stream join's store: how its items close.
+    /// For a stream–stream join's store: how its items close.
     pub(crate) closing: Option<Closing>,
 }
 
@@ -88,7 +88,8 @@ pub(crate) type CloseFn = Arc<
         + Sync,
 >;
 
-/// How a left or outer stream–stream join's items close.
+/// How a stream–stream join's store closes: its records can meet no partner once the
+/// join's closing time passes their window and grace.
 #[derive(Clone)]
 pub(crate) struct Closing {
     /// The join's node: the source topics upstream of it give its closing time.
@@ -96,7 +97,9 @@ pub(crate) struct Closing {
     /// The topics whose partitions' stream times close the join (set at build: the
     /// source topics upstream of `node`).
     pub(crate) topics: BTreeSet<String>,
-    pub(crate) close: CloseFn,
+    /// A left or outer join's closing pass (`None`: an inner join's buffer, which prunes as
+    /// records arrive and emits nothing alone).
+    pub(crate) close: Option<CloseFn>,
 }
 
 /// Everything a built topology holds.

@@ -63,9 +63,10 @@ impl JoinWindows {
         self
     }
 
-    /// How far behind the newest record of a key a buffered record is still kept.
-    fn horizon(&self) -> i64 {
-        self.difference.saturating_mul(2).saturating_add(self.grace)
+    /// Whether a record at `ts` can meet no partner any more once the join's closing time
+    /// is `close`: its window and grace have passed.
+    fn closed(&self, ts: i64, close: i64) -> bool {
+        ts.saturating_add(self.difference).saturating_add(self.grace) < close
     }
 }
 
@@ -77,6 +78,14 @@ struct Buffered {
     partition: i32,
     offset: i64,
     value: Option<Vec<u8>>,
+    /// The join's closing time at the start of the record's batch (not stored): buffered
+    /// records whose window and grace it passed can meet no partner any more.
+    #[serde(skip, default = "no_time")]
+    close: i64,
+}
+
+fn no_time() -> i64 {
+    i64::MIN
 }
 
 impl Buffered {

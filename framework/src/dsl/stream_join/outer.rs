@@ -464,12 +464,12 @@ where
         let id = NEXT_JOIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let store_index = Arc::new(std::sync::OnceLock::new());
         let arrivals = self
-            .buffered(&this)
-            .arrivals(id, THIS, Arc::clone(&store_index))
+            .buffered(&this, Arc::clone(&store_index))
+            .arrivals(id, THIS)
             .merge(
                 &other
-                    .buffered(&that)
-                    .arrivals(id, 1, Arc::clone(&store_index)),
+                    .buffered(&that, Arc::clone(&store_index))
+                    .arrivals(id, 1),
             );
         let table: KTable<K, JoinState> = arrivals
             .group_by_key(Arc::clone(&key_serde))
@@ -608,7 +608,7 @@ where
             inner.stores[join_store].closing = Some(Closing {
                 node,
                 topics: Default::default(),
-                close,
+                close: Some(close),
             });
             node
         };
@@ -722,12 +722,7 @@ where
 {
     /// The records of one side of a left or outer join (`join`: its id) as they arrive at
     /// its state, each numbered among its source record's arrivals at that side.
-    pub(super) fn arrivals(
-        &self,
-        join: u64,
-        side: u8,
-        store: Arc<std::sync::OnceLock<usize>>,
-    ) -> KStream<K, Arrival> {
+    pub(super) fn arrivals(&self, join: u64, side: u8) -> KStream<K, Arrival> {
         self.child(
             "KSTREAM-JOINSIDE",
             move |ctx, key, (_, b): (V, Buffered), out| {
@@ -752,11 +747,7 @@ where
                     matched: false,
                     seq,
                 };
-                let close = store
-                    .get()
-                    .and_then(|index| ctx.closing_times.get(*index))
-                    .copied()
-                    .unwrap_or(i64::MIN);
+                let close = b.close;
                 let batch_first = ctx
                     .record_time()
                     .and_then(|(tp, _, _)| ctx.ranges.get(tp as usize))
