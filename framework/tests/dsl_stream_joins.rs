@@ -4,12 +4,13 @@
 //! of one key within the window is emitted exactly once.
 //!
 //! Left and outer joins against a reference of their own, over records wandering further
-//! out of order: the join's stream time `T(x)` at record `x` is the highest stream time of
-//! a record of its key processed so far (a record's stream time is the highest timestamp of
-//! its topic so far). A pair `(l, r)` within the window is emitted iff the earlier of the two
-//! (in processing order) is still there when the later arrives: `ts + window + grace >=
-//! T(later)`. A record of an outer side with no pair is emitted alone iff the final stream
-//! time of its key passed its `ts + window + grace`. So a record is emitted alone only once
+//! out of order: the join's closing time `T(x)` at record `x` is the lowest stream time of
+//! the two topics (a topic's stream time is its highest timestamp; one not seen yet does
+//! not count) after the batches before `x`'s. A pair `(l, r)` within the window is emitted
+//! iff the earlier of the two (in processing order) is still there when the later arrives:
+//! `ts + window + grace >= T(later)`. A record of an outer side with no pair is emitted alone
+//! iff the final closing time passed its `ts + window + grace`. So a record is emitted alone
+//! only once
 //! it can no longer join, and never after it joined.
 
 #![allow(clippy::unwrap_used)]
@@ -191,28 +192,18 @@ fn processing_order(inputs: &[Input], size: usize) -> Vec<usize> {
 
 /// The left or outer join reference (see the module documentation), per key, sorted.
 fn outer_reference(inputs: &[Input], kind: Kind, size: usize) -> BTreeMap<String, Vec<String>> {
-    // Stream time of each record: the highest timestamp of its topic up to it.
-    let stream_time: Vec<i64> = (0..inputs.len())
-        .map(|i| {
-            inputs[..=i]
-                .iter()
-                .filter(|x| x.0 == inputs[i].0)
-                .map(|x| x.2)
-                .max()
-                .unwrap()
-        })
-        .collect();
     let order = processing_order(inputs, size);
     let rank = |i: usize| order.iter().position(|o| *o == i).unwrap();
-    // The join's stream time at a record: over the records of its key processed so far.
-    let time_at = |i: usize| {
-        order[..=rank(i)]
+    // The join's closing time: the lowest stream time of the topics seen so far (a topic
+    // not seen yet does not hold it), after the batches before the record's.
+    let low_after = |records: &[Input]| {
+        [true, false]
             .iter()
-            .filter(|j| inputs[**j].1 == inputs[i].1)
-            .map(|j| stream_time[*j])
-            .max()
-            .unwrap()
+            .filter_map(|side| records.iter().filter(|x| x.0 == *side).map(|x| x.2).max())
+            .min()
+            .unwrap_or(i64::MIN)
     };
+    let time_at = |i: usize| low_after(&inputs[..(i / size) * size]);
     let name = |i: usize| format!("{}{i}", if inputs[i].0 { "L" } else { "R" });
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut joined = vec![false; inputs.len()];
@@ -234,13 +225,7 @@ fn outer_reference(inputs: &[Input], kind: Kind, size: usize) -> BTreeMap<String
     }
     for (i, (left, key, ts)) in inputs.iter().enumerate() {
         let outer_side = *left || kind == Kind::Outer;
-        let final_time = inputs
-            .iter()
-            .zip(&stream_time)
-            .filter(|(x, _)| &x.1 == key)
-            .map(|(_, t)| *t)
-            .max()
-            .unwrap();
+        let final_time = low_after(inputs);
         if outer_side && !joined[i] && ts + DIFFERENCE + GRACE < final_time {
             let alone = if *left {
                 format!("{}+none", name(i))

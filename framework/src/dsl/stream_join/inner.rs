@@ -217,7 +217,7 @@ where
         move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
             let close = entry.close;
             buffer.entries.push(entry);
-            buffer.entries.retain(|b| !windows.closed(b.ts, close));
+            buffer.entries.retain(|b| !windows.expired(b.ts, close));
             buffer
                 .entries
                 .sort_by(|a, b| a.position().cmp(&b.position()));

@@ -63,10 +63,13 @@ impl JoinWindows {
         self
     }
 
-    /// Whether a record at `ts` can meet no partner any more once the join's closing time
-    /// is `close`: its window and grace have passed.
-    fn closed(&self, ts: i64, close: i64) -> bool {
-        ts.saturating_add(self.difference).saturating_add(self.grace) < close
+    /// Whether a buffered record at `ts` can meet no partner any more once the join's
+    /// closing time is `close`: a partner at most window + grace behind the stream time of
+    /// its partition is at least `close - difference - grace`, more than the window away.
+    fn expired(&self, ts: i64, close: i64) -> bool {
+        ts.saturating_add(self.difference.saturating_mul(2))
+            .saturating_add(self.grace)
+            < close
     }
 }
 
