@@ -95,9 +95,11 @@ impl Topology {
             }
             if let Some(closing) = &spec.closing {
                 // The join's closing time as the batch starts: its records close on it as
-                // they arrive (the closing pass after the writes closes the others).
+                // they arrive (the closing pass after the writes closes the others). It
+                // never moves back (a partition seen for the first time, or back from
+                // idle, may be behind): what closed stays closed.
                 let low = self.low_watermark(&clock, &[], unix_millis(), options, &closing.topics);
-                ctx.closing_times[index] = low.unwrap_or(i64::MIN);
+                ctx.closing_times[index] = low.unwrap_or(i64::MIN).max(ctx.closed[index]);
             }
         }
         let mut outcome = BatchOutcome::default();
@@ -273,9 +275,16 @@ impl Topology {
                     };
                     let low =
                         self.low_watermark(&clock, &advanced, now_ms, options, &closing.topics);
-                    if let Some(low) = low {
-                        self.close_join(index, low, &mut ctx, store, sink, &mut outcome.report)
-                            .await?;
+                    // Never back (see the batch start), and the same for every closer.
+                    let persisted = clock.closed.get(&spec.name).copied().unwrap_or(i64::MIN);
+                    let Some(low) = low.map(|l| l.max(persisted)) else {
+                        continue;
+                    };
+                    self.close_join(index, low, &mut ctx, store, sink, &mut outcome.report)
+                        .await?;
+                    if low > persisted {
+                        let stats = store.mark_closed(&spec.name, &[], low).await?;
+                        outcome.report.state.add(&stats);
                     }
                 }
             }

@@ -162,7 +162,8 @@ pub struct Clock {
     /// Per source topic-partition seen so far.
     pub partitions: HashMap<TopicPartition, PartitionTime>,
     /// Per store: the windows that close (end + grace) at or before this time are
-    /// closed and emitted; a record for one of them is late.
+    /// closed and emitted; a record for one of them is late. For a left or outer
+    /// stream–stream join's store: the highest closing time its closing pass applied.
     pub closed: HashMap<String, i64>,
     /// When (wall clock, epoch ms) the first stream time was recorded: a declared
     /// partition not seen yet counts as heard from at this time.
