@@ -17,7 +17,7 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+    ClosingItem, Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
 };
 use crate::topology::{StoreSpec, Topology};
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
@@ -36,6 +36,10 @@ use crate::wire::HopHeaders;
 /// different joins, a batch sends no chunk while records wait at a join (their repartition
 /// records must be sorted with the ones held, see `topology::order`).
 pub const OUTPUT_CHUNK: usize = 20_000;
+
+/// How many times a join's closing pass reads an item again after another writer changed
+/// it between its read and its write.
+const CLOSE_ATTEMPTS: u32 = 4;
 
 impl Topology {
     /// Processes one event with the default options (poison records fail the batch).
@@ -541,40 +545,69 @@ impl Topology {
         if items.is_empty() {
             return Ok(());
         }
-        let mut rewrites = Vec::with_capacity(items.len());
-        for item in items {
-            ctx.origin = Origin::Update {
-                version: item.state.version + 1,
-                timestamp: 0,
-            };
-            let mut closed = None;
-            guarded(|| {
-                closed = close(ctx, &item.key, &item.state, low)?;
-                Ok(())
-            })?;
-            if let Some((aggregate, next)) = closed {
-                rewrites.push((item, aggregate, next));
+        // Per item: the records emitted alone so far (a retry after a conflict emits only
+        // the others).
+        let mut emitted: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
+        let mut pending = items;
+        for attempt in 0..CLOSE_ATTEMPTS {
+            let mut rewrites = Vec::with_capacity(pending.len());
+            for item in pending {
+                ctx.origin = Origin::Update {
+                    version: item.state.version + 1,
+                    timestamp: 0,
+                };
+                let mut closed = None;
+                let done = emitted.entry(item.key.clone()).or_default();
+                guarded(|| {
+                    closed = close(ctx, &item.key, &item.state, low, done)?;
+                    Ok(())
+                })?;
+                if let Some((aggregate, next)) = closed {
+                    rewrites.push((item, aggregate, next));
+                }
+            }
+            let outputs = std::mem::take(&mut ctx.outputs);
+            report.records_out += outputs.len() as u64;
+            if !outputs.is_empty() {
+                sink.send(outputs).await?;
+            }
+            let name = spec.name.as_str();
+            let results: Vec<(ClosingItem, Option<ItemState>, WriteStats)> =
+                futures::stream::iter(rewrites)
+                    .map(|(item, aggregate, next)| async move {
+                        let (written, stats) =
+                            store.close_item(name, &item, &aggregate, next).await?;
+                        Ok::<_, StateError>((item, written, stats))
+                    })
+                    .buffer_unordered(WRITE_CONCURRENCY)
+                    .try_collect()
+                    .await?;
+            let mut conflicts = Vec::new();
+            for (item, written, stats) in results {
+                report.state.add(&stats);
+                if written.is_none() {
+                    conflicts.push(item.key);
+                }
+            }
+            if conflicts.is_empty() {
+                return Ok(());
+            }
+            // Another writer changed the item since it was read (an arrival of its key, or
+            // a concurrent closer): read it again and close what is still there.
+            pending = Vec::new();
+            if attempt + 1 < CLOSE_ATTEMPTS {
+                let found = store.get_many(name, &conflicts).await?;
+                for key in conflicts {
+                    if let Some(state) = found.get(&key) {
+                        pending.push(ClosingItem {
+                            key,
+                            state: state.clone(),
+                        });
+                    }
+                }
             }
         }
-        let outputs = std::mem::take(&mut ctx.outputs);
-        report.records_out += outputs.len() as u64;
-        if !outputs.is_empty() {
-            sink.send(outputs).await?;
-        }
-        let name = spec.name.as_str();
-        let results: Vec<WriteStats> = futures::stream::iter(rewrites)
-            .map(|(item, aggregate, next)| async move {
-                store
-                    .close_item(name, &item, &aggregate, next)
-                    .await
-                    .map(|(_, stats)| stats)
-            })
-            .buffer_unordered(WRITE_CONCURRENCY)
-            .try_collect()
-            .await?;
-        for stats in &results {
-            report.state.add(stats);
-        }
+        // Still changing: the items stay in the closing index for the next pass.
         Ok(())
     }
 

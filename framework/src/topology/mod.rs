@@ -75,14 +75,17 @@ pub(crate) struct StoreSpec {
 }
 
 /// Closes a left or outer join's item (key, state read) at a closing time: emits into the
-/// context the records whose window closed and that joined nothing, and returns the item's
-/// new aggregate and next closing time (`None`: nothing closed).
+/// context the records whose window closed and that joined nothing, except those whose
+/// identity is in the set of the records emitted already (a second try after a conflict);
+/// adds the identities of those it emits to it; and returns the item's new aggregate and
+/// next closing time (`None`: nothing closed).
 pub(crate) type CloseFn = Arc<
     dyn Fn(
             &mut Ctx,
             &[u8],
             &crate::state::ItemState,
             i64,
+            &mut std::collections::HashSet<Vec<u8>>,
         ) -> Result<Option<(Vec<u8>, Option<i64>)>, StreamError>
         + Send
         + Sync,

@@ -2,27 +2,31 @@
 //! ValueJoiner, JoinWindows)`.
 //!
 //! Each side keeps its recent records per key in a state item (a buffer, written exactly
-//! once like every aggregate). A buffer drops the records more than twice the window plus
-//! the grace older than the newest record it held before the batch (never relative to the
-//! batch's own records, so that batch boundaries do not change the result): a record at
-//! most window + grace behind the newest record of its key meets every partner within the
-//! window; one later than that may miss partners already dropped. A record joins the other side's
-//! buffer as it stands after the batch's own buffer writes, so two records of one batch
-//! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
-//! is emitted once (a record that meets its own copy, in a self-join, emits that pair from
-//! this side only). A pair whose records arrive in two batches is emitted by the later
-//! batch; its timestamp is the later of the two records' whichever emits it. So with every record delivered once, each pair is emitted once whatever the
-//! batch boundaries. A redelivered record (a retry with the same or other boundaries)
-//! emits its pairs again, and two batches running at the same time (one per side) can each
-//! see the other's record: the pair is then emitted twice, identically (the output is at
-//! least once, as every output of the framework; the `lambda-streams-source` header names
-//! the record that emitted it). The buffers themselves are exact.
+//! once like every aggregate). Both close on the join's *closing time*: the lowest stream
+//! time of the source partitions feeding the join (the low watermark of emit-on-close
+//! windows, with the idle-partition timeout), as it stood when the batch started. A buffer
+//! drops a record once the closing time passes its timestamp plus twice the window plus
+//! the grace: a partner at most window + grace behind the stream time of its own partition
+//! is then more than the window away. So a side whose partitions run ahead never drops a
+//! record the lagging side can still join. A record joins the other side's buffer as it
+//! stands after the batch's own buffer writes, so two records of one batch meet; of such a
+//! pair only the later one (by timestamp, then source) emits, so the pair is emitted once
+//! (a record that meets its own copy, in a self-join, emits that pair from this side
+//! only). A pair whose records arrive in two batches is emitted by the later batch; its
+//! timestamp is the later of the two records' whichever emits it. So with every record
+//! delivered once, each pair is emitted once whatever the batch boundaries. A redelivered
+//! record (a retry with the same or other boundaries) emits its pairs again, and two
+//! batches running at the same time (one per side) can each see the other's record: the
+//! pair is then emitted twice, identically (the output is at least once, as every output
+//! of the framework; the `lambda-streams-source` header names the record that emitted it).
+//! The buffers themselves are exact.
 //!
 //! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
 //! semantics: a record that joined nothing is emitted alone once it can no longer join, and
-//! never after it joined) keep both sides of a key in one item instead, with the key's join
-//! stream time, so that which records join and which leave alone is decided once, in the
-//! write that folds the deciding record; see [`KStream::left_join_stream`].
+//! never after it joined) keep both sides of a key in one item instead, so that which
+//! records join and which leave alone is decided once, in one conditional write; the
+//! records of keys that get no later record close in the closing pass at the end of every
+//! batch; see [`KStream::left_join_stream`].
 
 use std::sync::Arc;
 use std::time::Duration;

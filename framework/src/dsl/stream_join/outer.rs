@@ -273,36 +273,56 @@ where
     /// whose timestamps differ by at most the window gives `joiner(key, this value,
     /// Some(other value))`, once; a record of this stream that joined no record gives
     /// `joiner(key, this value, None)`, once, as soon as it can no longer join one and not
-    /// before: when the join's stream time passes its timestamp plus the window plus the
+    /// before: when the join's closing time passes its timestamp plus the window plus the
     /// grace. A record that joined is never emitted alone.
     ///
-    /// The join's stream time for a key is the highest stream time (of their own source
-    /// partitions) of the key's records, both sides: a record waits for the next record
-    /// of its key to be emitted alone. A record leaves the join when that stream time
-    /// passes its timestamp plus window plus grace; a record of the other side arriving
-    /// later no longer meets it (even within the window of its timestamp), and a record
-    /// arriving that late itself meets only the records still there. A record whose key
-    /// serializes to null joins nothing: on an outer side it is emitted alone at once (as
-    /// Kafka Streams does since 3.7).
+    /// The join's **closing time** is the lowest stream time of the source partitions
+    /// feeding the join (both sides; with the idle-partition timeout of
+    /// [`BatchOptions`](crate::BatchOptions), as emit-on-close windows, so that a quiet
+    /// partition does not hold it forever), and it never moves back. Kafka Streams closes on
+    /// the highest timestamp its task has seen, reading its partitions in timestamp order;
+    /// an event source delivers every partition on its own, and a partition that lags may
+    /// still deliver a partner within the grace, so here a record is emitted alone only once
+    /// both sides are past its window and grace (docs/kafka-streams-differences.md). Every
+    /// pair within the window is found, whichever side runs ahead, for records at most the
+    /// grace behind their partition's stream time. A record later than that meets only the
+    /// records still there, and one whose own window has closed already is emitted alone at
+    /// once if it found no partner. A record whose key serializes to null joins nothing: on
+    /// an outer side it is emitted alone at once (as Kafka Streams does since 3.7).
     ///
     /// Both sides' records of a key live in one state item of `store` (a general
     /// aggregate: exactly once), encoded with `serdes` (key, this value, other value), so
-    /// every decision — which records join, which leave alone — is made once, in the write
-    /// that folds the record deciding it. The outputs of that write are kept in the item
-    /// (until a later batch of the same source partition writes it) and emitted by the
-    /// record they are attributed to, after the write: a pair by the later of its two records (in
-    /// processing order), an unjoined record by the record whose arrival moved the stream
-    /// time past it; the `lambda-streams-source` header names that record. As in Kafka
-    /// Streams, a pair's timestamp is the later of its two records', and a record emitted
-    /// alone keeps its own. A record that reaches the join several times (a self-join, where
-    /// it arrives at both sides, or a `flat_map_values` ahead of the join) emits each of its
-    /// outputs once: each output names the arrival that emits it. Like every output of the framework, it is at least once: a retried
-    /// batch (even one ending later) emits its outputs again, identical, as does a batch
-    /// delivered again before a later batch of its partition wrote the key. The outputs of
-    /// one batch for one key are part of the item, which holds at most 400 KB.
+    /// every decision — which records join, which leave alone — is made once, in one
+    /// conditional write. A record that arrives folds the records of its key whose window the
+    /// closing time (as its batch started) has passed, and joins the other side's records
+    /// within the window; the outputs of that write are kept in the item (until a later
+    /// batch of the same source partition writes it) and emitted by the record they are
+    /// attributed to, after the write (its `lambda-streams-source` header names it): a pair
+    /// by the later of its two records (in processing order). The records of keys that get no
+    /// later record close in the **closing pass** at the end of every batch: an item holding
+    /// records of an outer side that joined nothing is in the table's `closing` index
+    /// (`create_table`, `template.yaml`) with the time its earliest one expires; the pass
+    /// reads the items whose time has come, emits their records alone through the join's
+    /// downstream operators (with a version header, as a table update, not a source
+    /// header), then rewrites each item without them on the condition that its version is
+    /// the one read (two closers, or a closer and an arrival, write once; a crash between
+    /// the emission and the write emits the same records again). Because those records have
+    /// no source record, `build()` refuses the join's output fed into an aggregation, a
+    /// repartition topic or another join: produce it with `to` and read it in another
+    /// sub-topology.
     ///
-    /// Cost per batch: one conditional write per touched key, and one batched read of
-    /// the touched keys' items after the write.
+    /// As in Kafka Streams, a pair's timestamp is the later of its two records', and a
+    /// record emitted alone keeps its own. A record that reaches the join several times (a
+    /// self-join, where it arrives at both sides, or a `flat_map_values` ahead of the join)
+    /// emits each of its outputs once: each output names the arrival that emits it. Like
+    /// every output of the framework, it is at least once: a retried batch (even one ending
+    /// later) emits its outputs again, identical, as does a batch delivered again before a
+    /// later batch of its partition wrote the key. The outputs of one batch for one key are
+    /// part of the item, which holds at most 400 KB.
+    ///
+    /// Cost per batch: one conditional write per touched key, one batched read of the
+    /// touched keys' items after the write, one query of the closing index, and one
+    /// conditional write per item the closing pass closes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -332,8 +352,10 @@ where
     /// shown.pipe_input_with_timestamp("u1", "ad-2".to_owned(), 3_000)?;
     /// clicked.pipe_input_with_timestamp("u1", "buy".to_owned(), 12_000)?; // joins ad-2 only
     /// assert_eq!(out.read_values()?, ["ad-2->buy"]); // ad-1 could still meet a click
-    /// // The stream time passes 1 s + 10 s + 5 s: ad-1 can no longer meet a click.
+    /// // Both topics pass 1 s + 10 s + 5 s: ad-1 can no longer meet a click.
     /// shown.pipe_input_with_timestamp("u1", "ad-3".to_owned(), 30_000)?;
+    /// assert_eq!(out.read_values()?, Vec::<String>::new()); // the clicks are at 12 s
+    /// clicked.pipe_input_with_timestamp("u2", "view".to_owned(), 30_000)?;
     /// assert_eq!(out.read_values()?, ["ad-1->none"]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -372,9 +394,10 @@ where
     /// whose timestamps differ by at most the window gives `joiner(key, Some(this value),
     /// Some(other value))`, once; a record of either side that joined no record gives
     /// `joiner(key, Some(this value), None)` or `joiner(key, None, Some(other value))`,
-    /// once, when it can no longer join one (the join's stream time passes its timestamp
-    /// plus the window plus the grace), and never when it joined. State, costs and
-    /// delivery as [`left_join_stream`](Self::left_join_stream).
+    /// once, when it can no longer join one (the join's closing time, the lowest stream time
+    /// of the partitions feeding it, passes its timestamp plus the window plus the grace),
+    /// and never when it joined. Closing time, state, costs and delivery as
+    /// [`left_join_stream`](Self::left_join_stream).
     ///
     /// ```
     /// use std::time::Duration;
@@ -405,7 +428,8 @@ where
     /// order.pipe_input_with_timestamp("o2", "book".to_owned(), 2_000)?;
     /// payment.pipe_input_with_timestamp("o2", "paid".to_owned(), 4_000)?;
     /// order.pipe_input_with_timestamp("o1", "pen".to_owned(), 30_000)?; // 29 s later
-    /// payment.pipe_input_with_timestamp("o1", "late".to_owned(), 50_000)?;
+    /// payment.pipe_input_with_timestamp("o1", "late".to_owned(), 50_000)?; // -/paid
+    /// order.pipe_input_with_timestamp("o3", "cup".to_owned(), 50_000)?; // pen/-
     /// let out = driver.output_topic("reconciled", Utf8, Utf8).read_key_values()?;
     /// let expected = [("o2", "book/paid"), ("o1", "-/paid"), ("o1", "pen/-")];
     /// assert_eq!(out, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
@@ -490,7 +514,7 @@ where
         let shared = self.shared();
         {
             let mut inner = lock(&shared);
-            // The join's stream time starts from the partitions' persisted stream times.
+            // The join closes on the partitions' persisted stream times.
             inner.windowed = true;
         }
         let next = Downstream::<K, VR>::new();
@@ -635,7 +659,7 @@ where
     VO: 'static,
     VR: Clone + Send + Sync + 'static,
 {
-    Arc::new(move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64| {
+    Arc::new(move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64, emitted| {
         let corrupt = |what: &str, e: String| {
             StreamError::Config(format!("a join state's {what} does not decode: {e}"))
         };
@@ -648,6 +672,14 @@ where
                 .deserialize(Some(key))
                 .map_err(|e| corrupt("key", e.0))?;
             for e in &alone {
+                let identity = format!(
+                    "{}:{}:{}:{}:{}",
+                    e.side, e.topic, e.partition, e.offset, e.seq
+                )
+                .into_bytes();
+                if !emitted.insert(identity) {
+                    continue;
+                }
                 let decode_error =
                     |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
                 let value = e.value.as_deref();
