@@ -31,14 +31,19 @@ fn topology() -> Topology {
             JoinWindows::of(Duration::from_millis(10)),
             "pairs",
             (Utf8, DecimalI64, DecimalI64),
-            |_, l: &i64, r: Option<&i64>| format!("{l}+{}", r.map_or("none".into(), i64::to_string)),
+            |_, l: &i64, r: Option<&i64>| {
+                format!("{l}+{}", r.map_or("none".into(), i64::to_string))
+            },
         )
         .to("joined", Utf8, Utf8);
     builder.build()
 }
 
-/// One event: per topic, its records `(offset, key, value, timestamp)` on partition 0.
-fn event(parts: &[(&str, &[(i64, &str, i64, i64)])]) -> KafkaEvent {
+/// A record: offset, key, value, timestamp.
+type In<'a> = (i64, &'a str, i64, i64);
+
+/// One event: per topic, its records on partition 0.
+fn event(parts: &[(&str, &[In])]) -> KafkaEvent {
     KafkaEvent {
         source: EventSource::SelfManaged,
         bootstrap_servers: "127.0.0.1:9092".into(),
@@ -79,7 +84,11 @@ fn values(records: &[OutputRecord]) -> Vec<String> {
 
 /// The quiet key's item: no record left, out of the closing index.
 async fn assert_closed(store: &DynamoStore) {
-    let item = store.get("pairs", b"quiet").await.unwrap().expect("the item");
+    let item = store
+        .get("pairs", b"quiet")
+        .await
+        .unwrap()
+        .expect("the item");
     let state = String::from_utf8(item.aggregate.unwrap()).unwrap();
     assert!(state.contains(r#""entries":[]"#), "{state}");
     let closing = store.closing_items("pairs", i64::MAX).await.unwrap();
@@ -94,14 +103,20 @@ async fn a_quiet_key_s_unjoined_record_is_emitted_alone_once_under_redelivery() 
     let first = event(&[("left", &[(0, "quiet", 1, 0), (1, "k", 2, 5)])]);
     let second = event(&[("right", &[(0, "k", 3, 6)])]);
     // Both topics pass 0 + 10: the quiet key's record can no longer join.
-    let third = event(&[("left", &[(2, "k3", 4, 50)]), ("right", &[(1, "k3", 5, 50)])]);
+    let third = event(&[
+        ("left", &[(2, "k3", 4, 50)]),
+        ("right", &[(1, "k3", 5, 50)]),
+    ]);
 
     // Every batch once: "1+none" once, by the closing pass of the third batch (the left
     // topic was at 5 after the second one, which does not pass 10).
     let table = unique("ssj-close");
     create_table(&client, &table).await.expect("table");
     let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
-    assert_eq!(values(&process(&topology, &first, &store).await), Vec::<String>::new());
+    assert_eq!(
+        values(&process(&topology, &first, &store).await),
+        Vec::<String>::new()
+    );
     assert_eq!(values(&process(&topology, &second, &store).await), ["2+3"]);
     let out = process(&topology, &third, &store).await;
     assert_eq!(values(&out), ["4+5", "1+none"]);

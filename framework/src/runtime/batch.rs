@@ -17,10 +17,11 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    ClosingItem, Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
+    WriteStats,
 };
-use crate::topology::{StoreSpec, Topology};
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
+use crate::topology::{StoreSpec, Topology};
 use crate::wire::HopHeaders;
 
 /// How many output records a batch holds before it sends them, while its records are
@@ -442,7 +443,8 @@ impl Topology {
         topics: &BTreeSet<String>,
     ) -> Option<i64> {
         let idle_ms = i64::try_from(options.idle_partition_timeout.as_millis()).unwrap_or(i64::MAX);
-        let counts = |topic: &String| self.inner.sources.contains_key(topic) && topics.contains(topic);
+        let counts =
+            |topic: &String| self.inner.sources.contains_key(topic) && topics.contains(topic);
         let mut times: HashMap<&TopicPartition, PartitionTime> = clock
             .partitions
             .iter()

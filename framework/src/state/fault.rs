@@ -12,7 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats,
+    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError, StateErrorKind, Store,
+    WriteStats,
 };
 use crate::event::TopicPartition;
 
@@ -195,11 +196,7 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.mark_closed(store, windows, up_to).await
     }
 
-    async fn closing_items(
-        &self,
-        store: &str,
-        up_to: i64,
-    ) -> Result<Vec<ClosingItem>, StateError> {
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
         self.inner.closing_items(store, up_to).await
     }
 
@@ -212,6 +209,8 @@ impl<S: Store> Store for FaultyStore<S> {
         close_at: Option<i64>,
     ) -> Result<(Option<ItemState>, WriteStats), StateError> {
         self.inject(store, &item.key).await?;
-        self.inner.close_item(store, item, aggregate, close_at).await
+        self.inner
+            .close_item(store, item, aggregate, close_at)
+            .await
     }
 }

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
-    above_watermarks, limits,
+    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store,
+    WriteStats, above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -320,11 +320,7 @@ impl Store for MemoryStore {
         Ok(stats)
     }
 
-    async fn closing_items(
-        &self,
-        store: &str,
-        up_to: i64,
-    ) -> Result<Vec<ClosingItem>, StateError> {
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()

@@ -250,11 +250,7 @@ pub trait Store: Send + Sync {
 
     /// The (unwindowed) items of `store` whose closing time (set by their last write, see
     /// [`Fold::close_at`]) is at or before `up_to`, with their state (strongly consistent).
-    async fn closing_items(
-        &self,
-        store: &str,
-        up_to: i64,
-    ) -> Result<Vec<ClosingItem>, StateError>;
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError>;
 
     /// Replaces the aggregate of `item` (as [`closing_items`](Self::closing_items) returned
     /// it) with `aggregate` and its closing time with `close_at` (`None`: it leaves the

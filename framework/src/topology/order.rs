@@ -337,12 +337,7 @@ impl Walk<'_> {
                 ways,
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
-                closing_of: self
-                    .roles
-                    .closes
-                    .get(&node)
-                    .copied()
-                    .or(input.closing_of),
+                closing_of: self.roles.closes.get(&node).copied().or(input.closing_of),
             }
         };
         self.visiting[node] = false;

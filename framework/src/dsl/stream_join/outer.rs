@@ -240,7 +240,12 @@ impl JoinState {
     /// Closes the item at the closing time `low`: the records whose window and grace it
     /// passes leave, and those of an outer side that never joined are returned, in
     /// timestamp order, to be emitted alone.
-    pub(super) fn close(mut self, low: i64, windows: JoinWindows, outer: Outer) -> (Self, Vec<Entry>) {
+    pub(super) fn close(
+        mut self,
+        low: i64,
+        windows: JoinWindows,
+        outer: Outer,
+    ) -> (Self, Vec<Entry>) {
         let time = self.time.map_or(low, |t| t.max(low));
         self.time = Some(time);
         let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
@@ -256,8 +261,14 @@ impl JoinState {
             .filter(|e| !e.matched && outer.of(e.side))
             .collect();
         alone.sort_by(|a, b| {
-            (a.ts, a.side, &a.topic, a.partition, a.offset, a.seq)
-                .cmp(&(b.ts, b.side, &b.topic, b.partition, b.offset, b.seq))
+            (a.ts, a.side, &a.topic, a.partition, a.offset, a.seq).cmp(&(
+                b.ts,
+                b.side,
+                &b.topic,
+                b.partition,
+                b.offset,
+                b.seq,
+            ))
         });
         (self, alone)
     }
@@ -659,49 +670,51 @@ where
     VO: 'static,
     VR: Clone + Send + Sync + 'static,
 {
-    Arc::new(move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64, emitted| {
-        let corrupt = |what: &str, e: String| {
-            StreamError::Config(format!("a join state's {what} does not decode: {e}"))
-        };
-        let stored = JoinStateSerde
-            .deserialize(state.aggregate.as_deref())
-            .map_err(|e| corrupt("state", e.0))?;
-        let (closed, alone) = stored.close(low, windows, outer);
-        if !alone.is_empty() {
-            let key = key_serde
-                .deserialize(Some(key))
-                .map_err(|e| corrupt("key", e.0))?;
-            for e in &alone {
-                let identity = format!(
-                    "{}:{}:{}:{}:{}",
-                    e.side, e.topic, e.partition, e.offset, e.seq
-                )
-                .into_bytes();
-                if !emitted.insert(identity) {
-                    continue;
-                }
-                let decode_error =
-                    |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
-                let value = e.value.as_deref();
-                let joined = if e.side == THIS {
-                    let v = this_serde.deserialize(value).map_err(decode_error)?;
-                    joiner(&key, Some(&v), None)
-                } else {
-                    let o = that_serde.deserialize(value).map_err(decode_error)?;
-                    joiner(&key, None, Some(&o))
-                };
-                if let Some(joined) = joined {
-                    ctx.with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined))?;
+    Arc::new(
+        move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64, emitted| {
+            let corrupt = |what: &str, e: String| {
+                StreamError::Config(format!("a join state's {what} does not decode: {e}"))
+            };
+            let stored = JoinStateSerde
+                .deserialize(state.aggregate.as_deref())
+                .map_err(|e| corrupt("state", e.0))?;
+            let (closed, alone) = stored.close(low, windows, outer);
+            if !alone.is_empty() {
+                let key = key_serde
+                    .deserialize(Some(key))
+                    .map_err(|e| corrupt("key", e.0))?;
+                for e in &alone {
+                    let identity = format!(
+                        "{}:{}:{}:{}:{}",
+                        e.side, e.topic, e.partition, e.offset, e.seq
+                    )
+                    .into_bytes();
+                    if !emitted.insert(identity) {
+                        continue;
+                    }
+                    let decode_error =
+                        |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
+                    let value = e.value.as_deref();
+                    let joined = if e.side == THIS {
+                        let v = this_serde.deserialize(value).map_err(decode_error)?;
+                        joiner(&key, Some(&v), None)
+                    } else {
+                        let o = that_serde.deserialize(value).map_err(decode_error)?;
+                        joiner(&key, None, Some(&o))
+                    };
+                    if let Some(joined) = joined {
+                        ctx.with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined))?;
+                    }
                 }
             }
-        }
-        let next = closed.next_close(windows, outer);
-        let bytes = JoinStateSerde
-            .try_serialize(&closed)
-            .map_err(|e| corrupt("state", e.0))?
-            .unwrap_or_default();
-        Ok(Some((bytes, next)))
-    })
+            let next = closed.next_close(windows, outer);
+            let bytes = JoinStateSerde
+                .try_serialize(&closed)
+                .map_err(|e| corrupt("state", e.0))?
+                .unwrap_or_default();
+            Ok(Some((bytes, next)))
+        },
+    )
 }
 
 /// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no

@@ -256,7 +256,10 @@ impl DynamoStore {
                         limits::fold_within_limits(write, fold, current, &include, &fits)?;
                     // A store that closes on its content: the item's closing time follows
                     // what the fold left in it.
-                    match fold.close_at(&aggregate).filter(|_| write.close_at.is_none()) {
+                    match fold
+                        .close_at(&aggregate)
+                        .filter(|_| write.close_at.is_none())
+                    {
                         Some(Some(at)) => {
                             request = closing_names(request, write.store)
                                 .expression_attribute_values(
@@ -621,11 +624,7 @@ impl Store for DynamoStore {
 
     /// Queries [`CLOSING_INDEX`] as [`closed_windows`](Self::closed_windows) does, for the
     /// store's unwindowed items (`sk = 0`).
-    async fn closing_items(
-        &self,
-        store: &str,
-        up_to: i64,
-    ) -> Result<Vec<ClosingItem>, StateError> {
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
         let mut out = Vec::new();
         for (key, item) in self.closing(store, up_to).await? {
             if number::<i64>(&item, "sk").is_ok_and(|sk| sk != 0) {
