@@ -6,6 +6,9 @@
 //! side `null`; topics `left` and `right` have one partition each, as Kafka's
 //! `TopologyTestDriver` reads them in one task.
 //!
+//! 14 methods: `KStreamKStreamJoinTest` (2), `KStreamKStreamLeftJoinTest` (6),
+//! `KStreamKStreamOuterJoinTest` (6); 4 pass unchanged, 10 assert a documented difference.
+//!
 //! Each script runs with one record per batch (checked at every step, as Kafka's
 //! `checkAndClearProcessResult`) and, where the result does not depend on batch boundaries,
 //! in batches of 2, 3 and 5 (every record, then all outputs at once, as a multiset).
@@ -31,6 +34,7 @@ use lambda_streams::serdes::{DecimalI64, Utf8};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Kind {
+    Inner,
     Left,
     Outer,
 }
@@ -54,6 +58,9 @@ fn driver(kind: Kind, difference: u64, grace: u64, batching: Batching) -> TestDr
     let serdes = (DecimalI64, Utf8, Utf8);
     let part = |v: Option<&String>| v.map_or_else(|| "null".to_owned(), Clone::clone);
     let joined = match kind {
+        Kind::Inner => left.join_stream(&right, windows, "join", serdes, |_, l, r| {
+            format!("{l}+{r}")
+        }),
         Kind::Left => left.left_join_stream(&right, windows, "join", serdes, move |_, l, r| {
             format!("{l}+{}", part(r))
         }),
@@ -130,6 +137,73 @@ fn run(kind: Kind, difference: u64, grace: u64, steps: &[Step], batched: bool) {
         got.sort();
         assert_eq!(got, all, "batches of {size}");
     }
+}
+
+// ---- KStreamKStreamJoinTest ----
+
+/// The steps of `KStreamKStreamJoinTest.testJoin` and `testOuterJoin` (the same records and
+/// results: every record at 0 ms, within the window of all others, and for the outer join a
+/// grace of 24 hours, so nothing closes).
+fn join_test_steps() -> Vec<Step> {
+    vec![
+        L(0, "A0", 0),
+        L(1, "A1", 0),
+        Expect(vec![]),
+        R(0, "a0", 0),
+        R(1, "a1", 0),
+        Expect(vec![(0, "A0+a0", 0), (1, "A1+a1", 0)]),
+        L(0, "B0", 0),
+        L(1, "B1", 0),
+        L(2, "B2", 0),
+        L(3, "B3", 0),
+        Expect(vec![(0, "B0+a0", 0), (1, "B1+a1", 0)]),
+        R(0, "b0", 0),
+        R(1, "b1", 0),
+        R(2, "b2", 0),
+        R(3, "b3", 0),
+        Expect(vec![
+            (0, "A0+b0", 0),
+            (0, "B0+b0", 0),
+            (1, "A1+b1", 0),
+            (1, "B1+b1", 0),
+            (2, "B2+b2", 0),
+            (3, "B3+b3", 0),
+        ]),
+        L(0, "C0", 0),
+        L(1, "C1", 0),
+        L(2, "C2", 0),
+        L(3, "C3", 0),
+        Expect(vec![
+            (0, "C0+a0", 0),
+            (0, "C0+b0", 0),
+            (1, "C1+a1", 0),
+            (1, "C1+b1", 0),
+            (2, "C2+b2", 0),
+            (3, "C3+b3", 0),
+        ]),
+        R(0, "c0", 0),
+        R(1, "c1", 0),
+        Expect(vec![
+            (0, "A0+c0", 0),
+            (0, "B0+c0", 0),
+            (0, "C0+c0", 0),
+            (1, "A1+c1", 0),
+            (1, "B1+c1", 0),
+            (1, "C1+c1", 0),
+        ]),
+    ]
+}
+
+/// `KStreamKStreamJoinTest.testJoin` (window 100 ms, no grace): as Kafka.
+#[test]
+fn inner_join() {
+    run(Kind::Inner, 100, 0, &join_test_steps(), true);
+}
+
+/// `KStreamKStreamJoinTest.testOuterJoin` (window 100 ms, grace 24 h): as Kafka.
+#[test]
+fn outer_join_within_the_grace() {
+    run(Kind::Outer, 100, 24 * 3_600_000, &join_test_steps(), true);
 }
 
 // ---- KStreamKStreamLeftJoinTest ----
