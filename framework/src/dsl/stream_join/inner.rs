@@ -277,7 +277,12 @@ pub(super) fn probe<K, V, VO, VR>(
                         })?
                         .unwrap_or_default();
                     for partner in partners.entries {
-                        if (partner.ts - me.ts).abs() > windows.difference {
+                        let joins = if this_side {
+                            windows.joins(me.ts, partner.ts)
+                        } else {
+                            windows.joins(partner.ts, me.ts)
+                        };
+                        if !joins {
                             continue;
                         }
                         let source = TopicPartition::new(partner.topic.as_str(), partner.partition);

@@ -45,33 +45,84 @@ use crate::topology::describe::NodeKind;
 mod inner;
 mod outer;
 
-/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`.
+/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`: a record
+/// of the other stream joins a record of this stream at `t` when its timestamp is in
+/// `[t - before, t + after]` (both `difference` for [`of`](Self::of)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinWindows {
-    difference: i64,
+    before: i64,
+    after: i64,
     grace: i64,
 }
 
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 impl JoinWindows {
-    /// Records join when their timestamps differ by at most `difference`.
+    /// Records join when their timestamps differ by at most `difference`, either way (Kafka
+    /// Streams' `JoinWindows.ofTimeDifferenceWithNoGrace`).
     pub fn of(difference: Duration) -> Self {
         JoinWindows {
-            difference: i64::try_from(difference.as_millis()).unwrap_or(i64::MAX),
+            before: millis(difference),
+            after: millis(difference),
             grace: 0,
         }
     }
 
     /// How long past the window a record is still kept for a late partner.
     pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        self.grace = millis(grace);
         self
     }
 
+    /// The window's start: a record of the other stream at most `difference` before this
+    /// stream's record joins it (Kafka Streams' `JoinWindows.before`; the end stays).
+    pub fn before(mut self, difference: Duration) -> Self {
+        self.before = millis(difference);
+        self
+    }
+
+    /// The window's end: a record of the other stream at most `difference` after this
+    /// stream's record joins it (Kafka Streams' `JoinWindows.after`; the start stays).
+    pub fn after(mut self, difference: Duration) -> Self {
+        self.after = millis(difference);
+        self
+    }
+
+    /// Whether a record of this stream at `this` and one of the other at `other` join.
+    fn joins(&self, this: i64, other: i64) -> bool {
+        other >= this.saturating_sub(self.before) && other <= this.saturating_add(self.after)
+    }
+
+    /// How far past its own timestamp a record of this stream (`this_side`) or of the other
+    /// can still meet a partner: `after`, or `before` (Kafka Streams' outer-join look-back).
+    fn reach(&self, this_side: bool) -> i64 {
+        if this_side { self.after } else { self.before }
+    }
+
+    /// Whether a record of `this_side` at `ts` can meet no partner any more once the join's
+    /// closing time is `time`: its window and grace have passed (Kafka Streams' rule for
+    /// emitting a left or outer join's unjoined record).
+    fn closed(&self, this_side: bool, ts: i64, time: i64) -> bool {
+        ts.saturating_add(self.reach(this_side))
+            .saturating_add(self.grace)
+            < time
+    }
+
+    /// When a record of `this_side` at `ts` closes: the first closing time that closes it.
+    fn close_at(&self, this_side: bool, ts: i64) -> i64 {
+        ts.saturating_add(self.reach(this_side))
+            .saturating_add(self.grace)
+            .saturating_add(1)
+    }
+
     /// Whether a buffered record at `ts` can meet no partner any more once the join's
-    /// closing time is `close`: a partner at most window + grace behind the stream time of
-    /// its partition is at least `close - difference - grace`, more than the window away.
+    /// closing time is `close`: a partner at most the wider side of the window plus the
+    /// grace behind the stream time of its partition is more than the window away.
     fn expired(&self, ts: i64, close: i64) -> bool {
-        ts.saturating_add(self.difference.saturating_mul(2))
+        let wide = self.before.max(self.after);
+        ts.saturating_add(wide.saturating_mul(2))
             .saturating_add(self.grace)
             < close
     }

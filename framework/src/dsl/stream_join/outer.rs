@@ -165,11 +165,7 @@ impl JoinState {
         }
         let time = self.time.map_or(x.close, |t| t.max(x.close));
         self.time = Some(time);
-        let closed = |ts: i64| {
-            ts.saturating_add(windows.difference)
-                .saturating_add(windows.grace)
-                < time
-        };
+        let closed = |e: &Entry| windows.closed(e.side == THIS, e.ts, time);
         let mut me = x.entry;
         let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry, ts: i64| Output {
             topic: by.topic.clone(),
@@ -193,15 +189,20 @@ impl JoinState {
         };
         let (gone, mut kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
             .into_iter()
-            .partition(|e| closed(e.ts));
+            .partition(|e| closed(e));
         for e in gone.iter().filter(|e| !e.matched && outer.of(e.side)) {
             self.outputs.push(alone(e, &me));
         }
-        let d = windows.difference.unsigned_abs();
-        for e in kept
-            .iter_mut()
-            .filter(|e| e.side != me.side && e.ts.abs_diff(me.ts) <= d)
-        {
+        let (side, ts) = (me.side, me.ts);
+        let joins = |e: &Entry| {
+            e.side != side
+                && if side == THIS {
+                    windows.joins(ts, e.ts)
+                } else {
+                    windows.joins(e.ts, ts)
+                }
+        };
+        for e in kept.iter_mut().filter(|e| joins(e)) {
             e.matched = true;
             me.matched = true;
             let ts = me.ts.max(e.ts);
@@ -212,7 +213,7 @@ impl JoinState {
             };
             self.outputs.push(pair);
         }
-        if closed(me.ts) {
+        if closed(&me) {
             if !me.matched && outer.of(me.side) {
                 self.outputs.push(alone(&me, &me));
             }
@@ -229,11 +230,7 @@ impl JoinState {
         self.entries
             .iter()
             .filter(|e| !e.matched && outer.of(e.side))
-            .map(|e| {
-                e.ts.saturating_add(windows.difference)
-                    .saturating_add(windows.grace)
-                    .saturating_add(1)
-            })
+            .map(|e| windows.close_at(e.side == THIS, e.ts))
             .min()
     }
 
@@ -250,11 +247,7 @@ impl JoinState {
         self.time = Some(time);
         let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
             .into_iter()
-            .partition(|e| {
-                e.ts.saturating_add(windows.difference)
-                    .saturating_add(windows.grace)
-                    < time
-            });
+            .partition(|e| windows.closed(e.side == THIS, e.ts, time));
         self.entries = kept;
         let mut alone: Vec<Entry> = gone
             .into_iter()
