@@ -270,6 +270,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             right,
             kind,
             difference,
+            before,
             grace,
         } => {
             let mut read = BTreeSet::new();
@@ -279,7 +280,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                 &stream(left, inputs),
                 &stream(right, inputs),
                 *kind,
-                *difference,
+                (*before, *difference),
                 *grace,
                 low_watermark(&read, inputs),
             )
@@ -289,12 +290,13 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
 
 /// Kafka Streams' stream–stream join (`KStreamKStreamJoin`, 3.1+ semantics), of the
 /// records with a key and a value (Kafka Streams skips the others):
-/// - a pair for every left and right record of one key whose timestamps differ by at most
-///   `difference` (`JoinWindows.ofTimeDifferenceAndGrace`, before = after), timestamped
-///   with the later of the two;
+/// - a pair for every left record at `t` and right record of one key in `[t - before, t +
+///   after]` (`window = (before, after)`, `JoinWindows.ofTimeDifferenceAndGrace(after,
+///   grace).before(before)`), timestamped with the later of the two;
 /// - left and outer joins: a record that joined nothing is emitted alone (the other side
 ///   null), with its own timestamp, once its window has closed: when the join's closing
-///   time is past `t + difference + grace` (strictly, as `emitNonJoinedOuterRecords`).
+///   time is past `t + after + grace` for a left record, `t + before + grace` for a right
+///   one (strictly, as `emitNonJoinedOuterRecords` with `getOuterJoinLookBackTimeMs`).
 ///   Records whose window has not closed at the end are not emitted. Kafka Streams closes
 ///   on the task's stream time, the highest timestamp that reached the join, reading its
 ///   partitions in timestamp order and knowing nothing more will come; an event source
@@ -309,17 +311,19 @@ fn stream_join(
     left: &[Rec],
     right: &[Rec],
     kind: JoinKind,
-    difference: i64,
+    (before, after): (i64, i64),
     grace: i64,
     low: Option<i64>,
 ) -> Vec<Rec> {
     let present = |r: &&Rec| r.key.is_some() && r.value.is_some();
     let left: Vec<&Rec> = left.iter().filter(present).collect();
     let right: Vec<&Rec> = right.iter().filter(present).collect();
-    let closed = |r: &Rec| {
-        low.is_some_and(|low| r.ts.saturating_add(difference).saturating_add(grace) < low)
+    let closed = |r: &Rec, is_left: bool| {
+        let reach = if is_left { after } else { before };
+        low.is_some_and(|low| r.ts.saturating_add(reach).saturating_add(grace) < low)
     };
-    let joins = |a: &Rec, b: &Rec| a.key == b.key && (a.ts - b.ts).abs() <= difference;
+    // A left record `l` and a right record `r`.
+    let joins = |l: &Rec, r: &Rec| l.key == r.key && r.ts >= l.ts - before && r.ts <= l.ts + after;
     let mut out = Vec::new();
     for l in &left {
         for r in &right {
@@ -337,7 +341,10 @@ fn stream_join(
     }
     let alone = |side: &[&Rec], other: &[&Rec], is_left: bool, out: &mut Vec<Rec>| {
         for a in side {
-            if other.iter().any(|b| joins(a, b)) || !closed(a) {
+            let joined = other
+                .iter()
+                .any(|b| if is_left { joins(a, b) } else { joins(b, a) });
+            if joined || !closed(a, is_left) {
                 continue;
             }
             let value = if is_left {
