@@ -6,8 +6,9 @@
 //! side `null`; topics `left` and `right` have one partition each, as Kafka's
 //! `TopologyTestDriver` reads them in one task.
 //!
-//! 14 methods: `KStreamKStreamJoinTest` (2), `KStreamKStreamLeftJoinTest` (6),
-//! `KStreamKStreamOuterJoinTest` (6); 4 pass unchanged, 10 assert a documented difference.
+//! 18 methods: `KStreamKStreamJoinTest` (2), `KStreamKStreamLeftJoinTest` (7),
+//! `KStreamKStreamOuterJoinTest` (9), asymmetric windows among them; 5 pass unchanged, 13
+//! assert a documented difference.
 //!
 //! Each script runs with one record per batch (checked at every step, as Kafka's
 //! `checkAndClearProcessResult`) and, where the result does not depend on batch boundaries,
@@ -49,12 +50,38 @@ enum Step {
 }
 use Step::{Expect, L, R};
 
-fn driver(kind: Kind, difference: u64, grace: u64, batching: Batching) -> TestDriver {
+/// A join window: `JoinWindows::of(difference)`, with `before` / `after` when set, and
+/// `grace`.
+#[derive(Clone, Copy)]
+struct Window {
+    difference: u64,
+    before: Option<u64>,
+    after: Option<u64>,
+    grace: u64,
+}
+
+/// `JoinWindows.ofTimeDifferenceAndGrace(difference, grace)`.
+fn window(difference: u64, grace: u64) -> Window {
+    Window {
+        difference,
+        before: None,
+        after: None,
+        grace,
+    }
+}
+
+fn driver(kind: Kind, w: Window, batching: Batching) -> TestDriver {
     let builder = StreamsBuilder::new();
     let left = builder.stream("left", DecimalI64, Utf8);
     let right = builder.stream("right", DecimalI64, Utf8);
-    let windows =
-        JoinWindows::of(Duration::from_millis(difference)).grace(Duration::from_millis(grace));
+    let ms = Duration::from_millis;
+    let mut windows = JoinWindows::of(ms(w.difference)).grace(ms(w.grace));
+    if let Some(before) = w.before {
+        windows = windows.before(ms(before));
+    }
+    if let Some(after) = w.after {
+        windows = windows.after(ms(after));
+    }
     let serdes = (DecimalI64, Utf8, Utf8);
     let part = |v: Option<&String>| v.map_or_else(|| "null".to_owned(), Clone::clone);
     let joined = match kind {
@@ -105,8 +132,8 @@ fn pipe(driver: &TestDriver, step: &Step) {
 
 /// Runs `steps` one record per batch, checking each `Expect`; then, when `batched`, in
 /// batches of 2, 3 and 5, checking that all outputs together are all the expected ones.
-fn run(kind: Kind, difference: u64, grace: u64, steps: &[Step], batched: bool) {
-    let d = driver(kind, difference, grace, Batching::PerRecord);
+fn run(kind: Kind, w: Window, steps: &[Step], batched: bool) {
+    let d = driver(kind, w, Batching::PerRecord);
     for (i, step) in steps.iter().enumerate() {
         pipe(&d, step);
         if let Expect(want) = step {
@@ -126,7 +153,7 @@ fn run(kind: Kind, difference: u64, grace: u64, steps: &[Step], batched: bool) {
         .collect();
     all.sort();
     for size in [2, 3, 5] {
-        let d = driver(kind, difference, grace, Batching::Size(size));
+        let d = driver(kind, w, Batching::Size(size));
         for step in steps {
             pipe(&d, step);
         }
@@ -197,13 +224,18 @@ fn join_test_steps() -> Vec<Step> {
 /// `KStreamKStreamJoinTest.testJoin` (window 100 ms, no grace): as Kafka.
 #[test]
 fn inner_join() {
-    run(Kind::Inner, 100, 0, &join_test_steps(), true);
+    run(Kind::Inner, window(100, 0), &join_test_steps(), true);
 }
 
 /// `KStreamKStreamJoinTest.testOuterJoin` (window 100 ms, grace 24 h): as Kafka.
 #[test]
 fn outer_join_within_the_grace() {
-    run(Kind::Outer, 100, 24 * 3_600_000, &join_test_steps(), true);
+    run(
+        Kind::Outer,
+        window(100, 24 * 3_600_000),
+        &join_test_steps(),
+        true,
+    );
 }
 
 // ---- KStreamKStreamLeftJoinTest ----
@@ -217,8 +249,7 @@ fn outer_join_within_the_grace() {
 fn left_join_duplicates() {
     run(
         Kind::Left,
-        100,
-        10,
+        window(100, 10),
         &[
             L(0, "A0", 0),
             L(0, "A0-0", 0),
@@ -246,8 +277,7 @@ fn left_join_duplicates() {
 fn left_expired_non_joined_records_are_emitted_by_the_left_processor() {
     run(
         Kind::Left,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 1),
             L(1, "A1", 2),
@@ -277,8 +307,7 @@ fn left_expired_non_joined_records_are_emitted_by_the_left_processor() {
 fn left_expired_non_joined_records_are_emitted_by_the_right_processor() {
     run(
         Kind::Left,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 1),
             L(1, "A1", 2),
@@ -307,8 +336,7 @@ fn left_expired_non_joined_records_are_emitted_by_the_right_processor() {
 fn right_non_joined_records_are_never_emitted_by_the_left_processor() {
     run(
         Kind::Left,
-        100,
-        0,
+        window(100, 0),
         &[
             R(0, "A0", 1),
             R(1, "A1", 2),
@@ -331,8 +359,7 @@ fn right_non_joined_records_are_never_emitted_by_the_left_processor() {
 fn right_non_joined_records_are_never_emitted_by_the_right_processor() {
     run(
         Kind::Left,
-        100,
-        0,
+        window(100, 0),
         &[
             R(0, "A0", 1),
             R(1, "A1", 2),
@@ -356,8 +383,7 @@ fn right_non_joined_records_are_never_emitted_by_the_right_processor() {
 fn left_join_ordering() {
     run(
         Kind::Left,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 0),
             L(1, "A1", 100),
@@ -384,8 +410,7 @@ fn left_join_ordering() {
 fn outer_join_duplicates() {
     run(
         Kind::Outer,
-        100,
-        10,
+        window(100, 10),
         &[
             L(0, "A0", 0),
             L(0, "A0-0", 0),
@@ -428,8 +453,7 @@ fn outer_join_duplicates() {
 fn outer_left_expired_non_joined_records_are_emitted_by_the_left_processor() {
     run(
         Kind::Outer,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 1),
             L(1, "A1", 2),
@@ -458,8 +482,7 @@ fn outer_left_expired_non_joined_records_are_emitted_by_the_left_processor() {
 fn outer_left_expired_non_joined_records_are_emitted_by_the_right_processor() {
     run(
         Kind::Outer,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 1),
             L(1, "A1", 2),
@@ -489,8 +512,7 @@ fn outer_left_expired_non_joined_records_are_emitted_by_the_right_processor() {
 fn outer_right_expired_non_joined_records_are_emitted_by_the_left_processor() {
     run(
         Kind::Outer,
-        100,
-        0,
+        window(100, 0),
         &[
             R(0, "10", 1),
             R(1, "11", 2),
@@ -519,8 +541,7 @@ fn outer_right_expired_non_joined_records_are_emitted_by_the_left_processor() {
 fn outer_right_expired_non_joined_records_are_emitted_by_the_right_processor() {
     run(
         Kind::Outer,
-        100,
-        0,
+        window(100, 0),
         &[
             R(0, "10", 1),
             R(1, "11", 2),
@@ -548,8 +569,7 @@ fn outer_right_expired_non_joined_records_are_emitted_by_the_right_processor() {
 fn outer_join_ordering() {
     run(
         Kind::Outer,
-        100,
-        0,
+        window(100, 0),
         &[
             L(0, "A0", 0),
             L(1, "A1", 100),
@@ -557,6 +577,146 @@ fn outer_join_ordering() {
             R(1, "11", 110),
             // Kafka: (0, A0+null, 0), (1, A1+11, 110).
             Expect(vec![(1, "A1+11", 110)]),
+        ],
+        true,
+    );
+}
+
+// ---- Asymmetric windows (`JoinWindows.before` / `after`) ----
+
+/// `KStreamKStreamLeftJoinTest.shouldNotEmitLeftJoinResultForAsymmetricWindow` (window 100
+/// ms, before 0: a right record joins a left one at `t` from `t` to `t + 100`). Differs:
+/// Kafka emits `A1+null` at the right `a1` (102, past 1 + 100); here the left topic is at
+/// 1, and `A1` waits for a left record past 101.
+#[test]
+fn left_join_asymmetric_window() {
+    let w = Window {
+        before: Some(0),
+        ..window(100, 0)
+    };
+    run(
+        Kind::Left,
+        w,
+        &[
+            L(0, "A0", 0),
+            L(1, "A1", 1),
+            Expect(vec![]),
+            R(0, "a0", 100),
+            Expect(vec![(0, "A0+a0", 100)]),
+            R(1, "a1", 102),
+            // Kafka: (1, A1+null, 1).
+            Expect(vec![]),
+            // Not in Kafka's test: the left topic passes 101.
+            L(3, "later", 102),
+            Expect(vec![(1, "A1+null", 1)]),
+        ],
+        true,
+    );
+}
+
+/// `KStreamKStreamOuterJoinTest.testEmitAllNonJoinedResultsForAsymmetricWindow` (window 5
+/// ms, after 20: a right record joins a left one at `t` from `t - 5` to `t + 20`; a right
+/// record closes 5 ms past its own time, a left one 20 ms). Differs: Kafka emits `null+12`
+/// at the right 37, and `A0+null`, `null+13`, `null+14` at the right 50; here the left topic
+/// stays at 30, so they all come when it passes 49 (not in Kafka's test).
+#[test]
+fn outer_join_asymmetric_window_emits_all_non_joined_results() {
+    let w = Window {
+        after: Some(20),
+        ..window(5, 0)
+    };
+    run(
+        Kind::Outer,
+        w,
+        &[
+            L(0, "A0", 29),
+            Expect(vec![]),
+            L(1, "A1", 30),
+            Expect(vec![]),
+            R(2, "12", 31),
+            Expect(vec![]),
+            R(3, "13", 36),
+            Expect(vec![]),
+            R(4, "14", 37),
+            // Kafka: (2, null+12, 31).
+            Expect(vec![]),
+            R(5, "15", 50),
+            // Kafka: (0, A0+null, 29), (3, null+13, 36), (4, null+14, 37).
+            Expect(vec![]),
+            L(6, "A6", 50),
+            Expect(vec![
+                (0, "A0+null", 29),
+                (2, "null+12", 31),
+                (3, "null+13", 36),
+                (4, "null+14", 37),
+            ]),
+        ],
+        true,
+    );
+}
+
+/// `KStreamKStreamOuterJoinTest.testShouldNotEmitLeftJoinResultForAsymmetricBeforeWindow`
+/// (window 100 ms, before 0). Differs: Kafka emits `A1+null` at the right 102 and
+/// `null+11` at the right 103; here the left topic is at 1 until `A2` (103), and both come
+/// in that batch's closing pass, after its pair.
+#[test]
+fn outer_join_asymmetric_before_window() {
+    let w = Window {
+        before: Some(0),
+        ..window(100, 0)
+    };
+    run(
+        Kind::Outer,
+        w,
+        &[
+            L(0, "A0", 0),
+            L(1, "A1", 1),
+            Expect(vec![]),
+            R(0, "10", 100),
+            Expect(vec![(0, "A0+10", 100)]),
+            R(1, "11", 102),
+            // Kafka: (1, A1+null, 1).
+            Expect(vec![]),
+            R(2, "12", 103),
+            // Kafka: (1, null+11, 102).
+            Expect(vec![]),
+            L(2, "A2", 103),
+            // Kafka: (2, A2+12, 103) only.
+            Expect(vec![
+                (2, "A2+12", 103),
+                (1, "A1+null", 1),
+                (1, "null+11", 102),
+            ]),
+        ],
+        true,
+    );
+}
+
+/// `KStreamKStreamOuterJoinTest.testShouldNotEmitLeftJoinResultForAsymmetricAfterWindow`
+/// (window 100 ms, after 0: a right record joins a left one at `t` from `t - 100` to `t`):
+/// as Kafka. `A0+null` comes at `A1` (1, past 0 + 0): the right topic has no record yet, so
+/// the left one alone holds the closing time.
+#[test]
+fn outer_join_asymmetric_after_window() {
+    let w = Window {
+        after: Some(0),
+        ..window(100, 0)
+    };
+    run(
+        Kind::Outer,
+        w,
+        &[
+            L(0, "A0", 0),
+            L(1, "A1", 1),
+            Expect(vec![(0, "A0+null", 0)]),
+            R(1, "11", 1),
+            Expect(vec![(1, "A1+11", 1)]),
+            R(2, "12", 101),
+            Expect(vec![]),
+            R(3, "13", 101),
+            Expect(vec![]),
+            L(2, "A2", 201),
+            Expect(vec![(2, "A2+12", 201)]),
         ],
         true,
     );
