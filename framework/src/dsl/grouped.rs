@@ -78,6 +78,10 @@ where
             .ok_or_else(|| "the aggregate serialized to null".to_owned())
     }
 
+    fn closes(&self) -> bool {
+        self.aggregation.closes.is_some()
+    }
+
     fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
         let closes = self.aggregation.closes.as_ref()?;
         let acc = self.aggregation.serde.deserialize(Some(aggregate)).ok()?;

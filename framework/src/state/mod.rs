@@ -98,6 +98,12 @@ pub trait Fold: Send + Sync {
         let _ = aggregate;
         None
     }
+
+    /// Whether [`close_at`](Self::close_at) may set a closing time (the size limits then
+    /// count the closing index's attributes).
+    fn closes(&self) -> bool {
+        false
+    }
 }
 
 /// An item's value after a write.
