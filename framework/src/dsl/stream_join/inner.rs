@@ -20,8 +20,14 @@ where
     /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
     /// how long), encoded with `serdes` (key, this value, other value).
     ///
-    /// Cost per batch: one buffer write per touched key and side, and one batched read
-    /// of the other side's buffers per distinct key.
+    /// The buffers keep a record until the join's closing time (the lowest stream time of
+    /// the source partitions feeding the join, as the batch starts) passes its timestamp
+    /// plus twice the window plus the grace, so a side whose partitions run ahead drops
+    /// nothing the other side can still join (see the module documentation).
+    ///
+    /// Cost per batch: one buffer write per touched key and side, one batched read of the
+    /// other side's buffers per distinct key, and the partitions' stream times (one read,
+    /// and one conditional write per partition whose stream time moved).
     ///
     /// ```
     /// use std::time::Duration;
