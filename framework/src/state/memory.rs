@@ -407,6 +407,76 @@ mod tests {
         store.apply(write).await.map(|(state, _)| state)
     }
 
+    /// A fold whose items close at the aggregate's first byte (as a number).
+    struct Closes;
+
+    impl Fold for Closes {
+        fn fold(&self, _: Option<&[u8]>, _: &dyn Fn(u32, i64) -> bool) -> Result<Vec<u8>, String> {
+            Ok(vec![10])
+        }
+
+        fn closes(&self) -> bool {
+            true
+        }
+
+        fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+            Some(aggregate.first().map(|b| i64::from(*b)))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_item_that_closes_on_its_content_is_closed_once_by_version() {
+        let store = MemoryStore::new();
+        let partitions = [TopicPartition::new("t", 0)];
+        let contributions = [Contribution {
+            tp: 0,
+            offset: 0,
+            delta: 1,
+        }];
+        let write = ItemWrite {
+            store: "s",
+            key: b"k",
+            window: None,
+            expires_at: None,
+            contributions: &contributions,
+            partitions: &partitions,
+            fold: Some(&Closes),
+            close_at: None,
+        };
+        store.apply(write).await.expect("written");
+        // The fold's aggregate says 10: in the closing index at 10, not before.
+        assert!(store.closing_items("s", 9).await.expect("read").is_empty());
+        let found = store.closing_items("s", 10).await.expect("read");
+        assert_eq!(found.len(), 1);
+        let item = &found[0];
+        // A closer that read an older version writes nothing.
+        let stale = ClosingItem {
+            key: item.key.clone(),
+            state: ItemState {
+                version: item.state.version - 1,
+                ..item.state.clone()
+            },
+        };
+        let (written, stats) = store.close_item("s", &stale, b"x", None).await.expect("ok");
+        assert_eq!((written, stats.conditional_failures), (None, 1));
+        // The one that read the current version rewrites it, out of the index.
+        let (written, _) = store.close_item("s", item, b"y", None).await.expect("ok");
+        assert_eq!(
+            written.map(|s| (s.aggregate, s.version)),
+            Some((Some(b"y".to_vec()), 2))
+        );
+        assert!(
+            store
+                .closing_items("s", i64::MAX)
+                .await
+                .expect("read")
+                .is_empty()
+        );
+        // A second closer of the same read loses.
+        let (written, _) = store.close_item("s", item, b"z", None).await.expect("ok");
+        assert_eq!(written, None);
+    }
+
     #[tokio::test]
     async fn an_item_over_400_kb_is_refused_and_left_unchanged() {
         let store = MemoryStore::new();
