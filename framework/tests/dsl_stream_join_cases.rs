@@ -90,8 +90,9 @@ fn a_self_join_emits_every_pair_once_and_each_record_joins_itself() {
 #[test]
 fn a_fanned_out_record_has_each_of_its_outputs_emitted_once() {
     // l: a=1@1s fanned out to 1 and 10; then a=2@20s (2, 20: no partner within 10 s);
-    // then a=3@60s (3, 30), which closes 2 and 20 (20 s + 10 s < 60 s).
-    // r: a=5@2s, piped before l, so that l's records emit the pairs.
+    // then a=3@60s (3, 30). r: a=5@2s, piped before l, so that l's records emit the pairs;
+    // then b=9@60s, after which both topics are at 60 s: the join's closing time closes
+    // 2 and 20 (20 s + 10 s < 60 s).
     for kind in [Kind::Inner, Kind::Left, Kind::Outer] {
         let builder = StreamsBuilder::new();
         let l = builder
@@ -109,6 +110,10 @@ fn a_fanned_out_record_has_each_of_its_outputs_emitted_once() {
             left.pipe_input_with_timestamp("a", v.to_owned(), ts)
                 .unwrap();
         }
+        driver
+            .input_topic("r", Utf8, Utf8)
+            .pipe_input_with_timestamp("b", "9".to_owned(), 60_000)
+            .unwrap();
         let expected: &[&str] = match kind {
             Kind::Inner => &["1+5", "10+5"],
             Kind::Left | Kind::Outer => &["1+5", "10+5", "2+none", "20+none"],
@@ -120,8 +125,8 @@ fn a_fanned_out_record_has_each_of_its_outputs_emitted_once() {
 #[test]
 fn a_pair_carries_the_later_timestamp_whichever_record_arrives_last() {
     // r: a=R@5s, then l: a=L@1s (a later batch: L emits the pair, at 5 s, not its own
-    // 1 s); then l: a=X@20s (no partner), and l: a=Y@60s, which closes X: X alone keeps
-    // its own 20 s.
+    // 1 s); then l: a=X@20s (no partner), l: a=Y@60s and r: b=Z@60s, after which both
+    // topics are at 60 s, which closes X: X alone keeps its own 20 s.
     for kind in [Kind::Inner, Kind::Left, Kind::Outer] {
         let builder = StreamsBuilder::new();
         let l = builder.stream("l", Utf8, Utf8);
@@ -137,6 +142,10 @@ fn a_pair_carries_the_later_timestamp_whichever_record_arrives_last() {
             left.pipe_input_with_timestamp("a", v.to_owned(), ts)
                 .unwrap();
         }
+        driver
+            .input_topic("r", Utf8, Utf8)
+            .pipe_input_with_timestamp("b", "Z".to_owned(), 60_000)
+            .unwrap();
         let out: Vec<(String, Option<i64>)> = driver
             .output_topic("joined", Utf8, Utf8)
             .read_records()

@@ -4,12 +4,14 @@
 //! of one key within the window is emitted exactly once.
 //!
 //! Left and outer joins against a reference of their own, over records wandering further
-//! out of order: the join's stream time `T(x)` at record `x` is the highest stream time of
-//! a record of its key processed so far (a record's stream time is the highest timestamp of
-//! its topic so far). A pair `(l, r)` within the window is emitted iff the earlier of the two
-//! (in processing order) is still there when the later arrives: `ts + window + grace >=
-//! T(later)`. A record of an outer side with no pair is emitted alone iff the final stream
-//! time of its key passed its `ts + window + grace`. So a record is emitted alone only once
+//! out of order: the join's closing time `T(x)` at record `x` is the highest, over the
+//! batches before `x`'s, of the lowest stream time of the two topics after that batch (a
+//! topic's stream time is its highest timestamp; one not seen yet does not count, and
+//! once it is seen it may lower the lowest, but what closed stays closed). A pair `(l, r)` within the window is emitted
+//! iff the earlier of the two (in processing order) is still there when the later arrives:
+//! `ts + window + grace >= T(later)`. A record of an outer side with no pair is emitted alone
+//! iff the final closing time passed its `ts + window + grace`. So a record is emitted alone
+//! only once
 //! it can no longer join, and never after it joined.
 
 #![allow(clippy::unwrap_used)]
@@ -191,28 +193,25 @@ fn processing_order(inputs: &[Input], size: usize) -> Vec<usize> {
 
 /// The left or outer join reference (see the module documentation), per key, sorted.
 fn outer_reference(inputs: &[Input], kind: Kind, size: usize) -> BTreeMap<String, Vec<String>> {
-    // Stream time of each record: the highest timestamp of its topic up to it.
-    let stream_time: Vec<i64> = (0..inputs.len())
-        .map(|i| {
-            inputs[..=i]
-                .iter()
-                .filter(|x| x.0 == inputs[i].0)
-                .map(|x| x.2)
-                .max()
-                .unwrap()
-        })
-        .collect();
     let order = processing_order(inputs, size);
     let rank = |i: usize| order.iter().position(|o| *o == i).unwrap();
-    // The join's stream time at a record: over the records of its key processed so far.
-    let time_at = |i: usize| {
-        order[..=rank(i)]
+    // The join's closing time: the lowest stream time of the topics seen so far (a topic
+    // not seen yet does not hold it), after the batches before the record's.
+    let low_after = |records: &[Input]| {
+        [true, false]
             .iter()
-            .filter(|j| inputs[**j].1 == inputs[i].1)
-            .map(|j| stream_time[*j])
-            .max()
-            .unwrap()
+            .filter_map(|side| records.iter().filter(|x| x.0 == *side).map(|x| x.2).max())
+            .min()
+            .unwrap_or(i64::MIN)
     };
+    // A partition seen later may lower it; what it closed stays closed: the highest so far.
+    let closed_by = |end: usize| {
+        (0..=end.div_ceil(size))
+            .map(|k| low_after(&inputs[..(k * size).min(end)]))
+            .max()
+            .unwrap_or(i64::MIN)
+    };
+    let time_at = |i: usize| closed_by((i / size) * size);
     let name = |i: usize| format!("{}{i}", if inputs[i].0 { "L" } else { "R" });
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut joined = vec![false; inputs.len()];
@@ -234,13 +233,7 @@ fn outer_reference(inputs: &[Input], kind: Kind, size: usize) -> BTreeMap<String
     }
     for (i, (left, key, ts)) in inputs.iter().enumerate() {
         let outer_side = *left || kind == Kind::Outer;
-        let final_time = inputs
-            .iter()
-            .zip(&stream_time)
-            .filter(|(x, _)| &x.1 == key)
-            .map(|(_, t)| *t)
-            .max()
-            .unwrap();
+        let final_time = closed_by(inputs.len());
         if outer_side && !joined[i] && ts + DIFFERENCE + GRACE < final_time {
             let alone = if *left {
                 format!("{}+none", name(i))
@@ -339,17 +332,17 @@ proptest! {
     }
 }
 
-/// A hand-computed case (window 7, grace 3), record by record: L0@10 and R1@15 join; L2@40
-/// moves the stream time of key a past 15 + 7 + 3, so nothing more joins them; R3@41 joins
-/// L2; L4@60 then leaves L2 and R3 (joined: not alone); R5@75 (stream time 75 > 60 + 10)
-/// emits L4 alone, and waits. The outer join also has R6@0 and R7@11 of key b: R7 arrives
-/// when the stream time of topic `right` is 75 already, past both their windows and grace,
-/// so both are alone at once.
+/// A hand-computed case (window 7, grace 3), record by record: L0@10 and R1@15 join; R3@41
+/// joins L2@40; L4@60 finds no partner (R5@75 is 15 away) and waits: the join's closing
+/// time (the lower of the two topics' stream times) ends at 60, which does not pass
+/// 60 + 7 + 3, so L4 is never emitted alone (Kafka Streams, closing on the highest stream
+/// time, 75, would emit it). The outer join also has R6@0 and R7@11 of key b: they arrive
+/// when the closing time is 60 already, past both their windows and grace, so both are
+/// alone at once.
 ///
-/// In batches of 3 the driver processes a batch topic by topic, so the order changes (as
-/// the order of two partitions does in Kafka Streams): L0, L2, R1 — L2 moves the stream
-/// time to 40, L0 leaves alone before R1 arrives, and R1 (15 + 10 < 40) leaves at once;
-/// then R3 (joins L2), R5, L4 (60 + 10 < 75: alone at once); then R6, R7.
+/// In batches of 3 the driver processes a batch topic by topic (L0, L2, R1; L4, R3, R5;
+/// R6, R7), and a record closes only on the closing time as its batch started: L0 is still
+/// there when R1 arrives, so the results are the same.
 #[test]
 fn unjoined_records_wait_for_window_and_grace() {
     let inputs: Vec<Input> = vec![
@@ -371,18 +364,10 @@ fn unjoined_records_wait_for_window_and_grace() {
     };
     let b = ["none+R6", "none+R7"];
     let cases = [
-        (1, Kind::Left, results(&["L0+R1", "L2+R3", "L4+none"], &[])),
-        (1, Kind::Outer, results(&["L0+R1", "L2+R3", "L4+none"], &b)),
-        (
-            3,
-            Kind::Left,
-            results(&["L0+none", "L2+R3", "L4+none"], &[]),
-        ),
-        (
-            3,
-            Kind::Outer,
-            results(&["L0+none", "L2+R3", "L4+none", "none+R1"], &b),
-        ),
+        (1, Kind::Left, results(&["L0+R1", "L2+R3"], &[])),
+        (1, Kind::Outer, results(&["L0+R1", "L2+R3"], &b)),
+        (3, Kind::Left, results(&["L0+R1", "L2+R3"], &[])),
+        (3, Kind::Outer, results(&["L0+R1", "L2+R3"], &b)),
     ];
     for (size, kind, expected) in cases {
         assert_eq!(
@@ -446,8 +431,10 @@ fn null_keys_are_emitted_alone_on_outer_sides() {
 }
 
 /// A redelivered batch changes no state (same items, same versions) and emits exactly what
-/// its first delivery emitted (same values, same source headers): here R5@75, whose arrival
-/// emitted L4 alone.
+/// its first delivery's records emitted (same values, same source headers): here R7@95,
+/// whose arrival joined L6@90. Its first delivery's closing pass also emitted R5@75 alone
+/// (the closing time reached 90, past 75 + 7 + 3), which the redelivery does not emit
+/// again: R5 left the item.
 #[test]
 fn a_redelivered_batch_emits_its_outputs_again_and_changes_no_state() {
     let driver = TestDriver::new(outer_topology(Kind::Outer));
@@ -460,6 +447,8 @@ fn a_redelivered_batch_emits_its_outputs_again_and_changes_no_state() {
         (false, 41),
         (true, 60),
         (false, 75),
+        (true, 90),
+        (false, 95),
     ]
     .into_iter()
     .map(|(l, t)| (l, "a".to_owned(), t))
@@ -470,13 +459,19 @@ fn a_redelivered_batch_emits_its_outputs_again_and_changes_no_state() {
         topic.pipe_input_with_timestamp(key, value, ts).unwrap();
     }
     let first = driver.read_output("joined");
+    let values: Vec<_> = first.iter().map(|r| r.value.clone().unwrap()).collect();
+    // L4 alone by the closing pass after L6 (closing time 75), R5 alone after R7 (90).
+    assert_eq!(
+        values,
+        ["L0+R1", "L2+R3", "L4+none", "L6+R7", "none+R5"].map(|v| v.as_bytes().to_vec())
+    );
     let last: Vec<_> = first
         .iter()
-        .filter(|r| r.header("lambda-streams-source") == Some(&b"right:0:2"[..]))
+        .filter(|r| r.header("lambda-streams-source") == Some(&b"right:0:3"[..]))
         .cloned()
         .collect();
     assert_eq!(last.len(), 1);
-    assert_eq!(last[0].value.as_deref(), Some(&b"L4+none"[..]));
+    assert_eq!(last[0].value.as_deref(), Some(&b"L6+R7"[..]));
     let state = driver.store("pairs");
     assert_eq!(state.len(), 1, "one item: key a");
     driver.redeliver_last_batch().unwrap();

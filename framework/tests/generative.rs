@@ -57,23 +57,9 @@ pub const FAMILIES: &[&str] = &[
     "sliding_null_values",
     "emit_on_close",
     "stream_stream_join",
-    // Left and outer joins close a record's window on a stream time of its key's item: the
-    // highest stream time of the source partitions of the key's records so far. Two causes
-    // (GENERATIVE_RANDOM_BASE=42: 219 failing cases of 1,200, 198 of them without faults):
-    // - the item's time is the max over both sides' partitions, so a batch of one side that
-    //   ran ahead (its partition's stream time counts records of every key) closes a record
-    //   before the other side's partition has delivered a partner within the grace: the
-    //   pair is lost and the record emitted alone (about 90 cases);
-    // - only a record of the same key closes a record (the item is per key), where Kafka
-    //   Streams closes on the task's stream time, shared by every key of the co-partition:
-    //   a record whose key gets no later record is never emitted alone (about 100 cases).
-    // Exact needs a per-co-partition join time that never passes what either side's
-    // partition may still deliver (the lower of the two), and a way for it to close the
-    // records of keys the batch did not touch. The reference closes on the higher of the
-    // two (Kafka Streams reading both partitions in timestamp order, and knowing the input
-    // ended): a record between the two final stream times is emitted alone there, which
-    // no exact event-source implementation can know is safe, so this family's reference
-    // must then close on the lower one (as `finals` does for emit-on-close).
+    // Left and outer joins with windows that close before the end: records that joined
+    // nothing are emitted alone when the lowest stream time of the partitions feeding the
+    // join passes their window and grace, also for keys that get no later record.
     "stream_stream_join_close",
     "stream_stream_self_join",
     "stream_stream_join_timestamps",
@@ -120,6 +106,7 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "sliding_null_values",
     "emit_on_close",
     "stream_stream_join",
+    "stream_stream_join_close",
     "stream_stream_self_join",
     "stream_stream_join_timestamps",
     "stream_stream_join_fan_out",

@@ -31,7 +31,13 @@ pub(crate) struct Aggregation<K, V, A> {
     pub(crate) init: Box<dyn Fn() -> A + Send + Sync>,
     pub(crate) adder: Adder<K, V, A>,
     pub(crate) serde: Arc<dyn Serde<A>>,
+    /// For a store that closes on its content (a left or outer stream–stream join's): when
+    /// an aggregate next closes (`None`: nothing in it closes).
+    pub(crate) closes: Option<ClosesFn<A>>,
 }
+
+/// When an aggregate next closes (see [`Aggregation::closes`]).
+pub(crate) type ClosesFn<A> = Box<dyn Fn(&A) -> Option<i64> + Send + Sync>;
 
 /// One item's values of a general aggregation in one batch, typed.
 struct TypedFold<K, V, A> {
@@ -70,6 +76,16 @@ where
             .try_serialize(&acc)
             .map_err(|e| format!("the aggregate does not encode: {e}"))?
             .ok_or_else(|| "the aggregate serialized to null".to_owned())
+    }
+
+    fn closes(&self) -> bool {
+        self.aggregation.closes.is_some()
+    }
+
+    fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+        let closes = self.aggregation.closes.as_ref()?;
+        let acc = self.aggregation.serde.deserialize(Some(aggregate)).ok()?;
+        Some(closes(&acc))
     }
 }
 
@@ -168,6 +184,7 @@ where
             name: store.to_owned(),
             on_update,
             emit_on_close: None,
+            closing: None,
         });
         let node = inner.description.push_from(
             format!("  Processor: {operator} (store: {store})"),
@@ -344,11 +361,28 @@ where
     where
         A: Clone + Send + Sync + 'static,
     {
+        self.aggregate_closing(store, init, adder, aggregate_serde, None)
+    }
+
+    /// [`aggregate`](Self::aggregate) into a store whose items close on their content
+    /// (`closes`: when an aggregate next closes, kept in the closing index by every write).
+    pub(crate) fn aggregate_closing<A>(
+        &self,
+        store: &str,
+        init: impl Fn() -> A + Send + Sync + 'static,
+        adder: impl Fn(&K, V, A) -> A + Send + Sync + 'static,
+        aggregate_serde: impl Serde<A>,
+        closes: Option<ClosesFn<A>>,
+    ) -> KTable<K, A>
+    where
+        A: Clone + Send + Sync + 'static,
+    {
         let serde: Arc<dyn Serde<A>> = Arc::new(aggregate_serde);
         let aggregation = Arc::new(Aggregation {
             init: Box::new(init),
             adder: Box::new(adder),
             serde: Arc::clone(&serde),
+            closes,
         });
         let decode = Arc::clone(&serde);
         let (index, table) = self.register(

@@ -220,6 +220,15 @@ impl StreamsBuilder {
     pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
+        // A left or outer join closes on the stream times of the partitions feeding it.
+        for index in 0..inner.stores.len() {
+            if let Some(node) = inner.stores[index].closing.as_ref().map(|c| c.node) {
+                let topics = inner.description.source_topics(node);
+                if let Some(closing) = inner.stores[index].closing.as_mut() {
+                    closing.topics = topics;
+                }
+            }
+        }
         let order =
             crate::topology::order::write_order(&inner.description, &inner.roles, &inner.stores)?;
         inner.write_order = order.stores;

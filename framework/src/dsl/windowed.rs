@@ -363,6 +363,7 @@ where
             init: Box::new(init),
             adder: Box::new(adder),
             serde: Arc::clone(&serde),
+            closes: None,
         });
         let (index, table) = self.grouped.register(
             store,

@@ -17,10 +17,11 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    Clock, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
+    WriteStats,
 };
-use crate::topology::Topology;
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
+use crate::topology::{StoreSpec, Topology};
 use crate::wire::HopHeaders;
 
 /// How many output records a batch holds before it sends them, while its records are
@@ -36,6 +37,10 @@ use crate::wire::HopHeaders;
 /// different joins, a batch sends no chunk while records wait at a join (their repartition
 /// records must be sorted with the ones held, see `topology::order`).
 pub const OUTPUT_CHUNK: usize = 20_000;
+
+/// How many times a join's closing pass reads an item again after another writer changed
+/// it between its read and its write.
+const CLOSE_ATTEMPTS: u32 = 4;
 
 impl Topology {
     /// Processes one event with the default options (poison records fail the batch).
@@ -92,6 +97,14 @@ impl Topology {
         for (index, spec) in self.inner.stores.iter().enumerate() {
             if let Some(closed) = clock.closed.get(&spec.name) {
                 ctx.closed[index] = *closed;
+            }
+            if let Some(closing) = &spec.closing {
+                // The join's closing time as the batch starts: its records close on it as
+                // they arrive (the closing pass after the writes closes the others). It
+                // never moves back (a partition seen for the first time, or back from
+                // idle, may be behind): what closed stays closed.
+                let low = self.low_watermark(&clock, &[], unix_millis(), options, &closing.topics);
+                ctx.closing_times[index] = low.unwrap_or(i64::MIN).max(ctx.closed[index]);
             }
         }
         let mut outcome = BatchOutcome::default();
@@ -247,14 +260,38 @@ impl Topology {
             if !advanced.is_empty() {
                 store.advance_stream_times(&advanced, now_ms).await?;
             }
-            if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
+            let closes = |s: &StoreSpec| {
+                s.emit_on_close.is_some() || s.closing.as_ref().is_some_and(|c| c.close.is_some())
+            };
+            if self.inner.stores.iter().any(closes) {
                 // Read the clock again, after this batch's own advance: of two batches
                 // of different partitions running at once, at least the later reader
                 // sees both advances, so the windows they close together do close.
                 let clock = store.clock().await?;
-                let low = self.low_watermark(&clock, &advanced, now_ms, options);
-                self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
-                    .await?;
+                if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
+                    let all = self.inner.sources.keys().cloned().collect();
+                    let low = self.low_watermark(&clock, &advanced, now_ms, options, &all);
+                    self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
+                        .await?;
+                }
+                for (index, spec) in self.inner.stores.iter().enumerate() {
+                    let Some(closing) = spec.closing.as_ref().filter(|c| c.close.is_some()) else {
+                        continue;
+                    };
+                    let low =
+                        self.low_watermark(&clock, &advanced, now_ms, options, &closing.topics);
+                    // Never back (see the batch start), and the same for every closer.
+                    let persisted = clock.closed.get(&spec.name).copied().unwrap_or(i64::MIN);
+                    let Some(low) = low.map(|l| l.max(persisted)) else {
+                        continue;
+                    };
+                    self.close_join(index, low, &mut ctx, store, sink, &mut outcome.report)
+                        .await?;
+                    if low > persisted {
+                        let stats = store.mark_closed(&spec.name, &[], low).await?;
+                        outcome.report.state.add(&stats);
+                    }
+                }
             }
         }
         outcome.report.late_records = ctx.late_records;
@@ -405,27 +442,30 @@ impl Topology {
         Ok(())
     }
 
-    /// The low watermark of the topology's source partitions after this batch: the lowest
-    /// stream time over the partitions whose stream time advanced within the idle timeout
-    /// (`None`: no such partition).
+    /// The low watermark of the source partitions of `topics` (of those the topology
+    /// reads) after this batch: the lowest stream time over the partitions whose stream
+    /// time advanced within the idle timeout (`None`: no such partition).
     fn low_watermark(
         &self,
         clock: &Clock,
         advanced: &[(TopicPartition, i64)],
         now_ms: i64,
         options: &BatchOptions,
+        topics: &BTreeSet<String>,
     ) -> Option<i64> {
         let idle_ms = i64::try_from(options.idle_partition_timeout.as_millis()).unwrap_or(i64::MAX);
+        let counts =
+            |topic: &String| self.inner.sources.contains_key(topic) && topics.contains(topic);
         let mut times: HashMap<&TopicPartition, PartitionTime> = clock
             .partitions
             .iter()
-            .filter(|(tp, _)| self.inner.sources.contains_key(&tp.topic))
+            .filter(|(tp, _)| counts(&tp.topic))
             .map(|(tp, t)| (tp, *t))
             .collect();
         let declared: Vec<TopicPartition> = options
             .source_partitions
             .iter()
-            .filter(|(topic, _)| self.inner.sources.contains_key(*topic))
+            .filter(|(topic, _)| counts(topic))
             .flat_map(|(topic, n)| (0..*n).map(|p| TopicPartition::new(topic.as_str(), p)))
             .collect();
         let unseen = PartitionTime {
@@ -435,7 +475,7 @@ impl Topology {
         for tp in &declared {
             times.entry(tp).or_insert(unseen);
         }
-        for (tp, time) in advanced {
+        for (tp, time) in advanced.iter().filter(|(tp, _)| counts(&tp.topic)) {
             // The clock may hold a later time already (a concurrent batch of the partition).
             let mine = PartitionTime {
                 stream_time: *time,
@@ -493,6 +533,97 @@ impl Topology {
             report.state.add(&stats);
             report.windows_closed += windows.len() as u64;
         }
+        Ok(())
+    }
+
+    /// The closing pass of the left or outer join of store `index` at its closing time
+    /// `low`: reads the items whose earliest unmatched record closes by then (the closing
+    /// index), emits the records that leave alone through the join's downstream operators,
+    /// produced and acknowledged, then writes each item without its closed records and
+    /// with its next closing time, on the condition that its version is the one read. Of
+    /// two closers (or a closer and an arrival) of one item, one writes; the other's
+    /// emission is a copy with the same content (outputs are at least once). A crash between
+    /// the emission and the write emits the same records again on the next pass.
+    async fn close_join(
+        &self,
+        index: usize,
+        low: i64,
+        ctx: &mut Ctx,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        report: &mut BatchReport,
+    ) -> Result<(), StreamError> {
+        let spec = &self.inner.stores[index];
+        let Some(close) = spec.closing.as_ref().and_then(|c| c.close.as_ref()) else {
+            return Ok(());
+        };
+        let items = store.closing_items(&spec.name, low).await?;
+        if items.is_empty() {
+            return Ok(());
+        }
+        // Per item: the records emitted alone so far (a retry after a conflict emits only
+        // the others).
+        let mut emitted: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
+        let mut pending = items;
+        for attempt in 0..CLOSE_ATTEMPTS {
+            let mut rewrites = Vec::with_capacity(pending.len());
+            for item in pending {
+                ctx.origin = Origin::Update {
+                    version: item.state.version + 1,
+                    timestamp: 0,
+                };
+                let mut closed = None;
+                let done = emitted.entry(item.key.clone()).or_default();
+                guarded(|| {
+                    closed = close(ctx, &item.key, &item.state, low, done)?;
+                    Ok(())
+                })?;
+                if let Some((aggregate, next)) = closed {
+                    rewrites.push((item, aggregate, next));
+                }
+            }
+            let outputs = std::mem::take(&mut ctx.outputs);
+            report.records_out += outputs.len() as u64;
+            if !outputs.is_empty() {
+                sink.send(outputs).await?;
+            }
+            let name = spec.name.as_str();
+            let results: Vec<(ClosingItem, Option<ItemState>, WriteStats)> =
+                futures::stream::iter(rewrites)
+                    .map(|(item, aggregate, next)| async move {
+                        let (written, stats) =
+                            store.close_item(name, &item, &aggregate, next).await?;
+                        Ok::<_, StateError>((item, written, stats))
+                    })
+                    .buffer_unordered(WRITE_CONCURRENCY)
+                    .try_collect()
+                    .await?;
+            let mut conflicts = Vec::new();
+            for (item, written, stats) in results {
+                report.state.add(&stats);
+                if written.is_none() {
+                    conflicts.push(item.key);
+                }
+            }
+            if conflicts.is_empty() {
+                return Ok(());
+            }
+            // Another writer changed the item since it was read (an arrival of its key, or
+            // a concurrent closer): read it again and close what is still there.
+            pending = Vec::new();
+            if attempt + 1 < CLOSE_ATTEMPTS {
+                let found = store.get_many(name, &conflicts).await?;
+                for key in conflicts {
+                    if let Some(state) = found.get(&key) {
+                        pending.push(ClosingItem {
+                            key,
+                            state: state.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        // Still changing: the items stay in the closing index for the next pass.
         Ok(())
     }
 

@@ -12,7 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    Clock, ClosedWindow, ItemState, ItemWrite, StateError, StateErrorKind, Store, WriteStats,
+    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError, StateErrorKind, Store,
+    WriteStats,
 };
 use crate::event::TopicPartition;
 
@@ -93,14 +94,9 @@ impl<S: Store> FaultyStore<S> {
     }
 }
 
-#[async_trait]
-impl<S: Store> Store for FaultyStore<S> {
-    /// Checks the keys against DynamoDB's limits before anything else (a key rejected
-    /// there is no request: it neither counts towards a crash nor is delayed), then injects
-    /// the faults, then writes through the inner store, which checks the rest (a write the
-    /// inner store rejects, an item past 400 KB or a fold that fails, counts as a write).
-    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        super::limits::check_keys(&write)?;
+impl<S: Store> FaultyStore<S> {
+    /// Counts one write and injects the faults into it: the hook, a delay, a crash.
+    async fn inject(&self, store: &str, key: &[u8]) -> Result<(), StateError> {
         let before = self.writes.fetch_add(1, Ordering::SeqCst);
         if let Some(hook) = &self.hook {
             hook(before);
@@ -126,13 +122,26 @@ impl<S: Store> Store for FaultyStore<S> {
         };
         if fails {
             return Err(StateError::new(
-                write.store,
-                write.key,
+                store,
+                key,
                 StateErrorKind::Injected(
                     "the invocation crashed part-way through its state writes".into(),
                 ),
             ));
         }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl<S: Store> Store for FaultyStore<S> {
+    /// Checks the keys against DynamoDB's limits before anything else (a key rejected
+    /// there is no request: it neither counts towards a crash nor is delayed), then injects
+    /// the faults, then writes through the inner store, which checks the rest (a write the
+    /// inner store rejects, an item past 400 KB or a fold that fails, counts as a write).
+    async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+        super::limits::check_keys(&write)?;
+        self.inject(write.store, write.key).await?;
         self.inner.apply(write).await
     }
 
@@ -185,5 +194,23 @@ impl<S: Store> Store for FaultyStore<S> {
         up_to: i64,
     ) -> Result<WriteStats, StateError> {
         self.inner.mark_closed(store, windows, up_to).await
+    }
+
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
+        self.inner.closing_items(store, up_to).await
+    }
+
+    /// A write like [`apply`](Self::apply): it counts towards a crash, and can be delayed.
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        self.inject(store, &item.key).await?;
+        self.inner
+            .close_item(store, item, aggregate, close_at)
+            .await
     }
 }

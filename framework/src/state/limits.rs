@@ -129,6 +129,14 @@ impl Fold for Restricted<'_> {
             self.partitions.binary_search(&tp).is_ok() && include(tp, offset)
         })
     }
+
+    fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+        self.inner.close_at(aggregate)
+    }
+
+    fn closes(&self) -> bool {
+        self.inner.closes()
+    }
 }
 
 /// The length of `<store>#<key as unpadded base64url>`, the item's partition key.
@@ -192,13 +200,21 @@ pub fn item_bytes<'a>(
     if let Some(at) = write.timestamp {
         size += 2 + number_bytes(at);
     }
-    if let Some(at) = write.close_at {
+    if let Some(at) = closing_time(write) {
         size += 2 + write.store.len() + 2 + number_bytes(at);
     }
     for (tp, offset) in watermarks {
         size += 2 + tp.len() + number_bytes(offset);
     }
     size
+}
+
+/// The closing time a write may set (`cq`, `cl`): its own, or, for a store that closes on
+/// its content ([`Fold::closes`]), one of the longest a closing time can be.
+fn closing_time(write: &ItemWrite<'_>) -> Option<i64> {
+    write
+        .close_at
+        .or_else(|| write.fold.filter(|f| f.closes()).map(|_| i64::MIN))
 }
 
 /// The size DynamoDB counts for the update request a store sends to write `write` with
@@ -234,7 +250,7 @@ pub fn update_bytes<'a>(
     if let Some(at) = write.timestamp {
         size += ACTION + 2 + number_bytes(at);
     }
-    if let Some(at) = write.close_at {
+    if let Some(at) = closing_time(write) {
         size += ACTION + 2 + write.store.len() + ACTION + 2 + number_bytes(at);
     }
     for (tp, offset) in marks {

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use crate::event::TopicPartition;
 
 use super::{
-    Clock, ClosedWindow, ItemState, ItemWrite, PartitionTime, StateError, Store, WriteStats,
-    above_watermarks, limits,
+    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store,
+    WriteStats, above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -152,6 +152,10 @@ impl MemoryStore {
             }
             None => None,
         };
+        let closing = match (&aggregate, write.fold) {
+            (Some(aggregate), Some(fold)) => fold.close_at(aggregate),
+            _ => None,
+        };
         let item = items.entry(id).or_default();
         match aggregate {
             Some(aggregate) => item.aggregate = Some(aggregate),
@@ -160,6 +164,9 @@ impl MemoryStore {
         item.version += 1;
         if write.close_at.is_some() {
             item.close_at = write.close_at;
+        }
+        if let Some(close_at) = closing {
+            item.close_at = close_at;
         }
         if write.expires_at.is_some() {
             item.expires_at = write.expires_at;
@@ -318,6 +325,48 @@ impl Store for MemoryStore {
         *closed = (*closed).max(up_to);
         Ok(stats)
     }
+
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = items
+            .iter()
+            .filter(|((s, _, window), item)| {
+                s == store && window.is_none() && item.close_at.is_some_and(|c| c <= up_to)
+            })
+            .map(|((_, key, _), item)| ClosingItem {
+                key: key.clone(),
+                state: item.state(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        match items.get_mut(&(store.to_owned(), item.key.clone(), None)) {
+            Some(stored) if stored.version == item.state.version => {
+                stored.aggregate = Some(aggregate.to_vec());
+                stored.version += 1;
+                stored.close_at = close_at;
+                Ok((Some(stored.state()), stats))
+            }
+            _ => {
+                stats.conditional_failures = 1;
+                Ok((None, stats))
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -363,6 +412,77 @@ mod tests {
             close_at: None,
         };
         store.apply(write).await.map(|(state, _)| state)
+    }
+
+    /// A fold whose items close at the aggregate's first byte (as a number).
+    struct Closes;
+
+    impl Fold for Closes {
+        fn fold(&self, _: Option<&[u8]>, _: &dyn Fn(u32, i64) -> bool) -> Result<Vec<u8>, String> {
+            Ok(vec![10])
+        }
+
+        fn closes(&self) -> bool {
+            true
+        }
+
+        fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+            Some(aggregate.first().map(|b| i64::from(*b)))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_item_that_closes_on_its_content_is_closed_once_by_version() {
+        let store = MemoryStore::new();
+        let partitions = [TopicPartition::new("t", 0)];
+        let contributions = [Contribution {
+            tp: 0,
+            offset: 0,
+            delta: 1,
+        }];
+        let write = ItemWrite {
+            store: "s",
+            key: b"k",
+            window: None,
+            expires_at: None,
+            contributions: &contributions,
+            partitions: &partitions,
+            fold: Some(&Closes),
+            close_at: None,
+            timestamp: None,
+        };
+        store.apply(write).await.expect("written");
+        // The fold's aggregate says 10: in the closing index at 10, not before.
+        assert!(store.closing_items("s", 9).await.expect("read").is_empty());
+        let found = store.closing_items("s", 10).await.expect("read");
+        assert_eq!(found.len(), 1);
+        let item = &found[0];
+        // A closer that read an older version writes nothing.
+        let stale = ClosingItem {
+            key: item.key.clone(),
+            state: ItemState {
+                version: item.state.version - 1,
+                ..item.state.clone()
+            },
+        };
+        let (written, stats) = store.close_item("s", &stale, b"x", None).await.expect("ok");
+        assert_eq!((written, stats.conditional_failures), (None, 1));
+        // The one that read the current version rewrites it, out of the index.
+        let (written, _) = store.close_item("s", item, b"y", None).await.expect("ok");
+        assert_eq!(
+            written.map(|s| (s.aggregate, s.version)),
+            Some((Some(b"y".to_vec()), 2))
+        );
+        assert!(
+            store
+                .closing_items("s", i64::MAX)
+                .await
+                .expect("read")
+                .is_empty()
+        );
+        // A second closer of the same read loses.
+        let (written, _) = store.close_item("s", item, b"z", None).await.expect("ok");
+        assert_eq!(written, None);
     }
 
     #[tokio::test]

@@ -92,6 +92,22 @@ pub trait Fold: Send + Sync {
         current: Option<&[u8]>,
         include: &dyn Fn(u32, i64) -> bool,
     ) -> Result<Vec<u8>, String>;
+
+    /// For an item of a store that closes on its content (a left or outer stream–stream
+    /// join's, whose unmatched records are emitted alone when their window closes): when
+    /// the folded `aggregate` next closes (`Some(None)`: nothing in it closes, so it leaves
+    /// the closing index). `None` (the default): the write's own
+    /// [`close_at`](ItemWrite::close_at) holds.
+    fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
+        let _ = aggregate;
+        None
+    }
+
+    /// Whether [`close_at`](Self::close_at) may set a closing time (the size limits then
+    /// count the closing index's attributes).
+    fn closes(&self) -> bool {
+        false
+    }
 }
 
 /// An item's value after a write.
@@ -161,7 +177,8 @@ pub struct Clock {
     /// Per source topic-partition seen so far.
     pub partitions: HashMap<TopicPartition, PartitionTime>,
     /// Per store: the windows that close (end + grace) at or before this time are
-    /// closed and emitted; a record for one of them is late.
+    /// closed and emitted; a record for one of them is late. For a left or outer
+    /// stream–stream join's store: the highest closing time its closing pass applied.
     pub closed: HashMap<String, i64>,
     /// When (wall clock, epoch ms) the first stream time was recorded: a declared
     /// partition not seen yet counts as heard from at this time.
@@ -177,6 +194,16 @@ pub struct ClosedWindow {
     /// The window start (epoch ms).
     pub start: i64,
     /// The item's final state.
+    pub state: ItemState,
+}
+
+/// An item of a store that closes on its content (a left or outer stream–stream join's)
+/// whose closing time has passed: what the closing pass reads, rewrites and emits from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosingItem {
+    /// The item's key, as the aggregation's key serde encoded it.
+    pub key: Vec<u8>,
+    /// The item's state when it was read.
     pub state: ItemState,
 }
 
@@ -235,6 +262,22 @@ pub trait Store: Send + Sync {
         windows: &[ClosedWindow],
         up_to: i64,
     ) -> Result<WriteStats, StateError>;
+
+    /// The (unwindowed) items of `store` whose closing time (set by their last write, see
+    /// [`Fold::close_at`]) is at or before `up_to`, with their state (strongly consistent).
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError>;
+
+    /// Replaces the aggregate of `item` (as [`closing_items`](Self::closing_items) returned
+    /// it) with `aggregate` and its closing time with `close_at` (`None`: it leaves the
+    /// closing index), its version + 1, its watermarks unchanged, only if its version is
+    /// still the one read: `Ok((None, _))` when another writer changed it first.
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError>;
 }
 
 /// Implements [`Store`] for a type that derefs to a store, forwarding every call.
@@ -291,6 +334,22 @@ macro_rules! forward_store {
                 up_to: i64,
             ) -> Result<WriteStats, StateError> {
                 (**self).mark_closed(store, windows, up_to).await
+            }
+            async fn closing_items(
+                &self,
+                store: &str,
+                up_to: i64,
+            ) -> Result<Vec<ClosingItem>, StateError> {
+                (**self).closing_items(store, up_to).await
+            }
+            async fn close_item(
+                &self,
+                store: &str,
+                item: &ClosingItem,
+                aggregate: &[u8],
+                close_at: Option<i64>,
+            ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+                (**self).close_item(store, item, aggregate, close_at).await
             }
         }
     };

@@ -168,6 +168,10 @@ pub(crate) struct Ctx {
     /// table–table join reads the other table after the batch's writes, so a key the
     /// other table holds no more may still have held a value earlier in the batch.
     pub(crate) written: Vec<std::collections::HashSet<Vec<u8>>>,
+    /// Per store (by index), for a left or outer stream–stream join's: its closing time at
+    /// the start of the batch (the lowest stream time of the partitions feeding it, from
+    /// the clock; `i64::MIN` when none is known or for other stores).
+    pub(crate) closing_times: Vec<i64>,
 }
 
 impl Ctx {
@@ -203,6 +207,7 @@ impl Ctx {
             unattributed: None,
             resumed_stream_time: None,
             written: (0..stores).map(|_| Default::default()).collect(),
+            closing_times: vec![i64::MIN; stores],
         }
     }
 
@@ -376,14 +381,16 @@ impl Ctx {
         result
     }
 
-    /// Runs `f` with the current source record's timestamp set to `timestamp` (a join
-    /// result's, which is the later of its two records' as in Kafka Streams, not the
-    /// timestamp of the record that happens to emit it), then restores it. Stream time is
-    /// not touched.
+    /// Runs `f` with the current record's timestamp set to `timestamp` (a join result's,
+    /// which is the later of its two records' as in Kafka Streams, not the timestamp of the
+    /// record that happens to emit it; a record a join's closing pass emits alone, its
+    /// own), then restores it. Stream time is not touched.
     pub(crate) fn with_timestamp<R>(&mut self, timestamp: i64, f: impl FnOnce(&mut Ctx) -> R) -> R {
         let saved = self.origin;
-        if let Origin::Record { timestamp: t, .. } = &mut self.origin {
-            *t = timestamp;
+        match &mut self.origin {
+            Origin::Record { timestamp: t, .. } | Origin::Update { timestamp: t, .. } => {
+                *t = timestamp;
+            }
         }
         let result = f(self);
         self.origin = saved;

@@ -11,7 +11,7 @@
 //! connected by their edges and by the state stores they share. A repartition topic
 //! (a sink node, and a source node reading the same topic) separates two sub-topologies.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// A node of the topology graph: its index in [`Graph`].
@@ -102,6 +102,23 @@ impl Graph {
     /// The node a grouped stream made now reads from (see [`Graph::set_grouped_parent`]).
     pub(crate) fn grouped_parent(&self) -> Option<NodeId> {
         self.grouped_parent
+    }
+
+    /// The topics of the sources upstream of `node` (itself included).
+    pub(crate) fn source_topics(&self, node: NodeId) -> BTreeSet<String> {
+        let mut seen = vec![false; self.nodes.len()];
+        let mut stack = vec![node];
+        let mut topics = BTreeSet::new();
+        while let Some(n) = stack.pop() {
+            if n >= self.nodes.len() || std::mem::replace(&mut seen[n], true) {
+                continue;
+            }
+            if let NodeKind::Source { topics: read } = &self.nodes[n].kind {
+                topics.extend(read.iter().cloned());
+            }
+            stack.extend(self.nodes[n].parents.iter().copied());
+        }
+        topics
     }
 
     /// The nodes that have `node` as a parent.

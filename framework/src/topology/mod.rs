@@ -70,6 +70,39 @@ pub(crate) struct StoreSpec {
     /// For an emit-on-close windowed store: the window size (ms). Its updates are
     /// emitted once per window, when the window closes, instead of after every batch.
     pub(crate) emit_on_close: Option<i64>,
+    /// For a stream–stream join's store: how its items close.
+    pub(crate) closing: Option<Closing>,
+}
+
+/// Closes a left or outer join's item (key, state read) at a closing time: emits into the
+/// context the records whose window closed and that joined nothing, except those whose
+/// identity is in the set of the records emitted already (a second try after a conflict);
+/// adds the identities of those it emits to it; and returns the item's new aggregate and
+/// next closing time (`None`: nothing closed).
+pub(crate) type CloseFn = Arc<
+    dyn Fn(
+            &mut Ctx,
+            &[u8],
+            &crate::state::ItemState,
+            i64,
+            &mut std::collections::HashSet<Vec<u8>>,
+        ) -> Result<Option<(Vec<u8>, Option<i64>)>, StreamError>
+        + Send
+        + Sync,
+>;
+
+/// How a stream–stream join's store closes: its records can meet no partner once the
+/// join's closing time passes their window and grace.
+#[derive(Clone)]
+pub(crate) struct Closing {
+    /// The join's node: the source topics upstream of it give its closing time.
+    pub(crate) node: NodeId,
+    /// The topics whose partitions' stream times close the join (set at build: the
+    /// source topics upstream of `node`).
+    pub(crate) topics: BTreeSet<String>,
+    /// A left or outer join's closing pass (`None`: an inner join's buffer, which prunes as
+    /// records arrive and emits nothing alone).
+    pub(crate) close: Option<CloseFn>,
 }
 
 /// Everything a built topology holds.

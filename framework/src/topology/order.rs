@@ -50,6 +50,10 @@ pub(crate) struct Roles {
     /// Nodes that need the records of each source partition in offset order (repartition
     /// topics' sinks).
     pub(crate) in_order: BTreeSet<NodeId>,
+    /// Left and outer stream–stream joins, and their store: besides the records of the
+    /// batch, they emit the records whose window closed in the closing pass at the end of
+    /// the batch, after every write, with no source record.
+    pub(crate) closes: BTreeMap<NodeId, usize>,
 }
 
 impl Roles {
@@ -72,6 +76,11 @@ impl Roles {
     pub(crate) fn in_order(&mut self, node: NodeId) {
         self.in_order.insert(node);
     }
+
+    /// Declares that `node` also emits in the closing pass of store `store`.
+    pub(crate) fn closes(&mut self, node: NodeId, store: usize) {
+        self.closes.insert(node, store);
+    }
 }
 
 /// What flows out of a node, as far as ordering is concerned.
@@ -83,6 +92,9 @@ struct Flow {
     updates_of: Option<usize>,
     /// When its records are updates of an emit-on-close store: that store.
     on_close_of: Option<usize>,
+    /// When its records may come from the closing pass of a left or outer stream–stream
+    /// join: that join's store.
+    closing_of: Option<usize>,
     /// The ways its records may have come since their source: per way, the stores of the
     /// joins they waited at, in order. Records of different ways go on at different steps
     /// of the batch, so they leave the node out of offset order.
@@ -198,6 +210,7 @@ impl Walk<'_> {
             input.after.extend(flow.after);
             input.updates_of = input.updates_of.or(flow.updates_of);
             input.on_close_of = input.on_close_of.or(flow.on_close_of);
+            input.closing_of = input.closing_of.or(flow.closing_of);
             input.ways.extend(flow.ways);
         }
         if self.graph.parents(node).is_empty() {
@@ -205,6 +218,31 @@ impl Walk<'_> {
             input.ways.insert(Vec::new());
         }
         let store_name = |s: usize| self.stores[s].name.as_str();
+        if let Some(join) = input.closing_of {
+            let what = if self.roles.writes.contains_key(&node) {
+                Some("an aggregation")
+            } else if let Some(what) = self.roles.records_only.get(&node) {
+                Some(*what)
+            } else if self.roles.reads.contains_key(&node) {
+                Some("a join")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                return Err(TopologyError::new(
+                    name,
+                    format!(
+                        "{what} is given the output of the left or outer stream–stream join \
+                         of store {:?}, which emits a record that joined nothing when the \
+                         stream time closes its window, in a closing pass after the batch's \
+                         writes, with no source record to apply it exactly once",
+                        store_name(join)
+                    ),
+                    "produce the join's output with `to` and read that topic with \
+                     `builder.stream` in another sub-topology",
+                ));
+            }
+        }
         let flow = if let Some(&store) = self.roles.writes.get(&node) {
             if let Some(table) = input.updates_of {
                 return Err(TopologyError::new(
@@ -248,6 +286,7 @@ impl Walk<'_> {
                 } else {
                     input.on_close_of
                 },
+                closing_of: input.closing_of,
             }
         } else {
             if let (Some(what), Some(table)) =
@@ -298,6 +337,7 @@ impl Walk<'_> {
                 ways,
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
+                closing_of: self.roles.closes.get(&node).copied().or(input.closing_of),
             }
         };
         self.visiting[node] = false;

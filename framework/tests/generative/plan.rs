@@ -208,12 +208,14 @@ pub enum S {
     /// `try_map_values` with [`try_add_one`]: the records it fails on are poison records.
     TryMapValues(Box<S>, i64),
     /// Stream–stream join of the records with a key and a value of both sides, within
-    /// `JoinWindows::of(difference).grace(grace)`.
+    /// `JoinWindows::of(difference).before(before).grace(grace)`: a right record joins a
+    /// left one at `t` from `t - before` to `t + difference`.
     StreamJoin {
         left: Box<S>,
         right: Box<S>,
         kind: JoinKind,
         difference: i64,
+        before: i64,
         grace: i64,
     },
 }
@@ -685,11 +687,21 @@ impl Plan {
                     l = without_fan_out(l);
                     r = without_fan_out(r);
                 }
+                let kind = rng.pick(&[JoinKind::Inner, JoinKind::Left, JoinKind::Outer]);
+                let difference = rng.pick(&[0, 500, 2_000]);
+                // Asymmetric windows (`before` other than the difference) in the family
+                // whose windows close.
+                let before = if family == "stream_stream_join_close" {
+                    rng.pick(&[difference, difference, 0, 1_000, 3_000])
+                } else {
+                    difference
+                };
                 let s = S::StreamJoin {
                     left: Box::new(l),
                     right: Box::new(r),
-                    kind: rng.pick(&[JoinKind::Inner, JoinKind::Left, JoinKind::Outer]),
-                    difference: rng.pick(&[0, 500, 2_000]),
+                    kind,
+                    difference,
+                    before,
                     // A grace of at least the inputs' disorder (8 s): no record is late.
                     // `stream_stream_join`: so long that no window closes before the end.
                     grace: if family != "stream_stream_join_close" {
@@ -1074,12 +1086,14 @@ impl Builder<'_> {
                 right,
                 kind,
                 difference,
+                before,
                 grace,
             } => {
                 let present = |k: &K, v: &V| k.is_some() && v.is_some();
                 let l = self.stream(left).filter(present);
                 let r = self.stream(right).filter(present);
                 let windows = JoinWindows::of(Duration::from_millis(*difference as u64))
+                    .before(Duration::from_millis(*before as u64))
                     .grace(Duration::from_millis(*grace as u64));
                 let store = self.name("join");
                 let serdes = (Nullable(Utf8), Nullable(DecimalI64), Nullable(DecimalI64));

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::plan::{
     Agg, Dyn, DynW, Group, In, Inputs, JoinKind, K, Out, PARTITIONS, Plan, S, T, V, W, flat,
-    partition_of, stream_joiner, stream_stream_joiner, table_joiner, try_add_one,
+    stream_joiner, stream_stream_joiner, table_joiner, try_add_one,
 };
 
 /// A record on its way through the reference.
@@ -293,28 +293,39 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             right,
             kind,
             difference,
+            before,
             grace,
-        } => stream_join(
-            &stream(left, inputs),
-            &stream(right, inputs),
-            *kind,
-            *difference,
-            *grace,
-        ),
+        } => {
+            let mut read = BTreeSet::new();
+            sources(left, &mut read);
+            sources(right, &mut read);
+            stream_join(
+                &stream(left, inputs),
+                &stream(right, inputs),
+                *kind,
+                (*before, *difference),
+                *grace,
+                low_watermark(&read, inputs),
+            )
+        }
     }
 }
 
 /// Kafka Streams' stream–stream join (`KStreamKStreamJoin`, 3.1+ semantics), of the
 /// records with a key and a value (Kafka Streams skips the others):
-/// - a pair for every left and right record of one key whose timestamps differ by at most
-///   `difference` (`JoinWindows.ofTimeDifferenceAndGrace`, before = after), timestamped
-///   with the later of the two;
+/// - a pair for every left record at `t` and right record of one key in `[t - before, t +
+///   after]` (`window = (before, after)`, `JoinWindows.ofTimeDifferenceAndGrace(after,
+///   grace).before(before)`), timestamped with the later of the two;
 /// - left and outer joins: a record that joined nothing is emitted alone (the other side
-///   null), with its own timestamp, once its window has closed: when the stream time
-///   shared by the join's two sides in the task (here the highest timestamp that reached
-///   the join in the key's partition of both inputs: the inputs are co-partitioned) is
-///   past `t + difference + grace` (strictly, as `emitNonJoinedOuterRecords`). Records
-///   whose window has not closed at the end are not emitted.
+///   null), with its own timestamp, once its window has closed: when the join's closing
+///   time is past `t + after + grace` for a left record, `t + before + grace` for a right
+///   one (strictly, as `emitNonJoinedOuterRecords` with `getOuterJoinLookBackTimeMs`).
+///   Records whose window has not closed at the end are not emitted. Kafka Streams closes
+///   on the task's stream time, the highest timestamp that reached the join, reading its
+///   partitions in timestamp order and knowing nothing more will come; an event source
+///   delivers each partition on its own, so the framework closes on the lowest stream time
+///   of the partitions feeding the join (`low`, see [`low_watermark`]), the time no
+///   partner within the grace can come before: the reference closes there too.
 ///
 /// The plans keep every record within `grace` of its partition's stream time, so no
 /// record is late (dropped for an expired window) and the order of the records does not
@@ -323,23 +334,19 @@ fn stream_join(
     left: &[Rec],
     right: &[Rec],
     kind: JoinKind,
-    difference: i64,
+    (before, after): (i64, i64),
     grace: i64,
+    low: Option<i64>,
 ) -> Vec<Rec> {
     let present = |r: &&Rec| r.key.is_some() && r.value.is_some();
     let left: Vec<&Rec> = left.iter().filter(present).collect();
     let right: Vec<&Rec> = right.iter().filter(present).collect();
-    let mut time: BTreeMap<i32, i64> = BTreeMap::new();
-    for r in left.iter().chain(&right) {
-        let p = partition_of(r.key.as_deref().map(str::as_bytes)).unwrap_or_default();
-        let t = time.entry(p).or_insert(i64::MIN);
-        *t = (*t).max(r.ts);
-    }
-    let closed = |r: &Rec| {
-        let p = partition_of(r.key.as_deref().map(str::as_bytes)).unwrap_or_default();
-        r.ts.saturating_add(difference).saturating_add(grace) < time[&p]
+    let closed = |r: &Rec, is_left: bool| {
+        let reach = if is_left { after } else { before };
+        low.is_some_and(|low| r.ts.saturating_add(reach).saturating_add(grace) < low)
     };
-    let joins = |a: &Rec, b: &Rec| a.key == b.key && (a.ts - b.ts).abs() <= difference;
+    // A left record `l` and a right record `r`.
+    let joins = |l: &Rec, r: &Rec| l.key == r.key && r.ts >= l.ts - before && r.ts <= l.ts + after;
     let mut out = Vec::new();
     for l in &left {
         for r in &right {
@@ -357,7 +364,10 @@ fn stream_join(
     }
     let alone = |side: &[&Rec], other: &[&Rec], is_left: bool, out: &mut Vec<Rec>| {
         for a in side {
-            if other.iter().any(|b| joins(a, b)) || !closed(a) {
+            let joined = other
+                .iter()
+                .any(|b| if is_left { joins(a, b) } else { joins(b, a) });
+            if joined || !closed(a, is_left) {
                 continue;
             }
             let value = if is_left {
@@ -597,23 +607,7 @@ fn finals(w: &W, plan: &Plan, inputs: &Inputs) -> BTreeMap<String, i64> {
     let _ = plan;
     let mut read = BTreeSet::new();
     sources(&w.stream, &mut read);
-    let mut low: Option<i64> = None;
-    for i in &read {
-        for p in 0..PARTITIONS {
-            let top = inputs
-                .logs
-                .get(&(format!("s{i}"), p))
-                .into_iter()
-                .flatten()
-                .map(|r| r.ts)
-                .max();
-            let Some(top) = top else {
-                return BTreeMap::new();
-            };
-            low = Some(low.map_or(top, |l: i64| l.min(top)));
-        }
-    }
-    let Some(low) = low else {
+    let Some(low) = low_watermark(&read, inputs) else {
         return BTreeMap::new();
     };
     let size = w.windows.size();
@@ -627,6 +621,27 @@ fn finals(w: &W, plan: &Plan, inputs: &Inputs) -> BTreeMap<String, i64> {
             start.saturating_add(size).saturating_add(w.grace) <= low
         })
         .collect()
+}
+
+/// The lowest final stream time over every partition of the stream topics `read` (all
+/// declared, `BatchOptions::source_partitions`): `None` when one of them has no record (it
+/// holds the time back; the test ends long before the idle timeout), or there are none.
+fn low_watermark(read: &BTreeSet<usize>, inputs: &Inputs) -> Option<i64> {
+    let mut low: Option<i64> = None;
+    for i in read {
+        for p in 0..PARTITIONS {
+            let top = inputs
+                .logs
+                .get(&(format!("s{i}"), p))
+                .into_iter()
+                .flatten()
+                .filter(|r| !r.bad)
+                .map(|r| r.ts)
+                .max()?;
+            low = Some(low.map_or(top, |l: i64| l.min(top)));
+        }
+    }
+    low
 }
 
 /// Kafka Streams' session windows (`KStreamSessionWindowAggregate`): per key, in the

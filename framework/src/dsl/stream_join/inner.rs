@@ -4,6 +4,7 @@
 use std::cmp::Ordering;
 
 use super::*;
+use crate::topology::Closing;
 
 impl<K, V> KStream<K, V>
 where
@@ -19,8 +20,14 @@ where
     /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
     /// how long), encoded with `serdes` (key, this value, other value).
     ///
-    /// Cost per batch: one buffer write per touched key and side, and one batched read
-    /// of the other side's buffers per distinct key.
+    /// The buffers keep a record until the join's closing time (the lowest stream time of
+    /// the source partitions feeding the join, as the batch starts) passes its timestamp
+    /// plus twice the window plus the grace, so a side whose partitions run ahead drops
+    /// nothing the other side can still join (see the module documentation).
+    ///
+    /// Cost per batch: one buffer write per touched key and side, one batched read of the
+    /// other side's buffers per distinct key, and the partitions' stream times (one read,
+    /// and one conditional write per partition whose stream time moved).
     ///
     /// ```
     /// use std::time::Duration;
@@ -70,8 +77,9 @@ where
         SO: Serde<VO>,
     {
         let (key_serde, this, that) = sides(serdes);
-        let this_records = self.buffered(&this);
-        let that_records = other.buffered(&that);
+        let store_index = Arc::new(std::sync::OnceLock::new());
+        let this_records = self.buffered(&this, Arc::clone(&store_index));
+        let that_records = other.buffered(&that, Arc::clone(&store_index));
         let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
         let that_buffer = buffer(
             &that_records,
@@ -114,13 +122,29 @@ where
                     .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()]);
             inner.roles.read(node, this_buffer.store);
             inner.roles.read(node, that_buffer.store);
+            // Both buffers prune on the join's closing time (see the module documentation),
+            // from the partitions' persisted stream times.
+            inner.windowed = true;
+            let _ = store_index.set(this_buffer.store);
+            for store in [this_buffer.store, that_buffer.store] {
+                inner.stores[store].closing = Some(Closing {
+                    node,
+                    topics: Default::default(),
+                    close: None,
+                });
+            }
             node
         };
         KStream::from_node(self.shared(), next, node)
     }
 
-    /// This stream's records with their timestamp, source and encoded value.
-    pub(super) fn buffered(&self, side: &Side<V>) -> KStream<K, (V, Buffered)> {
+    /// This stream's records with their timestamp, source and encoded value, and the
+    /// closing time of the join whose store `store` will be set to.
+    pub(super) fn buffered(
+        &self,
+        side: &Side<V>,
+        store: Arc<std::sync::OnceLock<usize>>,
+    ) -> KStream<K, (V, Buffered)> {
         let serde = Arc::clone(&side.serde);
         let side = self.child("KSTREAM-JOINSIDE", move |ctx, key, value: V, out| {
             let (Some((tp, offset)), Some((_, _, ts))) =
@@ -133,12 +157,18 @@ where
             let bytes = serde.try_serialize(&value).map_err(|e| {
                 ctx.user_error(format!("the joined value does not encode: {}", e.0))
             })?;
+            let close = store
+                .get()
+                .and_then(|index| ctx.closing_times.get(*index))
+                .copied()
+                .unwrap_or(i64::MIN);
             let entry = Buffered {
                 ts,
                 topic: tp.topic,
                 partition: tp.partition,
                 offset,
                 value: bytes,
+                close,
             };
             out.forward(ctx, key, (value, entry))
         });
@@ -149,14 +179,10 @@ where
     }
 }
 
-/// One key's buffered records of one side. `floor` is the newest timestamp the buffer
-/// held before the batch being folded (it is not stored: it is read back from the
-/// entries), and pruning is relative to it, never to records of the same batch: a record
-/// of the batch can still meet the partners that its batch's newer records make old.
+/// One key's buffered records of one side, in processing order.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Buffer {
     pub(super) entries: Vec<Buffered>,
-    pub(super) floor: Option<i64>,
 }
 
 /// Stores a [`Buffer`] as the JSON array of its entries.
@@ -176,8 +202,7 @@ impl Serde<Buffer> for BufferSerde {
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
         let entries: Vec<Buffered> = BUFFER.decode(data)?;
-        let floor = entries.iter().map(|e| e.ts).max();
-        Ok(Buffer { entries, floor })
+        Ok(Buffer { entries })
     }
 }
 
@@ -196,11 +221,9 @@ where
         store,
         Buffer::default,
         move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
+            let close = entry.close;
             buffer.entries.push(entry);
-            if let Some(floor) = buffer.floor {
-                let oldest = floor.saturating_sub(windows.horizon());
-                buffer.entries.retain(|b| b.ts >= oldest);
-            }
+            buffer.entries.retain(|b| !windows.expired(b.ts, close));
             buffer
                 .entries
                 .sort_by(|a, b| a.position().cmp(&b.position()));
@@ -260,7 +283,12 @@ pub(super) fn probe<K, V, VO, VR>(
                         })?
                         .unwrap_or_default();
                     for partner in partners.entries {
-                        if (partner.ts - me.ts).abs() > windows.difference {
+                        let joins = if this_side {
+                            windows.joins(me.ts, partner.ts)
+                        } else {
+                            windows.joins(partner.ts, me.ts)
+                        };
+                        if !joins {
                             continue;
                         }
                         let source = TopicPartition::new(partner.topic.as_str(), partner.partition);

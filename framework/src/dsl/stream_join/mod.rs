@@ -2,27 +2,31 @@
 //! ValueJoiner, JoinWindows)`.
 //!
 //! Each side keeps its recent records per key in a state item (a buffer, written exactly
-//! once like every aggregate). A buffer drops the records more than twice the window plus
-//! the grace older than the newest record it held before the batch (never relative to the
-//! batch's own records, so that batch boundaries do not change the result): a record at
-//! most window + grace behind the newest record of its key meets every partner within the
-//! window; one later than that may miss partners already dropped. A record joins the other side's
-//! buffer as it stands after the batch's own buffer writes, so two records of one batch
-//! meet; of such a pair only the later one (by timestamp, then source) emits, so the pair
-//! is emitted once (a record that meets its own copy, in a self-join, emits that pair from
-//! this side only). A pair whose records arrive in two batches is emitted by the later
-//! batch; its timestamp is the later of the two records' whichever emits it. So with every record delivered once, each pair is emitted once whatever the
-//! batch boundaries. A redelivered record (a retry with the same or other boundaries)
-//! emits its pairs again, and two batches running at the same time (one per side) can each
-//! see the other's record: the pair is then emitted twice, identically (the output is at
-//! least once, as every output of the framework; the `lambda-streams-source` header names
-//! the record that emitted it). The buffers themselves are exact.
+//! once like every aggregate). Both close on the join's *closing time*: the lowest stream
+//! time of the source partitions feeding the join (the low watermark of emit-on-close
+//! windows, with the idle-partition timeout), as it stood when the batch started. A buffer
+//! drops a record once the closing time passes its timestamp plus twice the window plus
+//! the grace: a partner at most window + grace behind the stream time of its own partition
+//! is then more than the window away. So a side whose partitions run ahead never drops a
+//! record the lagging side can still join. A record joins the other side's buffer as it
+//! stands after the batch's own buffer writes, so two records of one batch meet; of such a
+//! pair only the later one (by timestamp, then source) emits, so the pair is emitted once
+//! (a record that meets its own copy, in a self-join, emits that pair from this side
+//! only). A pair whose records arrive in two batches is emitted by the later batch; its
+//! timestamp is the later of the two records' whichever emits it. So with every record
+//! delivered once, each pair is emitted once whatever the batch boundaries. A redelivered
+//! record (a retry with the same or other boundaries) emits its pairs again, and two
+//! batches running at the same time (one per side) can each see the other's record: the
+//! pair is then emitted twice, identically (the output is at least once, as every output
+//! of the framework; the `lambda-streams-source` header names the record that emitted it).
+//! The buffers themselves are exact.
 //!
 //! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
 //! semantics: a record that joined nothing is emitted alone once it can no longer join, and
-//! never after it joined) keep both sides of a key in one item instead, with the key's join
-//! stream time, so that which records join and which leave alone is decided once, in the
-//! write that folds the deciding record; see [`KStream::left_join_stream`].
+//! never after it joined) keep both sides of a key in one item instead, so that which
+//! records join and which leave alone is decided once, in one conditional write; the
+//! records of keys that get no later record close in the closing pass at the end of every
+//! batch; see [`KStream::left_join_stream`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,31 +45,86 @@ use crate::topology::describe::NodeKind;
 mod inner;
 mod outer;
 
-/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`.
+/// How close in time two records must be to join, as Kafka Streams' `JoinWindows`: a record
+/// of the other stream joins a record of this stream at `t` when its timestamp is in
+/// `[t - before, t + after]` (both `difference` for [`of`](Self::of)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JoinWindows {
-    difference: i64,
+    before: i64,
+    after: i64,
     grace: i64,
 }
 
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 impl JoinWindows {
-    /// Records join when their timestamps differ by at most `difference`.
+    /// Records join when their timestamps differ by at most `difference`, either way (Kafka
+    /// Streams' `JoinWindows.ofTimeDifferenceWithNoGrace`).
     pub fn of(difference: Duration) -> Self {
         JoinWindows {
-            difference: i64::try_from(difference.as_millis()).unwrap_or(i64::MAX),
+            before: millis(difference),
+            after: millis(difference),
             grace: 0,
         }
     }
 
     /// How long past the window a record is still kept for a late partner.
     pub fn grace(mut self, grace: Duration) -> Self {
-        self.grace = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        self.grace = millis(grace);
         self
     }
 
-    /// How far behind the newest record of a key a buffered record is still kept.
-    fn horizon(&self) -> i64 {
-        self.difference.saturating_mul(2).saturating_add(self.grace)
+    /// The window's start: a record of the other stream at most `difference` before this
+    /// stream's record joins it (Kafka Streams' `JoinWindows.before`; the end stays).
+    pub fn before(mut self, difference: Duration) -> Self {
+        self.before = millis(difference);
+        self
+    }
+
+    /// The window's end: a record of the other stream at most `difference` after this
+    /// stream's record joins it (Kafka Streams' `JoinWindows.after`; the start stays).
+    pub fn after(mut self, difference: Duration) -> Self {
+        self.after = millis(difference);
+        self
+    }
+
+    /// Whether a record of this stream at `this` and one of the other at `other` join.
+    fn joins(&self, this: i64, other: i64) -> bool {
+        other >= this.saturating_sub(self.before) && other <= this.saturating_add(self.after)
+    }
+
+    /// How far past its own timestamp a record of this stream (`this_side`) or of the other
+    /// can still meet a partner: `after`, or `before` (Kafka Streams' outer-join look-back).
+    fn reach(&self, this_side: bool) -> i64 {
+        if this_side { self.after } else { self.before }
+    }
+
+    /// Whether a record of `this_side` at `ts` can meet no partner any more once the join's
+    /// closing time is `time`: its window and grace have passed (Kafka Streams' rule for
+    /// emitting a left or outer join's unjoined record).
+    fn closed(&self, this_side: bool, ts: i64, time: i64) -> bool {
+        ts.saturating_add(self.reach(this_side))
+            .saturating_add(self.grace)
+            < time
+    }
+
+    /// When a record of `this_side` at `ts` closes: the first closing time that closes it.
+    fn close_at(&self, this_side: bool, ts: i64) -> i64 {
+        ts.saturating_add(self.reach(this_side))
+            .saturating_add(self.grace)
+            .saturating_add(1)
+    }
+
+    /// Whether a buffered record at `ts` can meet no partner any more once the join's
+    /// closing time is `close`: a partner at most the wider side of the window plus the
+    /// grace behind the stream time of its partition is more than the window away.
+    fn expired(&self, ts: i64, close: i64) -> bool {
+        let wide = self.before.max(self.after);
+        ts.saturating_add(wide.saturating_mul(2))
+            .saturating_add(self.grace)
+            < close
     }
 }
 
@@ -77,6 +136,14 @@ struct Buffered {
     partition: i32,
     offset: i64,
     value: Option<Vec<u8>>,
+    /// The join's closing time at the start of the record's batch (not stored): buffered
+    /// records whose window and grace it passed can meet no partner any more.
+    #[serde(skip, default = "no_time")]
+    close: i64,
+}
+
+fn no_time() -> i64 {
+    i64::MIN
 }
 
 impl Buffered {

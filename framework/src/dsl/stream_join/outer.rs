@@ -1,7 +1,11 @@
 //! Left and outer stream–stream joins ([`KStream::left_join_stream`],
-//! [`KStream::outer_join_stream`]): both sides of a key in one item, with its join stream time.
+//! [`KStream::outer_join_stream`]): both sides of a key in one item, closed on the lowest
+//! stream time of the partitions feeding the join (its closing time), by the arrivals of
+//! the key's records and by the closing pass at the end of every batch.
 
 use super::*;
+use crate::state::ItemState;
+use crate::topology::{CloseFn, Closing};
 
 /// Which sides of a left or outer join emit their records that found no partner.
 #[derive(Debug, Clone, Copy)]
@@ -101,8 +105,8 @@ pub(super) struct Output {
 /// after the write).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(super) struct JoinState {
-    /// The join's stream time for the key: the highest stream time (of its source
-    /// partition) of a record of the key folded so far.
+    /// The highest closing time applied to the item so far (by an arrival or by the
+    /// closing pass): the records whose window and grace it passed have left.
     pub(super) time: Option<i64>,
     pub(super) entries: Vec<Entry>,
     pub(super) outputs: Vec<Output>,
@@ -131,20 +135,21 @@ impl Serde<JoinState> for JoinStateSerde {
     }
 }
 
-/// A record arriving at a left or outer join: its entry, the stream time of its partition,
-/// and the first offset of its partition in its batch.
+/// A record arriving at a left or outer join: its entry, the join's closing time at the
+/// start of its batch, and the first offset of its partition in its batch.
 #[derive(Debug, Clone)]
 pub(super) struct Arrival {
     pub(super) entry: Entry,
-    pub(super) stream_time: i64,
+    pub(super) close: i64,
     pub(super) batch_first: i64,
 }
 
 impl JoinState {
-    /// Folds the arrival of `x`: the stream time moves; the records whose window and
-    /// grace it passes leave (those that never joined, of an outer side, are emitted
-    /// alone); `x` joins the records of the other side within the window that remain;
-    /// `x` stays unless its own window and grace have passed already.
+    /// Folds the arrival of `x`: the item's closing time moves to the batch's (if later);
+    /// the records whose window and grace it passes leave (those that never joined, of an
+    /// outer side, are emitted alone, by `x`); `x` joins the records of the other side
+    /// within the window that remain; `x` stays unless its own window and grace have
+    /// passed already (a record later than the grace).
     pub(super) fn arrive(mut self, x: Arrival, windows: JoinWindows, outer: Outer) -> Self {
         // The first write of this batch's records of the partition drops the outputs of
         // its earlier batches (the event source started this one after them, so they
@@ -158,13 +163,9 @@ impl JoinState {
             });
             self.replaced.push(source);
         }
-        let time = self.time.map_or(x.stream_time, |t| t.max(x.stream_time));
+        let time = self.time.map_or(x.close, |t| t.max(x.close));
         self.time = Some(time);
-        let closed = |ts: i64| {
-            ts.saturating_add(windows.difference)
-                .saturating_add(windows.grace)
-                < time
-        };
+        let closed = |e: &Entry| windows.closed(e.side == THIS, e.ts, time);
         let mut me = x.entry;
         let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry, ts: i64| Output {
             topic: by.topic.clone(),
@@ -188,15 +189,20 @@ impl JoinState {
         };
         let (gone, mut kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
             .into_iter()
-            .partition(|e| closed(e.ts));
+            .partition(|e| closed(e));
         for e in gone.iter().filter(|e| !e.matched && outer.of(e.side)) {
             self.outputs.push(alone(e, &me));
         }
-        let d = windows.difference.unsigned_abs();
-        for e in kept
-            .iter_mut()
-            .filter(|e| e.side != me.side && e.ts.abs_diff(me.ts) <= d)
-        {
+        let (side, ts) = (me.side, me.ts);
+        let joins = |e: &Entry| {
+            e.side != side
+                && if side == THIS {
+                    windows.joins(ts, e.ts)
+                } else {
+                    windows.joins(e.ts, ts)
+                }
+        };
+        for e in kept.iter_mut().filter(|e| joins(e)) {
             e.matched = true;
             me.matched = true;
             let ts = me.ts.max(e.ts);
@@ -207,7 +213,7 @@ impl JoinState {
             };
             self.outputs.push(pair);
         }
-        if closed(me.ts) {
+        if closed(&me) {
             if !me.matched && outer.of(me.side) {
                 self.outputs.push(alone(&me, &me));
             }
@@ -216,6 +222,48 @@ impl JoinState {
         }
         self.entries = kept;
         self
+    }
+
+    /// When the item next closes: just past the window and grace of its earliest record
+    /// of an outer side that has not joined (`None`: it holds no such record).
+    pub(super) fn next_close(&self, windows: JoinWindows, outer: Outer) -> Option<i64> {
+        self.entries
+            .iter()
+            .filter(|e| !e.matched && outer.of(e.side))
+            .map(|e| windows.close_at(e.side == THIS, e.ts))
+            .min()
+    }
+
+    /// Closes the item at the closing time `low`: the records whose window and grace it
+    /// passes leave, and those of an outer side that never joined are returned, in
+    /// timestamp order, to be emitted alone.
+    pub(super) fn close(
+        mut self,
+        low: i64,
+        windows: JoinWindows,
+        outer: Outer,
+    ) -> (Self, Vec<Entry>) {
+        let time = self.time.map_or(low, |t| t.max(low));
+        self.time = Some(time);
+        let (gone, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut self.entries)
+            .into_iter()
+            .partition(|e| windows.closed(e.side == THIS, e.ts, time));
+        self.entries = kept;
+        let mut alone: Vec<Entry> = gone
+            .into_iter()
+            .filter(|e| !e.matched && outer.of(e.side))
+            .collect();
+        alone.sort_by(|a, b| {
+            (a.ts, a.side, &a.topic, a.partition, a.offset, a.seq).cmp(&(
+                b.ts,
+                b.side,
+                &b.topic,
+                b.partition,
+                b.offset,
+                b.seq,
+            ))
+        });
+        (self, alone)
     }
 }
 
@@ -229,36 +277,56 @@ where
     /// whose timestamps differ by at most the window gives `joiner(key, this value,
     /// Some(other value))`, once; a record of this stream that joined no record gives
     /// `joiner(key, this value, None)`, once, as soon as it can no longer join one and not
-    /// before: when the join's stream time passes its timestamp plus the window plus the
+    /// before: when the join's closing time passes its timestamp plus the window plus the
     /// grace. A record that joined is never emitted alone.
     ///
-    /// The join's stream time for a key is the highest stream time (of their own source
-    /// partitions) of the key's records, both sides: a record waits for the next record
-    /// of its key to be emitted alone. A record leaves the join when that stream time
-    /// passes its timestamp plus window plus grace; a record of the other side arriving
-    /// later no longer meets it (even within the window of its timestamp), and a record
-    /// arriving that late itself meets only the records still there. A record whose key
-    /// serializes to null joins nothing: on an outer side it is emitted alone at once (as
-    /// Kafka Streams does since 3.7).
+    /// The join's **closing time** is the lowest stream time of the source partitions
+    /// feeding the join (both sides; with the idle-partition timeout of
+    /// [`BatchOptions`](crate::BatchOptions), as emit-on-close windows, so that a quiet
+    /// partition does not hold it forever), and it never moves back. Kafka Streams closes on
+    /// the highest timestamp its task has seen, reading its partitions in timestamp order;
+    /// an event source delivers every partition on its own, and a partition that lags may
+    /// still deliver a partner within the grace, so here a record is emitted alone only once
+    /// both sides are past its window and grace (docs/kafka-streams-differences.md). Every
+    /// pair within the window is found, whichever side runs ahead, for records at most the
+    /// grace behind their partition's stream time. A record later than that meets only the
+    /// records still there, and one whose own window has closed already is emitted alone at
+    /// once if it found no partner. A record whose key serializes to null joins nothing: on
+    /// an outer side it is emitted alone at once (as Kafka Streams does since 3.7).
     ///
     /// Both sides' records of a key live in one state item of `store` (a general
     /// aggregate: exactly once), encoded with `serdes` (key, this value, other value), so
-    /// every decision — which records join, which leave alone — is made once, in the write
-    /// that folds the record deciding it. The outputs of that write are kept in the item
-    /// (until a later batch of the same source partition writes it) and emitted by the
-    /// record they are attributed to, after the write: a pair by the later of its two records (in
-    /// processing order), an unjoined record by the record whose arrival moved the stream
-    /// time past it; the `lambda-streams-source` header names that record. As in Kafka
-    /// Streams, a pair's timestamp is the later of its two records', and a record emitted
-    /// alone keeps its own. A record that reaches the join several times (a self-join, where
-    /// it arrives at both sides, or a `flat_map_values` ahead of the join) emits each of its
-    /// outputs once: each output names the arrival that emits it. Like every output of the framework, it is at least once: a retried
-    /// batch (even one ending later) emits its outputs again, identical, as does a batch
-    /// delivered again before a later batch of its partition wrote the key. The outputs of
-    /// one batch for one key are part of the item, which holds at most 400 KB.
+    /// every decision — which records join, which leave alone — is made once, in one
+    /// conditional write. A record that arrives folds the records of its key whose window the
+    /// closing time (as its batch started) has passed, and joins the other side's records
+    /// within the window; the outputs of that write are kept in the item (until a later
+    /// batch of the same source partition writes it) and emitted by the record they are
+    /// attributed to, after the write (its `lambda-streams-source` header names it): a pair
+    /// by the later of its two records (in processing order). The records of keys that get no
+    /// later record close in the **closing pass** at the end of every batch: an item holding
+    /// records of an outer side that joined nothing is in the table's `closing` index
+    /// (`create_table`, `template.yaml`) with the time its earliest one expires; the pass
+    /// reads the items whose time has come, emits their records alone through the join's
+    /// downstream operators (with a version header, as a table update, not a source
+    /// header), then rewrites each item without them on the condition that its version is
+    /// the one read (two closers, or a closer and an arrival, write once; a crash between
+    /// the emission and the write emits the same records again). Because those records have
+    /// no source record, `build()` refuses the join's output fed into an aggregation, a
+    /// repartition topic or another join: produce it with `to` and read it in another
+    /// sub-topology.
     ///
-    /// Cost per batch: one conditional write per touched key, and one batched read of
-    /// the touched keys' items after the write.
+    /// As in Kafka Streams, a pair's timestamp is the later of its two records', and a
+    /// record emitted alone keeps its own. A record that reaches the join several times (a
+    /// self-join, where it arrives at both sides, or a `flat_map_values` ahead of the join)
+    /// emits each of its outputs once: each output names the arrival that emits it. Like
+    /// every output of the framework, it is at least once: a retried batch (even one ending
+    /// later) emits its outputs again, identical, as does a batch delivered again before a
+    /// later batch of its partition wrote the key. The outputs of one batch for one key are
+    /// part of the item, which holds at most 400 KB.
+    ///
+    /// Cost per batch: one conditional write per touched key, one batched read of the
+    /// touched keys' items after the write, one query of the closing index, and one
+    /// conditional write per item the closing pass closes.
     ///
     /// ```
     /// use std::time::Duration;
@@ -288,8 +356,10 @@ where
     /// shown.pipe_input_with_timestamp("u1", "ad-2".to_owned(), 3_000)?;
     /// clicked.pipe_input_with_timestamp("u1", "buy".to_owned(), 12_000)?; // joins ad-2 only
     /// assert_eq!(out.read_values()?, ["ad-2->buy"]); // ad-1 could still meet a click
-    /// // The stream time passes 1 s + 10 s + 5 s: ad-1 can no longer meet a click.
+    /// // Both topics pass 1 s + 10 s + 5 s: ad-1 can no longer meet a click.
     /// shown.pipe_input_with_timestamp("u1", "ad-3".to_owned(), 30_000)?;
+    /// assert_eq!(out.read_values()?, Vec::<String>::new()); // the clicks are at 12 s
+    /// clicked.pipe_input_with_timestamp("u2", "view".to_owned(), 30_000)?;
     /// assert_eq!(out.read_values()?, ["ad-1->none"]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -328,9 +398,10 @@ where
     /// whose timestamps differ by at most the window gives `joiner(key, Some(this value),
     /// Some(other value))`, once; a record of either side that joined no record gives
     /// `joiner(key, Some(this value), None)` or `joiner(key, None, Some(other value))`,
-    /// once, when it can no longer join one (the join's stream time passes its timestamp
-    /// plus the window plus the grace), and never when it joined. State, costs and
-    /// delivery as [`left_join_stream`](Self::left_join_stream).
+    /// once, when it can no longer join one (the join's closing time, the lowest stream time
+    /// of the partitions feeding it, passes its timestamp plus the window plus the grace),
+    /// and never when it joined. Closing time, state, costs and delivery as
+    /// [`left_join_stream`](Self::left_join_stream).
     ///
     /// ```
     /// use std::time::Duration;
@@ -361,7 +432,8 @@ where
     /// order.pipe_input_with_timestamp("o2", "book".to_owned(), 2_000)?;
     /// payment.pipe_input_with_timestamp("o2", "paid".to_owned(), 4_000)?;
     /// order.pipe_input_with_timestamp("o1", "pen".to_owned(), 30_000)?; // 29 s later
-    /// payment.pipe_input_with_timestamp("o1", "late".to_owned(), 50_000)?;
+    /// payment.pipe_input_with_timestamp("o1", "late".to_owned(), 50_000)?; // -/paid
+    /// order.pipe_input_with_timestamp("o3", "cup".to_owned(), 50_000)?; // pen/-
     /// let out = driver.output_topic("reconciled", Utf8, Utf8).read_key_values()?;
     /// let expected = [("o2", "book/paid"), ("o1", "-/paid"), ("o1", "pen/-")];
     /// assert_eq!(out, expected.map(|(k, v)| (k.to_owned(), v.to_owned())));
@@ -418,24 +490,35 @@ where
     {
         let (key_serde, this, that) = sides(serdes);
         let id = NEXT_JOIN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store_index = Arc::new(std::sync::OnceLock::new());
         let arrivals = self
-            .buffered(&this)
+            .buffered(&this, Arc::clone(&store_index))
             .arrivals(id, THIS)
-            .merge(&other.buffered(&that).arrivals(id, 1));
-        let table: KTable<K, JoinState> = arrivals.group_by_key(Arc::clone(&key_serde)).aggregate(
-            store,
-            JoinState::default,
-            move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
-            JoinStateSerde,
-        );
+            .merge(
+                &other
+                    .buffered(&that, Arc::clone(&store_index))
+                    .arrivals(id, 1),
+            );
+        let table: KTable<K, JoinState> = arrivals
+            .group_by_key(Arc::clone(&key_serde))
+            .aggregate_closing(
+                store,
+                JoinState::default,
+                move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
+                JoinStateSerde,
+                Some(Box::new(move |state: &JoinState| {
+                    state.next_close(windows, outer)
+                })),
+            );
         let Some(lookup) = table.lookup else {
             unreachable!("a key's aggregate can be looked up")
         };
         let join_store = lookup.store;
+        let _ = store_index.set(join_store);
         let shared = self.shared();
         {
             let mut inner = lock(&shared);
-            // The join's stream time starts from the partitions' persisted stream times.
+            // The join closes on the partitions' persisted stream times.
             inner.windowed = true;
         }
         let next = Downstream::<K, VR>::new();
@@ -444,6 +527,15 @@ where
             Arc::clone(&this.serde),
             Arc::clone(&that.serde),
             Arc::new(joiner),
+        );
+        let close = closer(
+            Arc::clone(&key_serde),
+            Arc::clone(&this_serde),
+            Arc::clone(&that_serde),
+            Arc::clone(&joiner) as Arc<OuterJoiner<K, V, VO, VR>>,
+            windows,
+            outer,
+            next.clone(),
         );
         arrivals
             .downstream()
@@ -540,10 +632,82 @@ where
                 .description
                 .add_node(name, kind, &[self.node(), other.node()]);
             inner.roles.read(node, join_store);
+            inner.roles.closes(node, join_store);
+            inner.stores[join_store].closing = Some(Closing {
+                node,
+                topics: Default::default(),
+                close: Some(close),
+            });
             node
         };
         KStream::from_node(shared, next, node)
     }
+}
+
+/// The closing pass of a left or outer join's items: decodes the item, closes it at the
+/// closing time, emits the records that leave alone (as Kafka Streams, with their own
+/// timestamps) through the join's downstream operators, and returns the item's new
+/// aggregate and closing time.
+fn closer<K, V, VO, VR>(
+    key_serde: Arc<dyn Serde<K>>,
+    this_serde: Arc<dyn Serde<V>>,
+    that_serde: Arc<dyn Serde<VO>>,
+    joiner: Arc<OuterJoiner<K, V, VO, VR>>,
+    windows: JoinWindows,
+    outer: Outer,
+    out: Downstream<K, VR>,
+) -> CloseFn
+where
+    K: Clone + Send + Sync + 'static,
+    V: 'static,
+    VO: 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    Arc::new(
+        move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64, emitted| {
+            let corrupt = |what: &str, e: String| {
+                StreamError::Config(format!("a join state's {what} does not decode: {e}"))
+            };
+            let stored = JoinStateSerde
+                .deserialize(state.aggregate.as_deref())
+                .map_err(|e| corrupt("state", e.0))?;
+            let (closed, alone) = stored.close(low, windows, outer);
+            if !alone.is_empty() {
+                let key = key_serde
+                    .deserialize(Some(key))
+                    .map_err(|e| corrupt("key", e.0))?;
+                for e in &alone {
+                    let identity = format!(
+                        "{}:{}:{}:{}:{}",
+                        e.side, e.topic, e.partition, e.offset, e.seq
+                    )
+                    .into_bytes();
+                    if !emitted.insert(identity) {
+                        continue;
+                    }
+                    let decode_error =
+                        |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
+                    let value = e.value.as_deref();
+                    let joined = if e.side == THIS {
+                        let v = this_serde.deserialize(value).map_err(decode_error)?;
+                        joiner(&key, Some(&v), None)
+                    } else {
+                        let o = that_serde.deserialize(value).map_err(decode_error)?;
+                        joiner(&key, None, Some(&o))
+                    };
+                    if let Some(joined) = joined {
+                        ctx.with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined))?;
+                    }
+                }
+            }
+            let next = closed.next_close(windows, outer);
+            let bytes = JoinStateSerde
+                .try_serialize(&closed)
+                .map_err(|e| corrupt("state", e.0))?
+                .unwrap_or_default();
+            Ok(Some((bytes, next)))
+        },
+    )
 }
 
 /// A left or outer join's joiner: the output of a pair or of a record alone (`None`: no
@@ -621,14 +785,14 @@ where
                     matched: false,
                     seq,
                 };
-                let stream_time = ctx.stream_time();
+                let close = b.close;
                 let batch_first = ctx
                     .record_time()
                     .and_then(|(tp, _, _)| ctx.ranges.get(tp as usize))
                     .map_or(entry.offset, |range| range.0);
                 let arrival = Arrival {
                     entry,
-                    stream_time,
+                    close,
                     batch_first,
                 };
                 out.forward(ctx, key, arrival)
@@ -653,7 +817,7 @@ mod tests {
                 matched: false,
                 seq: 0,
             },
-            stream_time: ts,
+            close: ts,
             batch_first,
         }
     }

@@ -120,7 +120,7 @@ impl Cache {
         }
     }
 
-    fn remove(&mut self, key: &str) {
+    pub(super) fn remove(&mut self, key: &str) {
         if let Some((_, cost, _)) = self.items.remove(key) {
             self.bytes -= cost;
         }

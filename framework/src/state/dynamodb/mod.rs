@@ -37,7 +37,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedC
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    Clock, ClosedWindow, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
+    Clock, ClosedWindow, ClosingItem, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
     StateErrorKind, Store, WriteStats, above_watermarks, limits, offset_ranges,
 };
 
@@ -247,6 +247,7 @@ impl DynamoStore {
                     .expression_attribute_values(":mt", AttributeValue::N(newest.to_string()));
             }
             let mut add = "ADD #ver :one".to_owned();
+            let mut remove = "";
             match write.fold {
                 Some(fold) => {
                     let held = super::held_up_to(write, &watermarks);
@@ -270,6 +271,28 @@ impl DynamoStore {
                     };
                     let aggregate =
                         limits::fold_within_limits(write, fold, current, &include, &fits)?;
+                    // A store that closes on its content: the item's closing time follows
+                    // what the fold left in it.
+                    match fold
+                        .close_at(&aggregate)
+                        .filter(|_| write.close_at.is_none())
+                    {
+                        Some(Some(at)) => {
+                            request = closing_names(request, write.store)
+                                .expression_attribute_values(
+                                    ":cl",
+                                    AttributeValue::N(at.to_string()),
+                                );
+                            set.push("#cq = :cq, #cl = :cl".to_owned());
+                        }
+                        Some(None) => {
+                            request = request
+                                .expression_attribute_names("#cq", CLOSING_STORE)
+                                .expression_attribute_names("#cl", CLOSING_TIME);
+                            remove = " REMOVE #cq, #cl";
+                        }
+                        None => {}
+                    }
                     request = request
                         .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
                     set.push("#v = :a".to_owned());
@@ -299,7 +322,7 @@ impl DynamoStore {
                     ),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
-            let expression = format!("{add} SET {}", set.join(", "));
+            let expression = format!("{add} SET {}{remove}", set.join(", "));
             limits::check_expression(write, &expression)?;
             let request = request.update_expression(expression);
             if attempt > 0 {
@@ -585,51 +608,8 @@ impl Store for DynamoStore {
         store: &str,
         up_to: i64,
     ) -> Result<Vec<ClosedWindow>, StateError> {
-        let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
-        let mut keys = Vec::new();
-        let mut pages = self
-            .client
-            .query()
-            .table_name(&self.table)
-            .index_name(CLOSING_INDEX)
-            .key_condition_expression("#cq = :cq AND #cl <= :t")
-            .expression_attribute_names("#cq", CLOSING_STORE)
-            .expression_attribute_names("#cl", CLOSING_TIME)
-            .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
-            .expression_attribute_values(":t", AttributeValue::N(up_to.to_string()))
-            .into_paginator()
-            .send();
-        while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| {
-                err(format!(
-                    "cannot query index {CLOSING_INDEX:?} of table {:?} (emit-on-close \
-                     stores need it; see create_table and template.yaml): {}",
-                    self.table,
-                    self.describe(&e)
-                ))
-            })?;
-            for item in page.items() {
-                let mut key = HashMap::new();
-                for name in ["pk", "sk"] {
-                    let value = item
-                        .get(name)
-                        .ok_or_else(|| err(format!("an index entry has no {name}")))?;
-                    key.insert(name.to_owned(), value.clone());
-                }
-                keys.push(key);
-            }
-        }
         let mut windows = Vec::new();
-        for item in self.batch_get(keys).await.map_err(&err)? {
-            let still_open = item.contains_key(CLOSING_STORE)
-                && number::<i64>(&item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
-            if !still_open {
-                continue;
-            }
-            let key = match item.get("k") {
-                Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
-                _ => return Err(err("an item has no key attribute k".into())),
-            };
+        for (key, item) in self.closing(store, up_to).await? {
             let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
             windows.push(ClosedWindow {
                 start: number(&item, "sk").map_err(corrupt)?,
@@ -663,6 +643,86 @@ impl Store for DynamoStore {
             .map_err(|e| StateError::new(STREAM_TIME_KEY, store.as_bytes(), e))?;
         stats.requests += 1;
         Ok(stats)
+    }
+
+    /// Queries [`CLOSING_INDEX`] as [`closed_windows`](Self::closed_windows) does, for the
+    /// store's unwindowed items (`sk = 0`).
+    async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {
+        let mut out = Vec::new();
+        for (key, item) in self.closing(store, up_to).await? {
+            if number::<i64>(&item, "sk").is_ok_and(|sk| sk != 0) {
+                continue;
+            }
+            let state = parse_state(&item)
+                .map_err(|e| StateError::new(store, &key, StateErrorKind::Corrupt(e)))?;
+            out.push(ClosingItem { key, state });
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    /// `SET a = :a, cq/cl` (or `REMOVE cq, cl`) `ADD ver 1` on the condition `ver = :read`.
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        let pk = item_key(store, &item.key);
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", AttributeValue::S(pk.clone()))
+            .key("sk", AttributeValue::N("0".into()))
+            .condition_expression("#ver = :read")
+            .expression_attribute_names("#ver", "ver")
+            .expression_attribute_names("#a", "a")
+            .expression_attribute_names("#cq", CLOSING_STORE)
+            .expression_attribute_names("#cl", CLOSING_TIME)
+            .expression_attribute_values(":read", AttributeValue::N(item.state.version.to_string()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        let request = match close_at {
+            Some(at) => request
+                .update_expression("SET #a = :a, #cq = :cq, #cl = :cl ADD #ver :one")
+                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
+            None => request.update_expression("SET #a = :a ADD #ver :one REMOVE #cq, #cl"),
+        };
+        let result = request.send().await;
+        // The cached copy (if any) is stale now either way.
+        self.cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&format!("{pk}#0"));
+        match result {
+            Ok(out) => {
+                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
+                    stats.consumed_write_units += units;
+                }
+                let written = out.attributes().cloned().unwrap_or_default();
+                let state = parse_state(&written)
+                    .map_err(|e| StateError::new(store, &item.key, StateErrorKind::Corrupt(e)))?;
+                Ok((Some(state), stats))
+            }
+            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
+                stats.conditional_failures += 1;
+                Ok((None, stats))
+            }
+            Err(e) => Err(StateError::new(
+                store,
+                &item.key,
+                StateErrorKind::Request(self.describe(&e)),
+            )),
+        }
     }
 }
 
@@ -698,6 +758,61 @@ impl DynamoStore {
             }
         }
         Ok(items)
+    }
+
+    /// The items of `store` in [`CLOSING_INDEX`] closing at or before `up_to`, read
+    /// strongly consistent (the index is eventually consistent, the items are not), without
+    /// those that left the index meanwhile: each with its raw key.
+    async fn closing(&self, store: &str, up_to: i64) -> Result<Vec<(Vec<u8>, Item)>, StateError> {
+        let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
+        let mut keys = Vec::new();
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(CLOSING_INDEX)
+            .key_condition_expression("#cq = :cq AND #cl <= :t")
+            .expression_attribute_names("#cq", CLOSING_STORE)
+            .expression_attribute_names("#cl", CLOSING_TIME)
+            .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+            .expression_attribute_values(":t", AttributeValue::N(up_to.to_string()))
+            .into_paginator()
+            .send();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| {
+                err(format!(
+                    "cannot query index {CLOSING_INDEX:?} of table {:?} (emit-on-close \
+                     stores and left or outer stream–stream joins need it; see create_table \
+                     and template.yaml): {}",
+                    self.table,
+                    self.describe(&e)
+                ))
+            })?;
+            for item in page.items() {
+                let mut key = HashMap::new();
+                for name in ["pk", "sk"] {
+                    let value = item
+                        .get(name)
+                        .ok_or_else(|| err(format!("an index entry has no {name}")))?;
+                    key.insert(name.to_owned(), value.clone());
+                }
+                keys.push(key);
+            }
+        }
+        let mut out = Vec::new();
+        for item in self.batch_get(keys).await.map_err(&err)? {
+            let still_open = item.contains_key(CLOSING_STORE)
+                && number::<i64>(&item, CLOSING_TIME).is_ok_and(|t| t <= up_to);
+            if !still_open {
+                continue;
+            }
+            let key = match item.get("k") {
+                Some(AttributeValue::B(b)) => b.as_ref().to_vec(),
+                _ => return Err(err("an item has no key attribute k".into())),
+            };
+            out.push((key, item));
+        }
+        Ok(out)
     }
 
     /// Removes one closed window from [`CLOSING_INDEX`] if its version is still `window`'s.
@@ -856,4 +971,12 @@ fn unix_seconds() -> i64 {
 fn backoff(attempt: u32) -> Duration {
     let base = 10u64 << attempt.min(6);
     Duration::from_millis(base / 2 + rand::random_range(0..=base / 2))
+}
+
+/// Names the closing index's attributes (`#cq`, `#cl`) and the store (`:cq`) in `request`.
+fn closing_names(request: UpdateItemFluentBuilder, store: &str) -> UpdateItemFluentBuilder {
+    request
+        .expression_attribute_names("#cq", CLOSING_STORE)
+        .expression_attribute_names("#cl", CLOSING_TIME)
+        .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
 }
