@@ -615,6 +615,35 @@ mod tests {
         );
     }
 
+    /// The smallest template the block refers into.
+    const TEMPLATE: &str = "Parameters:\n  MskClusterArn:\n    Type: String\n  BatchSize:\n    Type: Number\n  BatchingWindowSeconds:\n    Type: Number\n  SubnetIds:\n    Type: CommaDelimitedList\n  SecurityGroupIds:\n    Type: CommaDelimitedList\n\nConditions:\n  InVpc: !Not [!Equals [!Join [\"\", !Ref SubnetIds], \"\"]]\n\nResources:\n  StateTable:\n    Type: AWS::DynamoDB::Table\n\nOutputs:\n  StateTableName:\n    Value: !Ref StateTable\n";
+
+    #[test]
+    fn the_function_block_goes_at_the_end_of_each_section_once() {
+        let names = Names::of("clicks");
+        let text = add_function(TEMPLATE, &names).unwrap();
+        let params = text.find("  ClicksInputTopic:").unwrap();
+        assert!(params > text.find("  SecurityGroupIds:").unwrap());
+        assert!(params < text.find("Conditions:").unwrap());
+        let function = text.find("  ClicksFunction:").unwrap();
+        assert!(function > text.find("  StateTable:").unwrap());
+        assert!(function < text.find("Outputs:").unwrap());
+        assert!(text.contains("        Binary: clicks\n"));
+        assert!(text.contains("ConsumerGroupId: !Sub \"${ClicksConsumerGroupId}-repartition\""));
+        assert!(text.ends_with("  ClicksFunctionArn:\n    Description: ARN of the clicks function\n    Value: !GetAtt ClicksFunction.Arn\n"));
+        assert!(!text.contains("{{"), "every placeholder filled");
+        // The same again is refused, and a template without the parts the block uses.
+        assert!(
+            add_function(&text, &names)
+                .unwrap_err()
+                .contains("binary clicks")
+        );
+        let other = add_function(&text, &Names::of("clicks_x")).unwrap();
+        assert!(other.contains("ClicksXFunction"));
+        let e = add_function("Resources:\n  A:\n    Type: X\n", &names).unwrap_err();
+        assert!(e.contains("MskClusterArn"), "{e}");
+    }
+
     #[test]
     fn sections_end_before_the_next_top_level_key_and_its_comments() {
         let t = "A: 1\nParameters:\n  X:\n    Type: String\n\n# about B\nB:\n  y: 1\n";
