@@ -503,7 +503,7 @@ fn add_function(template: &str, names: &Names) -> Result<String, String> {
     if let Ok(end) = section_end(&text, "Outputs") {
         inserts.push((end, "", names.fill(TEMPLATE_OUTPUT)));
     }
-    inserts.sort_by(|a, b| b.0.cmp(&a.0));
+    inserts.sort_by_key(|insert| std::cmp::Reverse(insert.0));
     for (at, lead, block) in inserts {
         let before = &text[..at];
         let newline = if before.ends_with('\n') { "" } else { "\n" };
