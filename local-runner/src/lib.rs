@@ -30,6 +30,7 @@ pub mod position;
 pub mod rebalance;
 pub mod response;
 pub mod runner;
+pub mod scaffold;
 pub mod transport;
 
 /// The attribute to implement [`Transport`] with (re-exported from `async-trait`).

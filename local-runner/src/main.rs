@@ -46,6 +46,11 @@ enum Command {
         #[command(subcommand)]
         action: TopicsAction,
     },
+    /// Create a DynamoDB state table (on an emulator), as template.yaml's StateTable.
+    Tables {
+        #[command(subcommand)]
+        action: TablesAction,
+    },
     /// Produce lines of a file (or stdin) to a topic, one record per line, null keys.
     Produce {
         /// The topic.
@@ -60,6 +65,19 @@ enum Command {
     },
     /// Print a store's items as JSON lines, highest values first.
     Query(QueryArgs),
+    /// Scaffold a new function: a crate in functions/<NAME> (a filter, a group_by and a
+    /// windowed count, with TestDriver tests), its workspace entry and its template.yaml
+    /// block. Offline; never overwrites.
+    New {
+        /// The function's name: a crate name (lowercase letters, digits, '-' or '_').
+        name: String,
+        /// The crate's directory, inside the workspace (default: functions/<NAME>).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// The workspace root (default: the workspace at or above the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -74,6 +92,19 @@ enum TopicsAction {
     },
     /// List topics with their partition counts.
     List,
+}
+
+#[derive(Subcommand)]
+enum TablesAction {
+    /// Create a state table (no error if it exists), e.g. for a function run over the
+    /// Invoke API (`cargo lambda watch`), whose LAMBDA_STREAMS_TABLE must exist.
+    Create {
+        /// Table name.
+        name: String,
+        /// DynamoDB endpoint (an emulator, e.g. dynoxide from `scripts/services`).
+        #[arg(long, env = "AWS_ENDPOINT_URL_DYNAMODB")]
+        dynamodb_endpoint: String,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -295,6 +326,19 @@ async fn dispatch(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Tables {
+            action:
+                TablesAction::Create {
+                    name,
+                    dynamodb_endpoint,
+                },
+        } => {
+            create_table(&emulator_client(&dynamodb_endpoint), &name)
+                .await
+                .map_err(|e| format!("DynamoDB at {dynamodb_endpoint}: {e}"))?;
+            println!("{name}: ready");
+            Ok(())
+        }
         Command::Produce {
             topic,
             file,
@@ -316,6 +360,11 @@ async fn dispatch(cli: Cli) -> Result<(), String> {
             println!("produced {count} records to {topic}");
             Ok(())
         }
+        Command::New {
+            name,
+            path,
+            workspace,
+        } => new_function(&name, path.as_deref(), workspace.as_deref()),
         Command::Query(args) => {
             let (store, _embedded) =
                 open_store(&args.state, "lambda-streams", Guarantee::ExactlyOnce).await?;
@@ -329,6 +378,48 @@ async fn dispatch(cli: Cli) -> Result<(), String> {
             }
         }
     }
+}
+
+/// `local-runner new`: scaffolds the function and says what to do next.
+fn new_function(
+    name: &str,
+    path: Option<&std::path::Path>,
+    workspace: Option<&std::path::Path>,
+) -> Result<(), String> {
+    use local_runner::scaffold;
+    let workspace = match workspace {
+        Some(dir) => dir.to_path_buf(),
+        None => {
+            let cwd = std::env::current_dir()
+                .and_then(|d| d.canonicalize())
+                .map_err(|e| format!("cannot read the current directory: {e}"))?;
+            scaffold::find_workspace(&cwd)?
+        }
+    };
+    let workspace = workspace
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", workspace.display()))?;
+    let path = path.map(|p| {
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            std::env::current_dir()
+                .and_then(|d| d.canonicalize())
+                .map_or_else(|_| p.to_path_buf(), |cwd| cwd.join(p))
+        }
+    });
+    let path = path.map(|p| {
+        p.strip_prefix(&workspace)
+            .map_or_else(|_| p.clone(), std::path::Path::to_path_buf)
+    });
+    let done = scaffold::scaffold(&workspace, name, path.as_deref())?;
+    for file in &done.files {
+        println!("wrote {}", file.display());
+    }
+    println!(
+        "\nnext:\n  cargo test -p {name}\n  (README.md, \"Your own function in five steps\": run it locally, build it, deploy it)"
+    );
+    Ok(())
 }
 
 /// Opens the DynamoDB store: the given endpoint, or an embedded dynoxide.

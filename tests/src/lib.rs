@@ -432,6 +432,16 @@ impl LambdaWatch {
     /// The port must be free (see [`free_port`]): a server already on it would answer in
     /// the function's place.
     pub fn start(function: &str, port: u16, env: &[String]) -> LambdaWatch {
+        Self::start_in(&workspace(), function, port, env)
+    }
+
+    /// [`start`](Self::start) in the workspace at `dir` (a copy of this one, say).
+    pub fn start_in(
+        dir: &std::path::Path,
+        function: &str,
+        port: u16,
+        env: &[String],
+    ) -> LambdaWatch {
         use std::process::{Command, Stdio};
         assert!(
             TcpStream::connect(("127.0.0.1", port)).is_err(),
@@ -447,12 +457,16 @@ impl LambdaWatch {
                 "--ignore-changes",
             ])
             .args(["--invoke-port", &port.to_string(), "-p", function])
-            .current_dir(workspace())
+            .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         for var in env {
             command.args(["--env-var", var]);
+        }
+        // A copy of the workspace builds into this one's target directory.
+        if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+            command.env("CARGO_TARGET_DIR", workspace().join("target"));
         }
         let mut watch = LambdaWatch(
             command
