@@ -572,3 +572,162 @@ fn the_test_driver_refuses_a_key_dynamodb_would_refuse() {
         "{text}"
     );
 }
+
+/// An event of `(topic, key, value, timestamp)` records, each topic on partition 0 from
+/// offset 0.
+fn two_topics(records: &[(&str, &str, &str, i64)]) -> KafkaEvent {
+    let mut topics: Vec<(&str, Vec<String>)> = Vec::new();
+    for (topic, key, value, ts) in records {
+        let list = match topics.iter_mut().find(|(t, _)| t == topic) {
+            Some((_, list)) => list,
+            None => {
+                topics.push((topic, Vec::new()));
+                &mut topics.last_mut().expect("pushed").1
+            }
+        };
+        list.push(format!(
+            r#"{{"topic":"{topic}","partition":0,"offset":{},"timestamp":{ts},"timestampType":"CREATE_TIME","key":"{}","value":"{}","headers":[]}}"#,
+            list.len(),
+            STANDARD.encode(key),
+            STANDARD.encode(value)
+        ));
+    }
+    let lists: Vec<String> = topics
+        .iter()
+        .map(|(t, list)| format!(r#""{t}-0":[{}]"#, list.join(",")))
+        .collect();
+    let json = format!(
+        r#"{{"eventSource":"SelfManagedKafka","bootstrapServers":"b:9092","records":{{{}}}}}"#,
+        lists.join(",")
+    );
+    KafkaEvent::decode(json.as_bytes()).expect("a valid event")
+}
+
+/// `in` left-joined with `other` within 10 ms (no grace) to `joined`; the joiner panics
+/// on a record of `in` with the value "boom" that joined nothing.
+fn left_join_panicking_alone() -> Topology {
+    use lambda_streams::dsl::JoinWindows;
+    let builder = StreamsBuilder::new();
+    let other = builder.stream("other", Utf8, Utf8);
+    builder
+        .stream("in", Utf8, Utf8)
+        .left_join_stream(
+            &other,
+            JoinWindows::of(std::time::Duration::from_millis(10)),
+            "join",
+            (Utf8, Utf8, Utf8),
+            |_, l: &String, r: Option<&String>| {
+                assert!(
+                    !(l == "boom" && r.is_none()),
+                    "the joiner panics on boom alone"
+                );
+                format!("{l}+{}", r.map_or("-", |v| v))
+            },
+        )
+        .to("joined", Utf8, Utf8);
+    builder.build()
+}
+
+/// a@0 = boom and b@1 = ok join nothing; z@100 on both topics moves the join's closing
+/// time to 100, past 0 + 10 and 1 + 10: the closing pass emits a and b alone.
+fn closing_event() -> KafkaEvent {
+    two_topics(&[
+        ("in", "a", "boom", 0),
+        ("in", "b", "ok", 1),
+        ("in", "z", "x", 100),
+        ("other", "z", "y", 100),
+    ])
+}
+
+fn joined(sink: &MemorySink) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "joined")
+        .map(|r| {
+            let text =
+                |b: Option<&[u8]>| String::from_utf8_lossy(b.unwrap_or_default()).into_owned();
+            (text(r.key.as_deref()), text(r.value.as_deref()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn a_joiner_panicking_in_a_joins_closing_pass_is_a_poison_record_of_that_record() {
+    let topology = left_join_panicking_alone();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let outcome = topology
+        .process_with(
+            &closing_event(),
+            &store,
+            &sink,
+            &options(PoisonPolicy::Skip),
+        )
+        .await
+        .expect("the closing pass goes on without the poison record");
+    assert_eq!(outcome.report.poison_records, 1);
+    // Kafka Streams' left join: z's pair, b alone; a is skipped.
+    let expected = vec![
+        ("b".to_owned(), "ok+-".to_owned()),
+        ("z".to_owned(), "x+y".to_owned()),
+    ];
+    assert_eq!(joined(&sink), expected);
+    // A redelivery decides nothing again: a left the item with the pass.
+    let again = topology
+        .process_with(
+            &closing_event(),
+            &store,
+            &sink,
+            &options(PoisonPolicy::Skip),
+        )
+        .await
+        .expect("the redelivery succeeds");
+    assert_eq!(again.report.poison_records, 0);
+}
+
+#[tokio::test]
+async fn a_record_the_closing_pass_cannot_emit_is_dead_lettered_or_fails_the_batch_naming_it() {
+    let topology = left_join_panicking_alone();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let outcome = topology
+        .process_with(&closing_event(), &store, &sink, &options(dead_letter()))
+        .await
+        .expect("the batch goes on");
+    assert_eq!(
+        (outcome.report.poison_records, outcome.report.dead_lettered),
+        (1, 1)
+    );
+    let dead: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .collect();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].key.as_deref(), Some(&b"a"[..]));
+    assert_eq!(dead[0].value.as_deref(), Some(&b"boom"[..]));
+    assert_eq!(
+        dead[0].header("lambda-streams-source"),
+        Some(&b"in:0:0"[..])
+    );
+    let error = String::from_utf8_lossy(dead[0].header(ERROR_HEADER).expect("error header"));
+    assert!(error.contains("boom alone"), "{error}");
+    assert_eq!(joined(&sink).len(), 2, "b alone and z's pair");
+
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let error = topology
+        .process_with(
+            &closing_event(),
+            &store,
+            &sink,
+            &options(PoisonPolicy::Fail),
+        )
+        .await
+        .expect_err("fail stops at the record");
+    let text = error.to_string();
+    assert!(
+        text.contains("in-0") && text.contains("offset 0"),
+        "the error names the record: {text}"
+    );
+}

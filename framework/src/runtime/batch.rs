@@ -285,8 +285,16 @@ impl Topology {
                     let Some(low) = low.map(|l| l.max(persisted)) else {
                         continue;
                     };
-                    self.close_join(index, low, &mut ctx, store, sink, &mut outcome.report)
-                        .await?;
+                    self.close_join(
+                        index,
+                        low,
+                        &options.poison,
+                        &mut ctx,
+                        store,
+                        sink,
+                        &mut outcome.report,
+                    )
+                    .await?;
                     if low > persisted {
                         let stats = store.mark_closed(&spec.name, &[], low).await?;
                         outcome.report.state.add(&stats);
@@ -543,11 +551,17 @@ impl Topology {
     /// with its next closing time, on the condition that its version is the one read. Of
     /// two closers (or a closer and an arrival) of one item, one writes; the other's
     /// emission is a copy with the same content (outputs are at least once). A crash between
-    /// the emission and the write emits the same records again on the next pass.
+    /// the emission and the write emits the same records again on the next pass. A record
+    /// the pass cannot emit (its joiner, a serde or an operator after it fails or panics
+    /// on it) is a poison record, named by its topic-partition and offset: with `Fail` the
+    /// batch fails; with `Skip` or `DeadLetter` it leaves the item without an output (its
+    /// dead letter holds the join's key and its stored value), and the pass goes on.
+    #[allow(clippy::too_many_arguments)]
     async fn close_join(
         &self,
         index: usize,
         low: i64,
+        poison_policy: &PoisonPolicy,
         ctx: &mut Ctx,
         store: &dyn Store,
         sink: &dyn Sink,
@@ -582,8 +596,20 @@ impl Topology {
                     rewrites.push((item, aggregate, next));
                 }
             }
-            let outputs = std::mem::take(&mut ctx.outputs);
+            let mut outputs = std::mem::take(&mut ctx.outputs);
             report.records_out += outputs.len() as u64;
+            for poison in std::mem::take(&mut ctx.closing_poison) {
+                match poison_policy {
+                    PoisonPolicy::Fail => return Err(poison.error),
+                    PoisonPolicy::Skip => {}
+                    PoisonPolicy::DeadLetter { topic } => {
+                        outputs.push(closing_dead_letter(topic, poison));
+                        report.dead_lettered += 1;
+                        report.records_out += 1;
+                    }
+                }
+                report.poison_records += 1;
+            }
             if !outputs.is_empty() {
                 sink.send(outputs).await?;
             }
@@ -837,4 +863,29 @@ fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The dead letter of a record a join's closing pass could not emit: the join's key and
+/// the record's stored value, the error, and the record's source.
+fn closing_dead_letter(
+    topic: &str,
+    poison: crate::topology::context::ClosingPoison,
+) -> OutputRecord {
+    let headers = vec![
+        (
+            crate::wire::ERROR_HEADER.to_owned(),
+            poison.error.to_string().into_bytes(),
+        ),
+        (
+            crate::sink::SOURCE_HEADER.to_owned(),
+            crate::wire::SourceHeader::write(&poison.tp, poison.offset),
+        ),
+    ];
+    OutputRecord {
+        topic: topic.to_owned(),
+        key: Some(poison.key),
+        value: poison.value,
+        headers,
+        timestamp: Some(poison.timestamp),
+    }
 }

@@ -126,6 +126,9 @@ pub(crate) struct Ctx {
     /// (emit-on-close stores; `i64::MIN` otherwise).
     pub(crate) closed: Vec<i64>,
     pub(crate) outputs: Vec<OutputRecord>,
+    /// Records a join's closing pass could not emit alone (its joiner, a serde or an
+    /// operator after it failed or panicked on them): poison records for the policy.
+    pub(crate) closing_poison: Vec<ClosingPoison>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
     /// Records waiting at joins.
@@ -174,6 +177,23 @@ pub(crate) struct Ctx {
     pub(crate) closing_times: Vec<i64>,
 }
 
+/// A record a join's closing pass could not emit alone, named for the poison policy: its
+/// error (naming its topic-partition and offset), and what its dead letter holds.
+#[derive(Debug)]
+pub(crate) struct ClosingPoison {
+    /// The poison error, naming the record.
+    pub(crate) error: StreamError,
+    /// The record's source partition and offset.
+    pub(crate) tp: TopicPartition,
+    pub(crate) offset: i64,
+    /// The join's key, as stored.
+    pub(crate) key: Vec<u8>,
+    /// The record's value, as stored.
+    pub(crate) value: Option<Vec<u8>>,
+    /// The record's timestamp.
+    pub(crate) timestamp: i64,
+}
+
 impl Ctx {
     pub(crate) fn new(partitions: Vec<TopicPartition>, stores: usize) -> Self {
         let partitions_copy = partitions.clone();
@@ -208,6 +228,7 @@ impl Ctx {
             resumed_stream_time: None,
             written: (0..stores).map(|_| Default::default()).collect(),
             closing_times: vec![i64::MIN; stores],
+            closing_poison: Vec::new(),
         }
     }
 

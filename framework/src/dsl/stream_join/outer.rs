@@ -3,8 +3,12 @@
 //! stream time of the partitions feeding the join (its closing time), by the arrivals of
 //! the key's records and by the closing pass at the end of every batch.
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
 use super::*;
+use crate::runtime::poison::failure;
 use crate::state::ItemState;
+use crate::topology::context::ClosingPoison;
 use crate::topology::{CloseFn, Closing};
 
 /// Which sides of a left or outer join emit their records that found no partner.
@@ -664,7 +668,7 @@ where
     VR: Clone + Send + Sync + 'static,
 {
     Arc::new(
-        move |ctx: &mut Ctx, key: &[u8], state: &ItemState, low: i64, emitted| {
+        move |ctx: &mut Ctx, key_bytes: &[u8], state: &ItemState, low: i64, emitted| {
             let corrupt = |what: &str, e: String| {
                 StreamError::Config(format!("a join state's {what} does not decode: {e}"))
             };
@@ -674,7 +678,7 @@ where
             let (closed, alone) = stored.close(low, windows, outer);
             if !alone.is_empty() {
                 let key = key_serde
-                    .deserialize(Some(key))
+                    .deserialize(Some(key_bytes))
                     .map_err(|e| corrupt("key", e.0))?;
                 for e in &alone {
                     let identity = format!(
@@ -685,18 +689,40 @@ where
                     if !emitted.insert(identity) {
                         continue;
                     }
-                    let decode_error =
-                        |err: SerdeError| stored_value_error(&e.topic, e.partition, e.offset, err);
-                    let value = e.value.as_deref();
-                    let joined = if e.side == THIS {
-                        let v = this_serde.deserialize(value).map_err(decode_error)?;
-                        joiner(&key, Some(&v), None)
-                    } else {
-                        let o = that_serde.deserialize(value).map_err(decode_error)?;
-                        joiner(&key, None, Some(&o))
-                    };
-                    if let Some(joined) = joined {
-                        ctx.with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined))?;
+                    // A failure on this record (its stored value, the joiner, an operator
+                    // after it) is a poison record of its own, not of the batch: its
+                    // outputs so far are taken back and the policy decides
+                    // (`Ctx::closing_poison`); the record leaves the item either way.
+                    let before = ctx.outputs.len();
+                    let result = catch_unwind(AssertUnwindSafe(|| {
+                        let decode_error = |err: SerdeError| {
+                            stored_value_error(&e.topic, e.partition, e.offset, err)
+                        };
+                        let value = e.value.as_deref();
+                        let joined = if e.side == THIS {
+                            let v = this_serde.deserialize(value).map_err(decode_error)?;
+                            joiner(&key, Some(&v), None)
+                        } else {
+                            let o = that_serde.deserialize(value).map_err(decode_error)?;
+                            joiner(&key, None, Some(&o))
+                        };
+                        match joined {
+                            Some(joined) => ctx
+                                .with_timestamp(e.ts, |ctx| out.forward(ctx, key.clone(), joined)),
+                            None => Ok(()),
+                        }
+                    }));
+                    let tp = TopicPartition::new(e.topic.as_str(), e.partition);
+                    if let Some(error) = failure(result, &tp, e.offset)? {
+                        ctx.outputs.truncate(before);
+                        ctx.closing_poison.push(ClosingPoison {
+                            error,
+                            tp,
+                            offset: e.offset,
+                            key: key_bytes.to_vec(),
+                            value: e.value.clone(),
+                            timestamp: e.ts,
+                        });
                     }
                 }
             }
