@@ -46,6 +46,20 @@ pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, Update
 
 /// A source record's key and value, or the error naming the record and the side that
 /// does not deserialize.
+/// A `reduce` as an aggregation over `Option<V>` (Kafka Streams' rule): a key's (or
+/// window's) first value is its aggregate, each later one is combined with
+/// `reducer(aggregate, value)`.
+fn reduce_adder<K, V>(
+    reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
+) -> impl Fn(&K, V, Option<V>) -> Option<V> + Send + Sync + 'static {
+    move |_, value, acc| {
+        Some(match acc {
+            Some(acc) => reducer(acc, value),
+            None => value,
+        })
+    }
+}
+
 fn decode_record<K, V>(
     ctx: &Ctx,
     record: &Record,

@@ -279,12 +279,7 @@ where
         self.aggregate(
             store,
             || None,
-            move |_, value, acc: Option<V>| {
-                Some(match acc {
-                    Some(acc) => reducer(acc, value),
-                    None => value,
-                })
-            },
+            super::reduce_adder(move |a, b| reducer(a, b)),
             move |_, a: Option<V>, b: Option<V>| match (a, b) {
                 (Some(a), Some(b)) => Some(merge(a, b)),
                 (a, None) => a,

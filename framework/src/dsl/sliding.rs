@@ -366,18 +366,8 @@ where
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         value_serde: impl Serde<V>,
     ) -> KTable<Windowed<K>, V> {
-        self.aggregate(
-            store,
-            || None,
-            move |_, value, acc: Option<V>| {
-                Some(match acc {
-                    Some(acc) => reducer(acc, value),
-                    None => value,
-                })
-            },
-            value_serde,
-        )
-        .flatten()
+        self.aggregate(store, || None, super::reduce_adder(reducer), value_serde)
+            .flatten()
     }
 
     /// The aggregation, with the values kept as `encode` writes them (`None`: null) and

@@ -389,12 +389,7 @@ where
         self.aggregate(
             store,
             || None,
-            move |_, value, acc: Option<V>| {
-                Some(match acc {
-                    Some(acc) => reducer(acc, value),
-                    None => value,
-                })
-            },
+            super::reduce_adder(reducer),
             crate::serdes::Nullable(value_serde),
         )
         .flatten()
