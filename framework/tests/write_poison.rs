@@ -45,6 +45,14 @@ fn event(records: &[(i32, i64, &str, &str)]) -> KafkaEvent {
     KafkaEvent::decode(json.as_bytes()).expect("a valid event")
 }
 
+/// The records the sink holds for the dead-letter topic `dlq`.
+fn dead_letters(sink: &MemorySink) -> Vec<lambda_streams::sink::OutputRecord> {
+    sink.records()
+        .into_iter()
+        .filter(|r| r.topic == "dlq")
+        .collect()
+}
+
 fn options(poison: PoisonPolicy) -> BatchOptions {
     BatchOptions {
         poison,
@@ -137,11 +145,7 @@ async fn a_write_time_poison_record_is_dead_lettered_with_its_coordinates() {
         (outcome.report.poison_records, outcome.report.dead_lettered),
         (1, 1)
     );
-    let dead: Vec<_> = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .collect();
+    let dead = dead_letters(&sink);
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].value.as_deref(), Some(&b"panic"[..]));
     assert_eq!(
@@ -337,11 +341,7 @@ async fn the_record_that_would_take_an_item_past_400_kb_is_a_poison_record() {
         .await
         .expect("the batch goes on");
     assert_eq!(outcome.report.poison_records, 1);
-    let dead: Vec<_> = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .collect();
+    let dead = dead_letters(&sink);
     assert_eq!(dead.len(), 1);
     assert_eq!(
         dead[0].header("lambda-streams-source"),
@@ -443,11 +443,7 @@ async fn a_write_time_poison_record_after_a_repartition_hop_is_the_hop_record_an
         .process_with(&hop_event, &store, &sink, &options(dead_letter()))
         .await
         .expect("a redelivery");
-    let dead: Vec<_> = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .collect();
+    let dead = dead_letters(&sink);
     // The hop record at by-letter-0@11 is the one dead-lettered (the batch holds it, not
     // in-0@1), unchanged (its own source header, in:0:1, first) with its coordinates in the
     // last source header (what Kafka's `Headers::lastHeader` reads); named so in its error.
@@ -511,11 +507,7 @@ async fn a_hot_keys_stream_join_buffer_past_400_kb_blames_the_record_that_overfl
         (outcome.report.poison_records, outcome.report.dead_lettered),
         (2, 2)
     );
-    let dead: Vec<_> = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .collect();
+    let dead = dead_letters(&sink);
     let sources: Vec<_> = dead
         .iter()
         .map(|r| r.header("lambda-streams-source").map(<[u8]>::to_vec))
@@ -547,11 +539,7 @@ async fn a_rejected_record_is_decided_once_even_when_the_item_changes_before_its
             .expect("a batch");
     }
     assert_eq!(sum_of(&store, "k").map(|s| s.0), Some(25));
-    let dead = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .count();
+    let dead = dead_letters(&sink).len();
     assert_eq!(dead, 1, "dead-lettered once, never applied");
 }
 
@@ -699,11 +687,7 @@ async fn a_record_the_closing_pass_cannot_emit_is_dead_lettered_or_fails_the_bat
         (outcome.report.poison_records, outcome.report.dead_lettered),
         (1, 1)
     );
-    let dead: Vec<_> = sink
-        .records()
-        .into_iter()
-        .filter(|r| r.topic == "dlq")
-        .collect();
+    let dead = dead_letters(&sink);
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].key.as_deref(), Some(&b"a"[..]));
     assert_eq!(dead[0].value.as_deref(), Some(&b"boom"[..]));
