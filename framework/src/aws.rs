@@ -126,6 +126,42 @@ pub fn https_client(roots: TlsRoots) -> aws_sdk_dynamodb::config::SharedHttpClie
     })
 }
 
+/// A rustls client configuration (on *ring*, TLS 1.2 and 1.3) trusting `roots`, for the
+/// framework's own HTTPS clients (the DynamoDB store's lean request path): the same roots
+/// as [`https_client`] gives the SDK.
+pub(crate) fn rustls_client_config(roots: TlsRoots) -> Result<rustls::ClientConfig, String> {
+    let mut store = rustls::RootCertStore::empty();
+    match roots {
+        TlsRoots::Aws | TlsRoots::Compiled => {
+            let amazon_only = roots == TlsRoots::Aws;
+            let certs = webpki_root_certs::TLS_SERVER_ROOT_CERTS
+                .iter()
+                .filter(|cert| !amazon_only || is_amazon_trust_services_root(cert.as_ref()));
+            for cert in certs {
+                store
+                    .add(cert.clone())
+                    .map_err(|e| format!("a compiled-in root certificate: {e}"))?;
+            }
+        }
+        TlsRoots::System => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = store.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(format!(
+                    "LAMBDA_STREAMS_AWS_TLS_ROOTS=system: no root certificate found ({} errors)",
+                    found.errors.len()
+                ));
+            }
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_root_certificates(store)
+        .with_no_client_auth())
+}
+
 /// The common names of Amazon Trust Services' roots ([`TlsRoots::Aws`]):
 /// AWS endpoints' certificates chain to Amazon Root CA 1 to 4, which Starfield Services
 /// Root CA G2 cross-signs (<https://www.amazontrust.com/repository/>).

@@ -20,6 +20,7 @@
 mod admin;
 mod cache;
 mod item;
+mod lean;
 mod retry;
 
 use std::collections::HashMap;
@@ -51,6 +52,8 @@ pub use item::{
     ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
 use item::{cache_key, expired, number, parse_state, parse_watermarks};
+pub use lean::LeanClient;
+use lean::LeanError;
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
 
@@ -67,6 +70,8 @@ pub struct DynamoStore {
     /// them and writes once, conditioned on the cached version (a stale entry costs one
     /// refused write, which returns the current item). Bounded by bytes (`cache.rs`).
     cache: Arc<Mutex<Cache>>,
+    /// The lean request path of the state writes, when chosen ([`DynamoStore::with_lean_client`]).
+    lean: Option<Arc<LeanClient>>,
 }
 
 /// A DynamoDB item's attributes.
@@ -81,7 +86,22 @@ impl DynamoStore {
             table: table.into(),
             guarantee,
             cache: Arc::new(Mutex::new(Cache::new(DEFAULT_CACHE_BYTES))),
+            lean: None,
         }
+    }
+
+    /// The same store with its state writes (the conditional `UpdateItem`s of every batch)
+    /// sent through `lean` ([`LeanClient`]: the same requests, without the SDK's
+    /// per-request machinery); reads, queries and table administration stay on the SDK
+    /// client. `lean` must sign for the same table and endpoint as the client.
+    pub fn with_lean_client(mut self, lean: LeanClient) -> Self {
+        self.lean = Some(Arc::new(lean));
+        self
+    }
+
+    /// Whether state writes go through a [`LeanClient`].
+    pub fn uses_lean_client(&self) -> bool {
+        self.lean.is_some()
     }
 
     /// The same store with an aggregate cache of at most `bytes` (0: no cache; see
@@ -127,6 +147,30 @@ impl DynamoStore {
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, StateError> {
         stats.requests += 1;
+        if let Some(lean) = &self.lean {
+            return match lean.update_item(request.as_input()).await {
+                Ok(out) => {
+                    if let Some(units) = out.capacity_units {
+                        stats.consumed_write_units += units;
+                    }
+                    Ok(Ok(out.attributes))
+                }
+                Err(LeanError::ConditionFailed(item)) => {
+                    stats.conditional_failures += 1;
+                    Ok(Err(item))
+                }
+                Err(LeanError::Service { code, message }) => Err(StateError::new(
+                    write.store,
+                    write.key,
+                    classify_code(&self.table, Some(&code), &message),
+                )),
+                Err(LeanError::Transport(text)) => Err(StateError::new(
+                    write.store,
+                    write.key,
+                    StateErrorKind::Request(text),
+                )),
+            };
+        }
         match request.send().await {
             Ok(out) => {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
@@ -930,14 +974,18 @@ impl DynamoStore {
 }
 
 fn classify(table: &str, error: &UpdateItemError) -> StateErrorKind {
-    let message = error.message().unwrap_or_default();
-    if error.code() == Some("ValidationException") && message.starts_with("Item size") {
+    classify_code(table, error.code(), error.message().unwrap_or_default())
+}
+
+/// What a refused write means, from the service's error code and message.
+fn classify_code(table: &str, code: Option<&str>, message: &str) -> StateErrorKind {
+    if code == Some("ValidationException") && message.starts_with("Item size") {
         StateErrorKind::ItemTooLarge
     } else {
         StateErrorKind::Request(describe_request(
             table,
-            error.code(),
-            format!("{}: {message}", error.code().unwrap_or("unknown error")),
+            code,
+            format!("{}: {message}", code.unwrap_or("unknown error")),
         ))
     }
 }
