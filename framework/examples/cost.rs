@@ -10,6 +10,7 @@
 //!     [--records 20000] [--batches 100,1000,10000] [--keys 100,10000,1000000] \
 //!     [--guarantees exactly_once,at_least_once] [--json bench/results/cost.json] \
 //!     [--skip-memory]   # no in-memory pass per batch: only the DynamoDB path (for profiling)
+//!     [--client sdk|lean]   # the store's write path: the AWS SDK (default) or its LeanClient
 //! cargo run --release -p lambda-streams --example cost -- --create-table NAME   # and exit
 //! ```
 //!
@@ -31,7 +32,9 @@ use lambda_streams::event::{EventSource, KafkaEvent, PartitionRecords, Record};
 use lambda_streams::event::{TimestampType, TopicPartition};
 use lambda_streams::serdes::{Bytes, DecimalI64, Utf8};
 use lambda_streams::sink::MemorySink;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::{
+    DynamoStore, create_table, emulator_client, emulator_lean_client,
+};
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{Guarantee, WriteStats};
 use lambda_streams::{StreamsBuilder, Topology};
@@ -154,6 +157,7 @@ struct Args {
     skip_memory: bool,
     json: Option<String>,
     create_table: Option<String>,
+    lean: bool,
 }
 
 fn list<T: std::str::FromStr>(s: &str) -> Vec<T> {
@@ -171,6 +175,7 @@ fn args() -> Args {
         skip_memory: false,
         json: None,
         create_table: None,
+        lean: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();
@@ -196,6 +201,13 @@ fn args() -> Args {
             }
             "--json" => a.json = Some(value.to_owned()),
             "--create-table" => a.create_table = Some(value.to_owned()),
+            "--client" => {
+                a.lean = match value {
+                    "sdk" => false,
+                    "lean" => true,
+                    other => panic!("unknown client {other} (sdk or lean)"),
+                }
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -223,6 +235,7 @@ async fn run(
     keys: u64,
     total: usize,
     skip_memory: bool,
+    lean: Option<&str>,
 ) -> Run {
     let g_name = match guarantee {
         Guarantee::ExactlyOnce => "eo",
@@ -231,6 +244,10 @@ async fn run(
     let table = format!("cost-{}-{g_name}-{size}-{keys}", std::process::id());
     create_table(client, &table).await.unwrap();
     let store = DynamoStore::new(client.clone(), &table, guarantee);
+    let store = match lean {
+        Some(endpoint) => store.with_lean_client(emulator_lean_client(endpoint).unwrap()),
+        None => store,
+    };
     let topology = topology();
     let mut g = Gen(keys ^ size as u64);
     let mut out = Run::default();
@@ -305,7 +322,17 @@ async fn main() {
             for &guarantee in &args.guarantees {
                 let total = args.records.max(size);
                 let t = Instant::now();
-                let r = run(&client, guarantee, size, keys, total, args.skip_memory).await;
+                let lean = args.lean.then_some(endpoint.as_str());
+                let r = run(
+                    &client,
+                    guarantee,
+                    size,
+                    keys,
+                    total,
+                    args.skip_memory,
+                    lean,
+                )
+                .await;
                 let wall = t.elapsed();
                 let per_k = |x: f64| x * 1000.0 / r.records as f64;
                 // Units: reported by the service, else from item sizes (1 per started KB).

@@ -30,6 +30,10 @@ pub struct Config {
     /// 0 turns it off); `None`: the default,
     /// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES).
     pub state_cache_bytes: Option<usize>,
+    /// Whether the DynamoDB store sends its state writes through its
+    /// [`LeanClient`](crate::state::dynamodb::LeanClient) (`LAMBDA_STREAMS_DYNAMODB_CLIENT=lean`)
+    /// rather than the AWS SDK (`sdk`, the default).
+    pub dynamodb_lean: bool,
 }
 
 impl Config {
@@ -108,6 +112,18 @@ impl Config {
                 })
             })
             .transpose()?;
+        let dynamodb_lean = match var("LAMBDA_STREAMS_DYNAMODB_CLIENT")
+            .as_deref()
+            .map(str::trim)
+        {
+            None | Some("" | "sdk") => false,
+            Some("lean") => true,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_DYNAMODB_CLIENT: {other:?} is not sdk or lean"
+                )));
+            }
+        };
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
@@ -133,6 +149,7 @@ impl Config {
             kafka: KafkaSettings::from_vars(vars.clone())?,
             aws_tls_roots,
             state_cache_bytes,
+            dynamodb_lean,
         })
     }
 }
@@ -207,6 +224,12 @@ mod tests {
             vec![("a".to_owned(), 3), ("b-c".to_owned(), 12)]
         );
         assert_eq!(c.metrics_function, None);
+        assert!(!c.dynamodb_lean, "the SDK path is the default");
+        assert!(
+            config(&[("LAMBDA_STREAMS_DYNAMODB_CLIENT", "lean")])
+                .unwrap()
+                .dynamodb_lean
+        );
         let named = config(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]).unwrap();
         assert_eq!(named.metrics_function.as_deref(), Some("f"));
         for (name, bad) in [
@@ -217,6 +240,7 @@ mod tests {
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:0"),
             ("LAMBDA_STREAMS_METRICS", "prometheus"),
+            ("LAMBDA_STREAMS_DYNAMODB_CLIENT", "hyper"),
         ] {
             let e = refused(&[(name, bad)]);
             assert!(e.contains(name), "{name}={bad}: {e}");

@@ -44,7 +44,9 @@ use crate::state::dynamodb::DynamoStore;
 /// [`RetrySettings`](crate::state::dynamodb::RetrySettings) says
 /// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`); its
 /// aggregate cache holds `LAMBDA_STREAMS_STATE_CACHE_BYTES` (default
-/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)).
+/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)); with
+/// `LAMBDA_STREAMS_DYNAMODB_CLIENT=lean` its state writes go through its
+/// [`LeanClient`](crate::state::dynamodb::LeanClient).
 pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = Config::from_env()?;
@@ -63,7 +65,20 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
             .load()
             .await;
         let client = retry.client(&sdk, &table);
-        let store = DynamoStore::new(client, table, config.guarantee);
+        let mut store = DynamoStore::new(client, table, config.guarantee);
+        if config.dynamodb_lean {
+            match crate::state::dynamodb::LeanClient::from_sdk(&sdk, config.aws_tls_roots, retry)
+                .map_err(|e| {
+                    StreamError::Config(format!("LAMBDA_STREAMS_DYNAMODB_CLIENT=lean: {e}"))
+                })? {
+                Some(lean) => store = store.with_lean_client(lean),
+                None => tracing::warn!(
+                    "LAMBDA_STREAMS_DYNAMODB_CLIENT=lean: the configuration needs what the lean \
+                     client does not do (a proxy, FIPS or dual-stack endpoints, another \
+                     partition's region, or ignored endpoint URLs); state writes use the AWS SDK"
+                ),
+            }
+        }
         Arc::new(match config.state_cache_bytes {
             Some(bytes) => store.with_cache_bytes(bytes),
             None => store,

@@ -13,11 +13,27 @@ mod generative;
 
 use lambda_streams::Guarantee;
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::{
+    DynamoStore, LeanClient, create_table, emulator_client, emulator_lean_client,
+};
 use lambda_streams_e2e::{dynamo_endpoint, require_services, unique};
+use std::sync::Arc;
 
 #[test]
 fn random_topologies_equal_the_reference_under_faults_on_dynamodb() {
+    on_dynamodb(6, None);
+}
+
+/// The same suite with the store's state writes through its [`LeanClient`] (half the cases:
+/// the SDK path above covers the store's logic; this covers the lean request path's requests,
+/// responses, failed conditions and errors on the same schedules).
+#[test]
+fn random_topologies_equal_the_reference_under_faults_through_the_lean_client() {
+    let lean = emulator_lean_client(&dynamo_endpoint()).expect("a lean client");
+    on_dynamodb(3, Some(Arc::new(lean)));
+}
+
+fn on_dynamodb(cases: u64, lean: Option<Arc<LeanClient>>) {
     require_services();
     // The cases run on this thread (the harness blocks on each batch); the SDK's
     // connections are driven by the runtime's workers.
@@ -31,11 +47,11 @@ fn random_topologies_equal_the_reference_under_faults_on_dynamodb() {
     let new_store = || -> Box<dyn Store> {
         let table = unique("generative");
         futures::executor::block_on(create_table(&client, &table)).expect("a table");
-        Box::new(DynamoStore::new(
-            client.clone(),
-            table,
-            Guarantee::ExactlyOnce,
-        ))
+        let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+        Box::new(match &lean {
+            Some(lean) => store.with_shared_lean_client(Arc::clone(lean)),
+            None => store,
+        })
     };
-    generative::suite::run_all(6, &generative::suite::FIXED_SEEDS[..1], &new_store);
+    generative::suite::run_all(cases, &generative::suite::FIXED_SEEDS[..1], &new_store);
 }

@@ -8,6 +8,7 @@ use aws_sdk_dynamodb::types::{
     ProjectionType, ScalarAttributeType, TimeToLiveSpecification,
 };
 
+use super::lean::LeanClient;
 use super::retry::RetrySettings;
 use super::{CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, TTL_ATTRIBUTE, describe_sdk_error};
 use crate::aws::{TlsRoots, https_client, static_credentials};
@@ -104,4 +105,22 @@ pub fn emulator_client_with(endpoint: &str, retry: RetrySettings) -> Client {
         .http_client(https_client(TlsRoots::System))
         .build();
     Client::from_conf(config)
+}
+
+/// A [`LeanClient`] for a local emulator at `endpoint`, with the same dummy credentials and
+/// region as [`emulator_client`] (for [`DynamoStore::with_lean_client`](super::DynamoStore::with_lean_client)).
+pub fn emulator_lean_client(endpoint: &str) -> Result<LeanClient, String> {
+    let credentials =
+        aws_credential_types::provider::SharedCredentialsProvider::new(static_credentials(
+            "lambda-streams-local",
+            "lambda-streams-local",
+            "lambda-streams-emulator",
+        ));
+    LeanClient::new(
+        endpoint,
+        "us-east-1",
+        credentials,
+        TlsRoots::Compiled,
+        RetrySettings::default(),
+    )
 }

@@ -44,7 +44,7 @@ use super::{
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
-pub use admin::{create_table, emulator_client, emulator_client_with};
+pub use admin::{create_table, emulator_client, emulator_client_with, emulator_lean_client};
 use cache::Cache;
 pub use cache::DEFAULT_CACHE_BYTES;
 pub use item::{
@@ -96,6 +96,13 @@ impl DynamoStore {
     /// client. `lean` must sign for the same table and endpoint as the client.
     pub fn with_lean_client(mut self, lean: LeanClient) -> Self {
         self.lean = Some(Arc::new(lean));
+        self
+    }
+
+    /// [`with_lean_client`](Self::with_lean_client) with a client shared by several stores
+    /// (one connection pool and retry budget for all of them).
+    pub fn with_shared_lean_client(mut self, lean: Arc<LeanClient>) -> Self {
+        self.lean = Some(lean);
         self
     }
 
