@@ -77,6 +77,11 @@ pub struct DynamoStore {
 /// A DynamoDB item's attributes.
 type Item = HashMap<String, AttributeValue>;
 
+/// An `UpdateItem` that failed other than on its condition: what it means.
+struct UpdateRefused {
+    kind: StateErrorKind,
+}
+
 impl DynamoStore {
     /// A store on `table`, through `client`, with the given guarantee, and an aggregate
     /// cache of [`DEFAULT_CACHE_BYTES`].
@@ -146,14 +151,15 @@ impl DynamoStore {
         describe_request(&self.table, error.code(), describe_sdk_error(error))
     }
 
-    /// Sends one update; `Ok(Err(item))` is a failed condition with the current item.
-    async fn send(
+    /// Sends one `UpdateItem` through the lean client when the store has one, else through
+    /// the SDK: every write of the store goes through here. `Ok(Err(item))` is a failed
+    /// condition with the item as it is (when the request asked for it); a success or a
+    /// refusal adds its write units and conditional failure to `stats`.
+    async fn update_item(
         &self,
         request: UpdateItemFluentBuilder,
-        write: &ItemWrite<'_>,
         stats: &mut WriteStats,
-    ) -> Result<Result<Item, Option<Item>>, StateError> {
-        stats.requests += 1;
+    ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
             return match lean.update_item(request.as_input()).await {
                 Ok(out) => {
@@ -166,16 +172,12 @@ impl DynamoStore {
                     stats.conditional_failures += 1;
                     Ok(Err(item))
                 }
-                Err(LeanError::Service { code, message }) => Err(StateError::new(
-                    write.store,
-                    write.key,
-                    classify_code(&self.table, Some(&code), &message),
-                )),
-                Err(LeanError::Transport(text)) => Err(StateError::new(
-                    write.store,
-                    write.key,
-                    StateErrorKind::Request(text),
-                )),
+                Err(LeanError::Service { code, message }) => Err(UpdateRefused {
+                    kind: classify_code(&self.table, Some(&code), &message),
+                }),
+                Err(LeanError::Transport(text)) => Err(UpdateRefused {
+                    kind: StateErrorKind::Request(text),
+                }),
             };
         }
         match request.send().await {
@@ -183,25 +185,35 @@ impl DynamoStore {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
                 }
-                Ok(Ok(out.attributes().cloned().unwrap_or_default()))
+                Ok(Ok(out.attributes.unwrap_or_default()))
             }
             Err(SdkError::ServiceError(e)) => match e.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
                     stats.conditional_failures += 1;
                     Ok(Err(failed.item))
                 }
-                other => Err(StateError::new(
-                    write.store,
-                    write.key,
-                    classify(&self.table, &other),
-                )),
+                other => Err(UpdateRefused {
+                    kind: classify(&self.table, &other),
+                }),
             },
-            Err(other) => Err(StateError::new(
-                write.store,
-                write.key,
-                StateErrorKind::Request(self.describe(&other)),
-            )),
+            Err(other) => Err(UpdateRefused {
+                kind: StateErrorKind::Request(self.describe(&other)),
+            }),
         }
+    }
+
+    /// [`update_item`](Self::update_item) of a record's write, counted as a request;
+    /// errors name the write's store and key.
+    async fn send(
+        &self,
+        request: UpdateItemFluentBuilder,
+        write: &ItemWrite<'_>,
+        stats: &mut WriteStats,
+    ) -> Result<Result<Item, Option<Item>>, StateError> {
+        stats.requests += 1;
+        self.update_item(request, stats)
+            .await
+            .map_err(|refused| StateError::new(write.store, write.key, refused.kind))
     }
 
     fn corrupt(write: &ItemWrite<'_>, reason: String) -> StateError {
@@ -748,31 +760,20 @@ impl Store for DynamoStore {
                 .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
             None => request.update_expression("SET #a = :a ADD #ver :one REMOVE #cq, #cl"),
         };
-        let result = request.send().await;
+        let result = self.update_item(request, &mut stats).await;
         // The cached copy (if any) is stale now either way.
         self.cache
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&format!("{pk}#0"));
         match result {
-            Ok(out) => {
-                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
-                    stats.consumed_write_units += units;
-                }
-                let written = out.attributes().cloned().unwrap_or_default();
+            Ok(Ok(written)) => {
                 let state = parse_state(&written)
                     .map_err(|e| StateError::new(store, &item.key, StateErrorKind::Corrupt(e)))?;
                 Ok((Some(state), stats))
             }
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                stats.conditional_failures += 1;
-                Ok((None, stats))
-            }
-            Err(e) => Err(StateError::new(
-                store,
-                &item.key,
-                StateErrorKind::Request(self.describe(&e)),
-            )),
+            Ok(Err(_)) => Ok((None, stats)),
+            Err(refused) => Err(StateError::new(store, &item.key, refused.kind)),
         }
     }
 }
@@ -872,7 +873,7 @@ impl DynamoStore {
             requests: 1,
             ..WriteStats::default()
         };
-        let result = self
+        let request = self
             .client
             .update_item()
             .table_name(&self.table)
@@ -884,27 +885,12 @@ impl DynamoStore {
             .expression_attribute_names("#cl", CLOSING_TIME)
             .expression_attribute_names("#ver", "ver")
             .expression_attribute_values(":v", AttributeValue::N(window.state.version.to_string()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .send()
-            .await;
-        match result {
-            Ok(out) => {
-                if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
-                    stats.consumed_write_units += units;
-                }
-            }
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                stats.conditional_failures += 1;
-            }
-            Err(e) => {
-                return Err(StateError::new(
-                    store,
-                    &window.key,
-                    StateErrorKind::Request(self.describe(&e)),
-                ));
-            }
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        match self.update_item(request, &mut stats).await {
+            // Refused: the window changed since it was read, its next close marks it.
+            Ok(_) => Ok(stats),
+            Err(refused) => Err(StateError::new(store, &window.key, refused.kind)),
         }
-        Ok(stats)
     }
 
     /// Moves attribute `name` of the clock item forward to `time` (never back), and sets
@@ -932,12 +918,11 @@ impl DynamoStore {
                 .expression_attribute_names("#s", "s")
                 .expression_attribute_values(":u", AttributeValue::N(at.to_string()));
         }
-        match request.send().await {
+        // A refused condition: the clock is at `time` or later already.
+        let mut stats = WriteStats::default();
+        match self.update_item(request, &mut stats).await {
             Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(e)) if e.err().is_conditional_check_failed_exception() => {
-                Ok(())
-            }
-            Err(e) => Err(StateErrorKind::Request(self.describe(&e))),
+            Err(refused) => Err(refused.kind),
         }
     }
 
