@@ -325,7 +325,7 @@ impl LeanClient {
             Ok(response) => response,
             Err(e) => {
                 return Attempt::Retryable {
-                    error: LeanError::Transport(describe_transport(&e)),
+                    error: LeanError::Transport(describe_transport(&self.uri, &e)),
                     transport: true,
                 };
             }
@@ -335,7 +335,10 @@ impl LeanClient {
             Ok(collected) => collected.to_bytes(),
             Err(e) => {
                 return Attempt::Retryable {
-                    error: LeanError::Transport(format!("reading the response: {e}")),
+                    error: LeanError::Transport(format!(
+                        "DynamoDB request to {}: reading the response: {e}",
+                        self.uri
+                    )),
                     transport: true,
                 };
             }
@@ -546,8 +549,8 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-fn describe_transport(error: &hyper_util::client::legacy::Error) -> String {
-    let mut text = format!("DynamoDB request failed: {error}");
+fn describe_transport(endpoint: &http::Uri, error: &hyper_util::client::legacy::Error) -> String {
+    let mut text = format!("DynamoDB request to {endpoint} failed: {error}");
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         text.push_str(": ");
