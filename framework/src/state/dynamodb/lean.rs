@@ -16,7 +16,8 @@
 //! - **Retries**: the attempts and backoff of [`RetrySettings`] (standard mode: throttling,
 //!   5xx and transport errors are retried with exponential backoff and full jitter), and a
 //!   retry budget of its own (the SDK's token bucket costs: 5 tokens a retry, 10 after a
-//!   transport error, 1 back for a first-attempt success, refilled over a minute).
+//!   transport error; a first-attempt success gives 1 back, a retried success what its
+//!   retries took; refilled over a minute).
 //! - **Credentials** from the client's provider, cached until 5 minutes before they expire
 //!   (15 minutes for credentials without an expiry, as the SDK's identity cache).
 //! - **Errors** as the SDK reports them: the service's code and message, a failed condition
@@ -272,6 +273,8 @@ impl LeanClient {
         let body = Bytes::from(update_item_body(input).map_err(LeanError::Transport)?);
         let payload_hash = hex(&Sha256::digest(&body));
         let mut attempt = 0u32;
+        // Tokens the retries of this request took: a success gives them back.
+        let mut spent = 0.0;
         loop {
             attempt += 1;
             let outcome = self.attempt(&body, &payload_hash).await;
@@ -281,9 +284,9 @@ impl LeanClient {
             };
             match (outcome, retry_cost) {
                 (Attempt::Done(result), _) => {
-                    let mut budget = self.budget.lock().unwrap_or_else(PoisonError::into_inner);
-                    if attempt == 1 {
-                        budget.give(1.0);
+                    if result.is_ok() {
+                        let mut budget = self.budget.lock().unwrap_or_else(PoisonError::into_inner);
+                        budget.give(if attempt == 1 { 1.0 } else { spent });
                     }
                     return result;
                 }
@@ -297,6 +300,7 @@ impl LeanClient {
                     if !allowed {
                         return Err(error);
                     }
+                    spent += cost;
                     tokio::time::sleep(self.backoff(attempt)).await;
                 }
                 (Attempt::Retryable { error, .. }, None) => return Err(error),
@@ -874,6 +878,123 @@ mod tests {
             parse_error(http::StatusCode::BAD_GATEWAY, b"<html>"),
             LeanError::Service { code, .. } if code == "HTTP 502"
         ));
+    }
+
+    /// A local HTTP/1.1 server answering each request with the next of `responses`
+    /// (status, body), counting the requests; its address.
+    async fn scripted(responses: Vec<(u16, &'static str)>) -> (String, Arc<Mutex<usize>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(Mutex::new(0usize));
+        let count = Arc::clone(&served);
+        tokio::spawn(async move {
+            let responses = Arc::new(responses);
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                let (responses, count) = (Arc::clone(&responses), Arc::clone(&count));
+                tokio::spawn(async move {
+                    let mut buffer = Vec::new();
+                    loop {
+                        let mut chunk = [0u8; 4096];
+                        let Ok(n) = socket.read(&mut chunk).await else {
+                            return;
+                        };
+                        if n == 0 {
+                            return;
+                        }
+                        buffer.extend_from_slice(&chunk[..n]);
+                        let text = String::from_utf8_lossy(&buffer).to_string();
+                        let Some(head_end) = text.find("\r\n\r\n") else {
+                            continue;
+                        };
+                        let length: usize = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if buffer.len() < head_end + 4 + length {
+                            continue;
+                        }
+                        buffer.drain(..head_end + 4 + length);
+                        let index = {
+                            let mut n = count.lock().unwrap();
+                            *n += 1;
+                            *n - 1
+                        };
+                        let (status, body) = responses[index.min(responses.len() - 1)];
+                        let reply = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/x-amz-json-1.0\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if socket.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, served)
+    }
+
+    fn client(endpoint: &str, max_attempts: u32) -> LeanClient {
+        let provider = SharedCredentialsProvider::new(Credentials::new("a", "b", None, None, "t"));
+        let retry = RetrySettings {
+            max_attempts,
+            initial_backoff: Duration::from_millis(1),
+            ..RetrySettings::default()
+        };
+        LeanClient::new(endpoint, "us-east-1", provider, TlsRoots::Compiled, retry).unwrap()
+    }
+
+    const THROTTLED: &str = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"slow down"}"#;
+
+    #[tokio::test]
+    async fn throttling_and_server_errors_are_retried_then_succeed() {
+        let (endpoint, served) = scripted(vec![
+            (400, THROTTLED),
+            (500, "{}"),
+            (200, r#"{"Attributes":{"v":{"N":"1"}}}"#),
+        ])
+        .await;
+        let out = client(&endpoint, 6)
+            .update_item(&sample_input())
+            .await
+            .unwrap();
+        assert_eq!(out.attributes["v"], AttributeValue::N("1".into()));
+        assert_eq!(*served.lock().unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_max_attempts_and_conditions_are_not_retried() {
+        let (endpoint, served) = scripted(vec![(400, THROTTLED)]).await;
+        match client(&endpoint, 3).update_item(&sample_input()).await {
+            Err(LeanError::Service { code, .. }) => {
+                assert_eq!(code, "ProvisionedThroughputExceededException");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(*served.lock().unwrap(), 3, "three attempts");
+        let (endpoint, served) = scripted(vec![(
+            400,
+            r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"no"}"#,
+        )])
+        .await;
+        let result = client(&endpoint, 6).update_item(&sample_input()).await;
+        assert!(
+            matches!(result, Err(LeanError::ConditionFailed(None))),
+            "{result:?}"
+        );
+        assert_eq!(
+            *served.lock().unwrap(),
+            1,
+            "a failed condition is an answer"
+        );
     }
 
     #[test]
