@@ -1234,16 +1234,35 @@ async fn windowed_items_are_queried_by_key_and_window_range() {
 /// three refused, every batch completes and the state is exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttled_requests_are_retried_and_the_state_is_exact() {
+    throttled_requests_are_retried(false).await;
+}
+
+/// [`throttled_requests_are_retried_and_the_state_is_exact`] with the state writes through
+/// the store's lean client (its own retries and budget).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_requests_are_retried_by_the_lean_client_and_the_state_is_exact() {
+    throttled_requests_are_retried(true).await;
+}
+
+async fn throttled_requests_are_retried(lean: bool) {
     let (_, table) = dynamo_table().await;
     let proxy = ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), |n| {
         n % 3 == 0
     })
     .await;
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port);
     let store = DynamoStore::new(
-        emulator_client(&format!("http://127.0.0.1:{}", proxy.port)),
+        emulator_client(&endpoint),
         table.clone(),
         Guarantee::ExactlyOnce,
     );
+    let store = if lean {
+        store.with_lean_client(
+            lambda_streams::state::dynamodb::emulator_lean_client(&endpoint).expect("a client"),
+        )
+    } else {
+        store
+    };
     let mut rng = StdRng::seed_from_u64(11);
     let log = Log::random(&mut rng, 2, 60, 8);
     let (topology, sink) = (topology(), MemorySink::new());
