@@ -14,7 +14,8 @@
 //!
 //! # What it keeps of the SDK's behaviour
 //! - **Retries**: the attempts and backoff of [`RetrySettings`] (standard mode: throttling,
-//!   5xx and transport errors are retried with exponential backoff and full jitter), and a
+//!   5xx, transport errors and attempts that take over 10 s are retried with exponential
+//!   backoff and full jitter), and a
 //!   retry budget of its own (the SDK's token bucket costs: 5 tokens a retry, 10 after a
 //!   transport error; a first-attempt success gives 1 back, a retried success what its
 //!   retries took; refilled over a minute).
@@ -62,6 +63,11 @@ const CREDENTIALS_WITHOUT_EXPIRY: Duration = Duration::from_secs(15 * 60);
 const CREDENTIALS_REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
 /// The connect timeout (the SDK's default is 3.1 s).
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+/// How long one attempt (request and whole response) may take before it is abandoned and
+/// retried: a stalled connection must fail the attempt, not hang the batch until the
+/// function times out (the SDK's stalled-stream protection does this for its path). A
+/// single-item `UpdateItem` answers in milliseconds.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A failed `UpdateItem`.
 #[derive(Debug)]
@@ -153,6 +159,7 @@ pub struct LeanClient {
     signing_key: Mutex<Option<Arc<SigningKey>>>,
     retry: RetrySettings,
     budget: Mutex<Budget>,
+    attempt_timeout: Duration,
 }
 
 impl std::fmt::Debug for LeanClient {
@@ -217,6 +224,7 @@ impl LeanClient {
             signing_key: Mutex::new(None),
             retry,
             budget: Mutex::new(Budget::new(retry.retry_budget)),
+            attempt_timeout: ATTEMPT_TIMEOUT,
         })
     }
 
@@ -258,6 +266,13 @@ impl LeanClient {
             None => return Ok(None),
         };
         Self::new(endpoint.trim(), region, provider, roots, retry).map(Some)
+    }
+
+    /// The same client abandoning (and retrying) an attempt that takes longer than
+    /// `timeout` (default 10 s).
+    pub fn with_attempt_timeout(mut self, timeout: Duration) -> Self {
+        self.attempt_timeout = timeout;
+        self
     }
 
     /// The endpoint requests go to.
@@ -316,6 +331,21 @@ impl LeanClient {
     }
 
     async fn attempt(&self, body: &Bytes, payload_hash: &str) -> Attempt {
+        match tokio::time::timeout(self.attempt_timeout, self.attempt_once(body, payload_hash))
+            .await
+        {
+            Ok(attempt) => attempt,
+            Err(_) => Attempt::Retryable {
+                error: LeanError::Transport(format!(
+                    "DynamoDB request to {} timed out after {:?}",
+                    self.uri, self.attempt_timeout
+                )),
+                transport: true,
+            },
+        }
+    }
+
+    async fn attempt_once(&self, body: &Bytes, payload_hash: &str) -> Attempt {
         let credentials = match self.credentials().await {
             Ok(credentials) => credentials,
             Err(e) => return Attempt::Done(Err(LeanError::Transport(e))),
@@ -995,6 +1025,29 @@ mod tests {
             1,
             "a failed condition is an answer"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stalled_endpoint_times_the_attempt_out_and_fails_after_the_retries() {
+        // Accepts connections and never answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                held.push(socket);
+            }
+        });
+        let started = Instant::now();
+        let result = client(&endpoint, 2)
+            .with_attempt_timeout(Duration::from_millis(100))
+            .update_item(&sample_input())
+            .await;
+        match result {
+            Err(LeanError::Transport(text)) => assert!(text.contains("timed out"), "{text}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
