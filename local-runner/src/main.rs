@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::{
+    DynamoStore, create_table, emulator_client, emulator_lean_client,
+};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
@@ -134,6 +136,11 @@ struct StateArgs {
     /// Data file of the embedded dynoxide.
     #[arg(long, default_value = ".local/runner/state.db")]
     state_db: PathBuf,
+    /// The request path of the in-process function's state writes: `sdk` (the AWS SDK) or
+    /// `lean` (the store's own `UpdateItem` client), as `LAMBDA_STREAMS_DYNAMODB_CLIENT` in
+    /// Lambda.
+    #[arg(long, env = "LAMBDA_STREAMS_DYNAMODB_CLIENT", default_value = "sdk", value_parser = ["sdk", "lean"])]
+    dynamodb_client: String,
 }
 
 #[derive(clap::Args)]
@@ -447,7 +454,15 @@ async fn open_store(
     create_table(&client, &table)
         .await
         .map_err(|e| format!("DynamoDB at {endpoint}: {e}"))?;
-    Ok((DynamoStore::new(client, table, guarantee), embedded))
+    let store = DynamoStore::new(client, table, guarantee);
+    let store = if state.dynamodb_client == "lean" {
+        store.with_lean_client(
+            emulator_lean_client(&endpoint).map_err(|e| format!("--dynamodb-client lean: {e}"))?,
+        )
+    } else {
+        store
+    };
+    Ok((store, embedded))
 }
 
 /// Creates the topology's repartition topics that do not exist yet, with as many partitions

@@ -10,7 +10,7 @@ use std::time::Duration;
 use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
+use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_lean_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams_e2e::*;
 use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
@@ -24,6 +24,8 @@ struct Scenario {
     batch_size: usize,
     /// Tombstones (null lines) produced to each partition after the text.
     tombstones: usize,
+    /// State writes through the store's lean client instead of the AWS SDK.
+    lean: bool,
 }
 
 impl Default for Scenario {
@@ -34,6 +36,7 @@ impl Default for Scenario {
             guarantee: Guarantee::ExactlyOnce,
             batch_size: 40,
             tombstones: 0,
+            lean: false,
         }
     }
 }
@@ -72,6 +75,11 @@ async fn run(name: &str, scenario: Scenario) -> Outcome {
     let client = dynamo_client();
     create_table(&client, &table).await.expect("table");
     let dynamo = DynamoStore::new(client, table.clone(), scenario.guarantee);
+    let dynamo = if scenario.lean {
+        dynamo.with_lean_client(emulator_lean_client(&dynamo_endpoint()).expect("a lean client"))
+    } else {
+        dynamo
+    };
     let store: Arc<dyn Store> = match scenario.fail_after_writes {
         Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo, n)),
         None => Arc::new(dynamo),
@@ -222,6 +230,29 @@ async fn all_faults_together_are_exact() {
             faults,
             fail_after_writes: Some(5),
             batch_size: 25,
+            ..Scenario::default()
+        },
+    )
+    .await;
+    assert_exact(&outcome);
+}
+
+/// [`all_faults_together_are_exact`] with the state writes through the store's lean client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn all_faults_together_are_exact_through_the_lean_client() {
+    let faults = Faults {
+        duplicate_every: Some(3),
+        extend_retry_every: Some(2),
+        fail_invocation: Some(4),
+        ..Faults::default()
+    };
+    let outcome = run(
+        "all-lean",
+        Scenario {
+            faults,
+            fail_after_writes: Some(5),
+            batch_size: 25,
+            lean: true,
             ..Scenario::default()
         },
     )
