@@ -11,7 +11,7 @@ use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
 use crate::kafka::{KafkaSettings, KafkaSink};
-use crate::runtime::{BatchOptions, BatchOutcome};
+use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee};
 use crate::sink::Sink;
 use crate::state::Store;
 
@@ -23,6 +23,7 @@ pub struct Handler {
     sink: SinkChoice,
     options: BatchOptions,
     metrics_function: Option<String>,
+    application_id: Option<String>,
 }
 
 enum SinkChoice {
@@ -46,6 +47,7 @@ impl Handler {
             sink: SinkChoice::Given(sink),
             options: BatchOptions::default(),
             metrics_function: None,
+            application_id: None,
         }
     }
 
@@ -61,7 +63,55 @@ impl Handler {
                 .with_kafka_settings(config.kafka.clone())
                 .with_options(config.batch.clone());
         handler.metrics_function = config.metrics_function.clone();
+        handler.application_id = config.application_id.clone();
         handler
+    }
+
+    /// [`from_config`](Self::from_config), refusing at once what every event would fail
+    /// on: a topology the output guarantee cannot run (see [`check`](Self::check)).
+    pub fn try_from_config(
+        topology: Topology,
+        store: Arc<dyn Store>,
+        config: &Config,
+    ) -> Result<Self, StreamError> {
+        let handler = Handler::from_config(topology, store, config);
+        handler.check()?;
+        Ok(handler)
+    }
+
+    /// The output guarantee the handler runs with: exactly once when its options or the
+    /// topology's builder ask for it.
+    pub fn output_guarantee(&self) -> OutputGuarantee {
+        if self.options.output == OutputGuarantee::ExactlyOnce
+            || self.topology.output_guarantee() == OutputGuarantee::ExactlyOnce
+        {
+            OutputGuarantee::ExactlyOnce
+        } else {
+            OutputGuarantee::AtLeastOnce
+        }
+    }
+
+    /// Whether the handler can run its topology under its output guarantee; every event
+    /// fails with this error otherwise (never a silent at-least-once output). Under
+    /// exactly-once output: the topology must not produce records without a source
+    /// record ([`Topology::check_output_guarantee`]), and the output must be Kafka's with
+    /// an application id.
+    pub fn check(&self) -> Result<(), StreamError> {
+        let guarantee = self.output_guarantee();
+        if guarantee == OutputGuarantee::AtLeastOnce {
+            return Ok(());
+        }
+        let refused = |why: String| {
+            StreamError::Config(format!(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: {why}"
+            ))
+        };
+        self.topology
+            .check_output_guarantee(guarantee)
+            .map_err(|e| refused(e.to_string()))?;
+        Err(refused(
+            "exactly-once output is not implemented in this build".into(),
+        ))
     }
 
     /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
@@ -84,6 +134,7 @@ impl Handler {
             },
             options: BatchOptions::default(),
             metrics_function: None,
+            application_id: None,
         }
     }
 
@@ -138,6 +189,7 @@ impl Handler {
 
     /// Processes one decoded event.
     pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
+        self.check()?;
         let sink: Arc<dyn Sink> = match &self.sink {
             SinkChoice::Given(sink) => Arc::clone(sink),
             SinkChoice::Kafka {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
@@ -219,6 +220,18 @@ struct RunArgs {
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
+    /// The in-process function's output guarantee: at_least_once or exactly_once
+    /// (transactions per source partition; read the outputs with read_committed).
+    #[arg(
+        long,
+        env = "LAMBDA_STREAMS_OUTPUT_GUARANTEE",
+        default_value = "at_least_once"
+    )]
+    output_guarantee: String,
+    /// The in-process function's application id: under exactly_once the prefix of its
+    /// transactional ids and shadow group (default: the function's name).
+    #[arg(long, env = "LAMBDA_STREAMS_APPLICATION_ID")]
+    application_id: Option<String>,
     /// Where the function's state lives.
     #[arg(long = "state", value_enum, default_value = "dynamodb")]
     state_kind: StateKind,
@@ -521,9 +534,22 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     None => inner,
                 };
                 // The function's own settings (LAMBDA_STREAMS_*), wired as in Lambda.
-                let transport = Arc::new(
-                    InProcess::from_env(topology.clone(), store).map_err(|e| e.to_string())?,
-                );
+                let mut config = settings;
+                config.batch.output = args
+                    .output_guarantee
+                    .parse()
+                    .map_err(|e| format!("--output-guarantee: {e}"))?;
+                if let Some(id) = &args.application_id {
+                    lambda_streams::kafka::check_application_id(id)
+                        .map_err(|why| format!("--application-id {id:?}: {why}"))?;
+                    config.application_id = Some(id.clone());
+                }
+                if config.application_id.is_none() {
+                    config.application_id = Some(function.clone());
+                }
+                let handler = Handler::try_from_config(topology.clone(), store, &config)
+                    .map_err(|e| e.to_string())?;
+                let transport = Arc::new(InProcess::new(Arc::new(handler)));
                 eprintln!(
                     "[local-runner] topology of {function}:\n{}",
                     topology.describe()
