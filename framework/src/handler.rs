@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
-use crate::kafka::{KafkaSettings, KafkaSink};
+use crate::kafka::{ExactlyOnceOutput, KafkaSettings, KafkaSink, KafkaTransactions};
 use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee};
 use crate::sink::Sink;
 use crate::state::Store;
@@ -35,6 +35,9 @@ enum SinkChoice {
         bootstrap_servers: Option<String>,
         settings: KafkaSettings,
         producers: Mutex<Vec<(String, Arc<KafkaSink>)>>,
+        /// Under exactly-once output: the transactions per brokers named (their producers,
+        /// one per source partition, are reused by later invocations).
+        transactions: Mutex<Vec<(String, Arc<ExactlyOnceOutput>)>>,
     },
 }
 
@@ -109,9 +112,35 @@ impl Handler {
         self.topology
             .check_output_guarantee(guarantee)
             .map_err(|e| refused(e.to_string()))?;
-        Err(refused(
-            "exactly-once output is not implemented in this build".into(),
-        ))
+        if matches!(self.sink, SinkChoice::Given(_)) {
+            return Err(refused(
+                "the output must be Kafka's (a handler with a given sink cannot run \
+                 transactions): build it with `with_kafka_output` or `from_config`"
+                    .into(),
+            ));
+        }
+        if self.application_id.is_none() {
+            return Err(refused(
+                "no application id: set LAMBDA_STREAMS_APPLICATION_ID".into(),
+            ));
+        }
+        if let (Some(store), crate::runtime::PoisonPolicy::DeadLetter { .. }) =
+            (self.topology.closing_store(), &self.options.poison)
+        {
+            return Err(refused(format!(
+                "the closing pass of the left or outer stream–stream join of store {store:?} \
+                 may dead-letter records that are not in the event, which no transaction of \
+                 the event can hold; use the fail or skip poison policy"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Sets the application id (under exactly-once output: the prefix of the transactional
+    /// ids and of the shadow group; see [`Config::application_id`]).
+    pub fn with_application_id(mut self, id: impl Into<String>) -> Self {
+        self.application_id = Some(id.into());
+        self
     }
 
     /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
@@ -131,6 +160,7 @@ impl Handler {
                 bootstrap_servers,
                 settings: KafkaSettings::plaintext(),
                 producers: Mutex::new(Vec::new()),
+                transactions: Mutex::new(Vec::new()),
             },
             options: BatchOptions::default(),
             metrics_function: None,
@@ -190,12 +220,16 @@ impl Handler {
     /// Processes one decoded event.
     pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
         self.check()?;
+        if self.output_guarantee() == OutputGuarantee::ExactlyOnce {
+            return self.handle_exactly_once(event).await;
+        }
         let sink: Arc<dyn Sink> = match &self.sink {
             SinkChoice::Given(sink) => Arc::clone(sink),
             SinkChoice::Kafka {
                 bootstrap_servers,
                 settings,
                 producers,
+                ..
             } => {
                 let servers = bootstrap_servers
                     .as_deref()
@@ -224,6 +258,61 @@ impl Handler {
             .topology
             .process_with(event, self.store.as_ref(), sink.as_ref(), &self.options)
             .await?;
+        self.log_batch(event, &outcome);
+        Ok(outcome)
+    }
+
+    /// [`handle_event`](Self::handle_event) under exactly-once output: the batch through
+    /// the transactions of the event's brokers (or the configured ones).
+    async fn handle_exactly_once(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
+        let SinkChoice::Kafka {
+            bootstrap_servers,
+            settings,
+            transactions,
+            ..
+        } = &self.sink
+        else {
+            return Err(StreamError::Config(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: the output must be Kafka's".into(),
+            ));
+        };
+        let Some(application_id) = self.application_id.as_deref() else {
+            return Err(StreamError::Config(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: set LAMBDA_STREAMS_APPLICATION_ID"
+                    .into(),
+            ));
+        };
+        let servers = bootstrap_servers
+            .as_deref()
+            .unwrap_or(&event.bootstrap_servers);
+        let output = {
+            let mut transactions = transactions.lock().await;
+            match transactions.iter().find(|(named, _)| named == servers) {
+                Some((_, output)) => Arc::clone(output),
+                None => {
+                    let log = KafkaTransactions::connect(servers, settings, application_id).await?;
+                    let output = Arc::new(ExactlyOnceOutput::new(application_id, Arc::new(log)));
+                    transactions.push((servers.to_owned(), Arc::clone(&output)));
+                    output
+                }
+            }
+        };
+        let (outcome, transactions) = output
+            .process(&self.topology, event, self.store.as_ref(), &self.options)
+            .await?;
+        tracing::info!(
+            initialised = transactions.initialised,
+            reused = transactions.reused,
+            committed = transactions.committed,
+            skipped_outputs = transactions.skipped_outputs,
+            "transactions committed"
+        );
+        self.log_batch(event, &outcome);
+        Ok(outcome)
+    }
+
+    /// Logs a processed batch, and prints its EMF metrics.
+    fn log_batch(&self, event: &KafkaEvent, outcome: &BatchOutcome) {
         let report = &outcome.report;
         tracing::info!(
             partitions = %event.partitions.iter().map(|p| format!("{}@{}..{}", p.tp,
@@ -244,7 +333,6 @@ impl Handler {
                 println!("{document}");
             }
         }
-        Ok(outcome)
     }
 
     /// Decodes an event's JSON and processes it.

@@ -131,6 +131,7 @@ impl From<StreamError> for lambda_runtime::Diagnostic {
             StreamError::User { .. } => "UserFunctionError",
             StreamError::State(_) => "StateError",
             StreamError::Sink(_) => "SinkError",
+            StreamError::Transaction { .. } => "TransactionError",
             StreamError::Config(_) => "ConfigurationError",
         };
         lambda_runtime::Diagnostic {

@@ -213,6 +213,16 @@ impl Topology {
         }
     }
 
+    /// The store of a left or outer stream–stream join with a closing pass, if any (its
+    /// dead letters have no record of the event).
+    pub(crate) fn closing_store(&self) -> Option<&str> {
+        self.inner
+            .stores
+            .iter()
+            .find(|s| s.closing.as_ref().is_some_and(|c| c.close.is_some()))
+            .map(|s| s.name.as_str())
+    }
+
     /// The names of the state stores its aggregations keep.
     pub fn store_names(&self) -> Vec<String> {
         self.inner.stores.iter().map(|s| s.name.clone()).collect()
