@@ -36,6 +36,12 @@ pub struct Config {
     /// (`<app>-eos`). It must be unique per function: two functions with one id fence each
     /// other's transactions.
     pub application_id: Option<String>,
+    /// Whether the event source is known to read its topics with `read_committed`
+    /// (`LAMBDA_STREAMS_EVENT_ISOLATION=read_committed`; `read_uncommitted` or unset: not
+    /// known). Under exactly-once output a topology that reads its own repartition topics
+    /// (written in transactions) needs it: Lambda's Kafka event source does not document
+    /// its isolation level, and read uncommitted it would deliver aborted records.
+    pub event_read_committed: bool,
 }
 
 impl Config {
@@ -133,6 +139,15 @@ impl Config {
                 "LAMBDA_STREAMS_APPLICATION_ID: {id:?} {why}"
             )));
         }
+        let event_read_committed = match var("LAMBDA_STREAMS_EVENT_ISOLATION").as_deref() {
+            None | Some("read_uncommitted") => false,
+            Some("read_committed") => true,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_EVENT_ISOLATION: {other:?} is not read_committed or read_uncommitted"
+                )));
+            }
+        };
         if output == OutputGuarantee::ExactlyOnce && application_id.is_none() {
             return Err(StreamError::Config(
                 "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once needs LAMBDA_STREAMS_APPLICATION_ID \
@@ -167,6 +182,7 @@ impl Config {
             aws_tls_roots,
             state_cache_bytes,
             application_id,
+            event_read_committed,
         })
     }
 }
@@ -254,6 +270,7 @@ mod tests {
             ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly-once"),
             ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "twice"),
             ("LAMBDA_STREAMS_APPLICATION_ID", "a b"),
+            ("LAMBDA_STREAMS_EVENT_ISOLATION", "committed"),
         ] {
             let e = refused(&[(name, bad)]);
             assert!(e.contains(name), "{name}={bad}: {e}");

@@ -24,6 +24,7 @@ pub struct Handler {
     options: BatchOptions,
     metrics_function: Option<String>,
     application_id: Option<String>,
+    event_read_committed: bool,
 }
 
 enum SinkChoice {
@@ -51,6 +52,7 @@ impl Handler {
             options: BatchOptions::default(),
             metrics_function: None,
             application_id: None,
+            event_read_committed: false,
         }
     }
 
@@ -67,6 +69,7 @@ impl Handler {
                 .with_options(config.batch.clone());
         handler.metrics_function = config.metrics_function.clone();
         handler.application_id = config.application_id.clone();
+        handler.event_read_committed = config.event_read_committed;
         handler
     }
 
@@ -124,6 +127,19 @@ impl Handler {
                 "no application id: set LAMBDA_STREAMS_APPLICATION_ID".into(),
             ));
         }
+        if let Some(topic) = self.topology.repartition_topics().first()
+            && !self.event_read_committed
+        {
+            return Err(refused(format!(
+                "the topology reads its repartition topic {topic:?}, which exactly-once output \
+                 writes in transactions; an event source reading it read_uncommitted would \
+                 deliver the records of aborted transactions, and whether Lambda's Kafka event \
+                 source reads read_committed is not documented (the re-read of the batch with \
+                 read_committed is not built yet). Set LAMBDA_STREAMS_EVENT_ISOLATION=\
+                 read_committed when the event source is known to read committed (the local \
+                 runner does, unless --isolation-level read_uncommitted)"
+            )));
+        }
         if let (Some(store), crate::runtime::PoisonPolicy::DeadLetter { .. }) =
             (self.topology.closing_store(), &self.options.poison)
         {
@@ -134,6 +150,13 @@ impl Handler {
             )));
         }
         Ok(())
+    }
+
+    /// Declares that the event source reads its topics with `read_committed` (see
+    /// [`Config::event_read_committed`]).
+    pub fn with_event_read_committed(mut self, read_committed: bool) -> Self {
+        self.event_read_committed = read_committed;
+        self
     }
 
     /// Sets the application id (under exactly-once output: the prefix of the transactional
@@ -165,6 +188,7 @@ impl Handler {
             options: BatchOptions::default(),
             metrics_function: None,
             application_id: None,
+            event_read_committed: false,
         }
     }
 

@@ -174,3 +174,32 @@ fn a_handler_configured_exactly_once_refuses_an_unsourced_sink_before_any_record
         assert!(h.check().is_ok());
     }
 }
+
+#[test]
+fn a_handler_reading_its_repartition_topic_needs_an_event_source_known_to_read_committed() {
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        records_only(&builder);
+        builder.build()
+    };
+    let store = || Arc::new(MemoryStore::new());
+    let e = Handler::try_from_config(topology(), store(), &config(EXACTLY_ONCE))
+        .err()
+        .expect("refused");
+    let message = e.to_string();
+    assert!(
+        message.contains("by-value") && message.contains("LAMBDA_STREAMS_EVENT_ISOLATION"),
+        "{message}"
+    );
+    let mut vars = EXACTLY_ONCE.to_vec();
+    vars.push(("LAMBDA_STREAMS_EVENT_ISOLATION", "read_committed"));
+    let h = Handler::try_from_config(topology(), store(), &config(&vars)).expect("accepted");
+    assert_eq!(h.output_guarantee(), OutputGuarantee::ExactlyOnce);
+    // A handler with a given sink cannot run transactions: refused, not at least once.
+    let given = Handler::new(topology(), store(), Arc::new(MemorySink::new()))
+        .with_options(config(&vars).batch)
+        .with_application_id("app")
+        .with_event_read_committed(true);
+    let e = given.check().expect_err("refused");
+    assert!(e.to_string().contains("Kafka"), "{e}");
+}

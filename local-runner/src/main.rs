@@ -232,6 +232,12 @@ struct RunArgs {
     /// transactional ids and shadow group (default: the function's name).
     #[arg(long, env = "LAMBDA_STREAMS_APPLICATION_ID")]
     application_id: Option<String>,
+    /// The isolation level of the runner's consumer: read_committed (librdkafka's default:
+    /// records of aborted or open transactions are not delivered) or read_uncommitted (as
+    /// the Java client's default). The in-process function is told which
+    /// (LAMBDA_STREAMS_EVENT_ISOLATION).
+    #[arg(long, value_parser = ["read_committed", "read_uncommitted"], default_value = "read_committed")]
+    isolation_level: String,
     /// Where the function's state lives.
     #[arg(long = "state", value_enum, default_value = "dynamodb")]
     state_kind: StateKind,
@@ -547,6 +553,14 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                 if config.application_id.is_none() {
                     config.application_id = Some(function.clone());
                 }
+                // The consumer's isolation level: the flag, or a --consumer-property over it.
+                let isolation = args
+                    .consumer_properties
+                    .iter()
+                    .rev()
+                    .find(|(key, _)| key == "isolation.level")
+                    .map_or(args.isolation_level.as_str(), |(_, v)| v.as_str());
+                config.event_read_committed = isolation == "read_committed";
                 let handler = Handler::try_from_config(topology.clone(), store, &config)
                     .map_err(|e| e.to_string())?;
                 let transport = Arc::new(InProcess::new(Arc::new(handler)));
@@ -619,7 +633,11 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         until_idle: args.until_idle,
         until_caught_up: args.until_caught_up,
         read_ahead_batches: args.read_ahead_batches,
-        consumer_properties: args.consumer_properties,
+        consumer_properties: {
+            let mut properties = vec![("isolation.level".to_owned(), args.isolation_level.clone())];
+            properties.extend(args.consumer_properties);
+            properties
+        },
         concurrency: args.concurrency,
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         faults: Faults {

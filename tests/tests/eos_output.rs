@@ -104,6 +104,9 @@ fn handler(t: &Topics, store: Arc<dyn Store>, app: &str, output: OutputGuarantee
             ..BatchOptions::default()
         })
         .with_application_id(app)
+        // The runner's consumer reads read_committed (librdkafka's default), and the
+        // repartition topic is not consumed here anyway.
+        .with_event_read_committed(true)
 }
 
 /// The broker install's libraries (the console consumer's classpath).
