@@ -437,3 +437,88 @@ fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
             .collect(),
     }
 }
+
+/// Latency per batch, exactly-once output against at-least-once, on the real broker: a
+/// warm handler (producers initialised by a first batch) on a stateless topology, batches
+/// of 100 records over 1 and 3 partitions. Prints the numbers; run with
+/// `cargo test -p lambda-streams-e2e --test eos_output -- --ignored --nocapture latency`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn latency_per_batch_exactly_once_vs_at_least_once() {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    use lambda_streams::state::memory::MemoryStore;
+    require_services();
+    // The input topic must exist (the shadow group's offsets are of its partitions); its
+    // records are made up here, not read.
+    let input = new_topic("bench-in", 3).await;
+    let out = new_topic("bench-out", 3).await;
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        builder
+            .stream(&input, Utf8, Utf8)
+            .map_values(|v: String| v.to_uppercase())
+            .to(&out, Utf8, Utf8);
+        builder.build()
+    };
+    let event = |partitions: i32, batch: i64| KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: (0..partitions)
+            .map(|p| PartitionRecords {
+                tp: TopicPartition::new(input.as_str(), p),
+                records: (0..100 / i64::from(partitions))
+                    .map(|i| {
+                        let offset = batch * 100 + i;
+                        Record {
+                            offset,
+                            timestamp: offset,
+                            timestamp_type: TimestampType::CreateTime,
+                            key: Some(format!("k{i}").into_bytes().into()),
+                            value: Some(format!("value {offset}").into_bytes().into()),
+                            headers: Vec::new(),
+                            key_schema_metadata: None,
+                            value_schema_metadata: None,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    for partitions in [1, 3] {
+        for output in [OutputGuarantee::AtLeastOnce, OutputGuarantee::ExactlyOnce] {
+            let handler =
+                Handler::with_kafka_output(topology(), Arc::new(MemoryStore::new()), None)
+                    .with_options(BatchOptions {
+                        output,
+                        ..BatchOptions::default()
+                    })
+                    .with_application_id(unique("bench-app"));
+            let started = std::time::Instant::now();
+            handler
+                .handle_event(&event(partitions, 0))
+                .await
+                .expect("first batch");
+            let first = started.elapsed();
+            let mut times = Vec::new();
+            for batch in 1..=40 {
+                let started = std::time::Instant::now();
+                handler
+                    .handle_event(&event(partitions, batch))
+                    .await
+                    .expect("batch");
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            times.sort_by(f64::total_cmp);
+            let mean = times.iter().sum::<f64>() / times.len() as f64;
+            eprintln!(
+                "{output:?}, {partitions} partition(s), 100 records per batch: first batch \
+                 {:.1} ms; warm batches: mean {mean:.1} ms, p50 {:.1} ms, p90 {:.1} ms",
+                first.as_secs_f64() * 1000.0,
+                times[times.len() / 2],
+                times[times.len() * 9 / 10],
+            );
+        }
+    }
+}

@@ -50,6 +50,15 @@ impl KafkaTransactions {
         for p in settings.properties() {
             config.set(&p.name, &p.value);
         }
+        // An OffsetFetch that meets offsets of a transaction not materialised yet
+        // (UNSTABLE_OFFSET_COMMIT, usually the previous batch's, a few ms after its commit)
+        // is retried after retry.backoff.ms: 100 ms by default, which would be most of a
+        // warm batch's latency.
+        for (name, value) in [("retry.backoff.ms", "5"), ("retry.backoff.max.ms", "200")] {
+            if !settings.properties().iter().any(|p| p.name == name) {
+                config.set(name, value);
+            }
+        }
         config
             .set("group.id", format!("{application_id}-eos"))
             .set("isolation.level", "read_committed")

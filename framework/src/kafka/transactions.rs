@@ -271,53 +271,62 @@ impl ExactlyOnceOutput {
                 return Err(e);
             }
         };
-        // 4. Per partition: progress in the transaction, then commit.
-        for (i, batch) in event.partitions.iter().enumerate() {
-            let next = match outcome.failures.iter().find(|(tp, _)| *tp == batch.tp) {
-                // A partial batch response: the partition is delivered again from there.
-                Some((_, offset)) => *offset,
-                None => batch.records.last().map_or(i64::MIN, |r| r.offset + 1),
-            };
-            let progress = shadow[i].max(next);
-            let p = &producers[i];
-            let produced = sink.produced[i].load(Ordering::Relaxed);
-            let step = if !produced && progress == shadow[i] {
-                // Nothing to produce and nothing to record: no round trip.
-                p.abort().await.map_err(|e| ("abort_transaction", e))
-            } else if progress == i64::MIN {
-                p.commit().await.map_err(|e| ("commit_transaction", e))
-            } else {
-                match p.send_offset(&self.group(), &batch.tp, progress).await {
-                    Ok(()) => p
-                        .commit()
-                        .await
-                        .map(|()| report.committed += 1)
-                        .map_err(|e| ("commit_transaction", e)),
-                    Err(e) => Err(("send_offsets_to_transaction", e)),
-                }
-            };
-            if let Err((step, e)) = step {
-                let fatal = e.fatal;
-                let err = failed(i, step, e);
-                // The partitions before committed: their producers are kept.
-                let mut dropped: Vec<usize> = Vec::new();
-                if fatal {
-                    dropped.push(i);
-                }
-                for (j, later) in producers.iter().enumerate().skip(i + 1) {
-                    if later.abort().await.is_err() {
-                        dropped.push(j);
+        // 4. Per partition: progress in the transaction, then commit; the partitions'
+        // transactions are independent, so they end concurrently.
+        let group = self.group();
+        let ends =
+            futures::future::join_all(event.partitions.iter().enumerate().map(|(i, batch)| {
+                let next = match outcome.failures.iter().find(|(tp, _)| *tp == batch.tp) {
+                    // A partial batch response: the partition is delivered again from there.
+                    Some((_, offset)) => *offset,
+                    None => batch.records.last().map_or(i64::MIN, |r| r.offset + 1),
+                };
+                let committed_before = shadow[i];
+                let progress = committed_before.max(next);
+                let produced = sink.produced[i].load(Ordering::Relaxed);
+                let (p, group) = (&producers[i], group.as_str());
+                async move {
+                    if !produced && progress == committed_before {
+                        // Nothing to produce and nothing to record: no round trip.
+                        return p
+                            .abort()
+                            .await
+                            .map(|()| false)
+                            .map_err(|e| ("abort_transaction", e));
                     }
+                    if progress > i64::MIN {
+                        p.send_offset(group, &batch.tp, progress)
+                            .await
+                            .map_err(|e| ("send_offsets_to_transaction", e))?;
+                    }
+                    p.commit()
+                        .await
+                        .map(|()| true)
+                        .map_err(|e| ("commit_transaction", e))
                 }
-                if !fatal && producers[i].abort().await.is_err() {
-                    dropped.push(i);
+            }))
+            .await;
+        let mut first_error = None;
+        let mut dropped: Vec<usize> = Vec::new();
+        for (i, end) in ends.into_iter().enumerate() {
+            match end {
+                Ok(committed) => report.committed += u64::from(committed),
+                Err((step, e)) => {
+                    // Fenced: the producer is dropped; otherwise aborted and kept.
+                    if e.fatal || producers[i].abort().await.is_err() {
+                        dropped.push(i);
+                    }
+                    first_error.get_or_insert(failed(i, step, e));
                 }
-                self.keep(&tps, &producers, &dropped).await;
-                return Err(err);
             }
         }
-        self.keep(&tps, &producers, &[]).await;
-        Ok((outcome, report))
+        self.keep(&tps, &producers, &dropped).await;
+        match first_error {
+            // The other partitions' transactions may have committed: their retry finds
+            // their progress and produces nothing again.
+            Some(e) => Err(e),
+            None => Ok((outcome, report)),
+        }
     }
 
     /// Aborts every transaction of the invocation; keeps the producers that aborted (not
@@ -416,13 +425,21 @@ impl Sink for TransactionalSink<'_> {
             }
             per_partition[i].push(record);
         }
-        for (i, records) in per_partition.into_iter().enumerate() {
-            if records.is_empty() {
-                continue;
-            }
-            let topic = records[0].topic.clone();
-            self.produced[i].store(true, Ordering::Relaxed);
-            if let Err(e) = self.producers[i].send(records).await {
+        // Each partition's records into its own transaction, the partitions concurrently.
+        let sends = per_partition
+            .into_iter()
+            .enumerate()
+            .filter(|(_, records)| !records.is_empty())
+            .map(|(i, records)| async move {
+                let topic = records[0].topic.clone();
+                self.produced[i].store(true, Ordering::Relaxed);
+                self.producers[i]
+                    .send(records)
+                    .await
+                    .map_err(|e| (i, topic, e))
+            });
+        for result in futures::future::join_all(sends).await {
+            if let Err((i, topic, e)) = result {
                 let reason = format!(
                     "in the transaction of {} (the partition's transactional producer): {}",
                     self.tps[i], e.reason
