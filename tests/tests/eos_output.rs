@@ -135,9 +135,18 @@ fn kafka_libs() -> std::path::PathBuf {
         .join("libs")
 }
 
-/// Every record of `topic` as Kafka's console consumer reads it with `isolation_level`:
-/// per record its `lambda-streams-source` header and its value.
-fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
+/// A record as Kafka's console consumer printed it.
+#[allow(dead_code)]
+struct Read {
+    partition: i32,
+    offset: i64,
+    /// Its `lambda-streams-source` header.
+    source: String,
+    value: String,
+}
+
+/// Every record of `topic` as Kafka's console consumer reads it with `isolation_level`.
+fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
     let classpath = format!("{}/*", kafka_libs().display());
     let out = std::process::Command::new("java")
         .args([
@@ -154,23 +163,41 @@ fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
         ])
         .args(["--isolation-level", isolation_level, "--timeout-ms", "6000"])
         .args(["--formatter-property", "print.headers=true"])
+        .args(["--formatter-property", "print.partition=true"])
+        .args(["--formatter-property", "print.offset=true"])
         .args(["--formatter-property", "headers.separator=|#|"])
-        .args(["--formatter-property", "print.key=false"])
         .output()
         .expect("java runs the console consumer");
     let text = String::from_utf8_lossy(&out.stdout);
-    // A record is `<headers>\t<value>`; the consumer also prints its exit on the timeout
-    // (no tab).
+    // A record is `Partition:<p>\tOffset:<o>\t<headers>\t<value>`; the consumer also prints
+    // its exit on the timeout.
     text.lines()
-        .filter_map(|line| line.split_once('\t'))
-        .map(|(headers, value)| {
+        .filter_map(|line| {
+            let mut fields = line.splitn(4, '\t');
+            let partition = fields.next()?.strip_prefix("Partition:")?.parse().ok()?;
+            let offset = fields.next()?.strip_prefix("Offset:")?.parse().ok()?;
+            let headers = fields.next()?;
+            let value = fields.next().unwrap_or("").to_owned();
             let source = headers
                 .split("|#|")
                 .find_map(|h| h.strip_prefix("lambda-streams-source:"))
                 .unwrap_or("")
                 .to_owned();
-            (source, value.to_owned())
+            Some(Read {
+                partition,
+                offset,
+                source,
+                value,
+            })
         })
+        .collect()
+}
+
+/// Per record of `topic` read with `isolation_level`: its source header and its value.
+fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
+    console_read_all(topic, isolation_level)
+        .into_iter()
+        .map(|r| (r.source, r.value))
         .collect()
 }
 
@@ -521,4 +548,115 @@ async fn latency_per_batch_exactly_once_vs_at_least_once() {
             );
         }
     }
+}
+
+/// Two sub-topologies with a repartition hop, both run by the runner (its consumer reads
+/// `read_committed`): the first re-keys each record by its value into `rep`, the second
+/// fans each repartitioned record out to `out` twice and counts per value. Under duplicate
+/// deliveries, retries ending elsewhere and a crash after state writes, a `read_committed`
+/// reader sees every record of `rep` once per source record, and every output of the
+/// second sub-topology once per record of `rep`; the counts are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
+    const HOP_STORE: &str = "per-value";
+    let (t, table, app) = setup("eos-hop").await;
+    let topology = {
+        let builder = StreamsBuilder::new();
+        builder
+            .stream(&t.input, Utf8, Utf8)
+            .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) })
+            .select_key(|_, v: &String| v.clone())
+            .repartition(&t.rep, Utf8, Utf8);
+        let hopped = builder.stream(&t.rep, Utf8, Utf8);
+        hopped
+            .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+            .to(&t.out, Utf8, Utf8);
+        hopped.group_by_key(Utf8).count(HOP_STORE);
+        builder.build()
+    };
+    let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::fail_once_after(dynamo, 3));
+    let handler = Handler::with_kafka_output(topology.clone(), store, None)
+        .with_options(BatchOptions {
+            poison: PoisonPolicy::DeadLetter {
+                topic: t.dlq.clone(),
+            },
+            output: OutputGuarantee::ExactlyOnce,
+            ..BatchOptions::default()
+        })
+        .with_application_id(&app)
+        .with_event_read_committed(true);
+    handler
+        .check()
+        .expect("accepted: the runner reads read_committed");
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique("group"),
+        topics: topology.source_topics(),
+        batch_size: 7,
+        batching_window: Duration::from_millis(100),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(10),
+        faults: Faults {
+            duplicate_every: Some(2),
+            extend_retry_every: Some(3),
+            ..Faults::default()
+        },
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+    tokio::time::timeout(Duration::from_secs(180), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+
+    let rep = console_read_all(&t.rep, "read_committed");
+    let out = console_read_all(&t.out, "read_committed");
+    // The original source record of each committed record of `rep`, by its position.
+    let origin: BTreeMap<String, String> = rep
+        .iter()
+        .map(|r| {
+            (
+                format!("{}:{}:{}", t.rep, r.partition, r.offset),
+                r.source.clone(),
+            )
+        })
+        .collect();
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in &rep {
+        *seen.entry(("rep".into(), r.source.clone())).or_default() += 1;
+    }
+    for r in &out {
+        let from = origin
+            .get(&r.source)
+            .unwrap_or_else(|| panic!("{:?} comes from no committed record of rep", r.source));
+        *seen
+            .entry(("out".into(), format!("{from} {}", r.value)))
+            .or_default() += 1;
+    }
+    let mut expected: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for (p, records) in input_records().iter().enumerate() {
+        for (o, (_, value)) in records.iter().enumerate() {
+            let value = value.clone().unwrap_or_default();
+            if value == "poison" {
+                continue;
+            }
+            let source = format!("{}:{p}:{o}", t.input);
+            expected.insert(("rep".into(), source.clone()), 1);
+            for suffix in ["/1", "/2"] {
+                expected.insert(("out".into(), format!("{source} {value}{suffix}")), 1);
+            }
+            *counts.entry(value).or_insert(0i64) += 1;
+        }
+    }
+    assert_eq!(seen, expected, "read_committed sees every output once");
+    let (dead, _) = {
+        let letters = console_read(&t.dlq, "read_committed");
+        let n = letters.len();
+        (letters, n)
+    };
+    assert_eq!(dead.len(), 9, "one dead letter per poison record");
+    assert_eq!(table_counts(&table, HOP_STORE).await, counts, "state");
 }
