@@ -884,3 +884,125 @@ fn a_stream_stream_join_s_pairs_go_in_their_record_s_transaction() {
     pairs.sort();
     assert_eq!(pairs, ["a+x", "b+x"]);
 }
+
+/// With partial batch responses, a partition stopped by a poison record at offset `f`
+/// commits its progress at `f` (not past the batch): its outputs before `f` are committed
+/// once, a redelivery of the whole batch produces none of them again, and the shadow group
+/// holds `f`, from where the event source delivers the partition again.
+#[test]
+fn a_partial_batch_response_commits_the_progress_up_to_the_failed_record() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::default();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    let store = MemoryStore::new();
+    let topology = topology();
+    let tp = TopicPartition::new("in", 0);
+    let mut source = Source::new();
+    source.insert(
+        tp.clone(),
+        ["x", "y", "poison", "x"]
+            .iter()
+            .map(|v| ("k".to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    let options = BatchOptions {
+        poison: PoisonPolicy::Fail,
+        partial_batch_response: true,
+        ..BatchOptions::default()
+    };
+    let whole = event(&source, &BTreeMap::from([(tp.clone(), (0, 3))]));
+    for _ in 0..2 {
+        let (outcome, _) = rt
+            .block_on(output.process(&topology, &whole, &store, &options))
+            .expect("the batch answers a partial response");
+        assert_eq!(outcome.failures, [(tp.clone(), 2)]);
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+    }
+    let log = broker.log();
+    let mut out: Vec<String> = log
+        .committed_view("out")
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    out.sort();
+    assert_eq!(out, ["x/1", "x/2", "y/1", "y/2"], "offsets 0 and 1, once");
+    assert_eq!(log.offsets.get(&("app-eos".to_owned(), tp)), Some(&2));
+}
+
+/// A log whose first initialisation of one transactional id fails.
+struct FailingInit {
+    broker: Broker,
+    id: String,
+    failed: Mutex<bool>,
+}
+
+#[async_trait]
+impl TransactionalLog for FailingInit {
+    async fn producer(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Arc<dyn TransactionalProducer>, TxnError> {
+        if transactional_id == self.id
+            && !std::mem::replace(&mut *self.failed.lock().unwrap(), true)
+        {
+            return Err(TxnError::abortable("the coordinator is not available"));
+        }
+        self.broker.producer(transactional_id).await
+    }
+
+    async fn committed(
+        &self,
+        group: &str,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, TxnError> {
+        self.broker.committed(group, tps).await
+    }
+}
+
+/// An initialisation that fails fails the invocation naming the partition and its
+/// transactional id; the producers initialised meanwhile are kept for the next invocation
+/// (under their own partitions), which initialises only the one that failed.
+#[test]
+fn a_failed_initialisation_names_the_partition_and_keeps_the_others() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::default();
+    let log = FailingInit {
+        broker: broker.clone(),
+        id: "app-in-0".into(),
+        failed: Mutex::new(false),
+    };
+    let output = ExactlyOnceOutput::new("app", Arc::new(log));
+    let store = MemoryStore::new();
+    let topology = topology();
+    let mut source = Source::new();
+    for p in 0..2 {
+        source.insert(TopicPartition::new("in", p), vec![("k".into(), "x".into())]);
+    }
+    let batch: BTreeMap<_, _> = (0..2)
+        .map(|p| (TopicPartition::new("in", p), (0, 0)))
+        .collect();
+    let e = rt
+        .block_on(output.process(&topology, &event(&source, &batch), &store, &options()))
+        .expect_err("the init fails");
+    let message = e.to_string();
+    assert!(
+        message.contains("in-0") && message.contains("\"app-in-0\"") && message.contains("init"),
+        "{message}"
+    );
+    let (_, report) = rt
+        .block_on(output.process(&topology, &event(&source, &batch), &store, &options()))
+        .expect("the retry succeeds");
+    assert_eq!((report.reused, report.initialised), (1, 1), "{report:?}");
+}

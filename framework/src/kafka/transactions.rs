@@ -179,34 +179,36 @@ impl ExactlyOnceOutput {
             tps.iter().map(|tp| producers.remove(tp)).collect()
         };
         let inits =
-            futures::future::join_all(cached.iter().zip(&ids).map(|(cached, id)| async move {
-                match cached {
-                    Some(_) => None,
-                    None => Some(self.log.producer(id).await),
+            futures::future::join_all(cached.iter_mut().zip(&ids).map(|(cached, id)| async move {
+                match cached.take() {
+                    Some(p) => (Ok(p), true),
+                    None => (self.log.producer(id).await, false),
                 }
             }))
             .await;
+        let mut ready: Vec<(TopicPartition, Arc<dyn TransactionalProducer>)> = Vec::new();
         let mut producers: Vec<Arc<dyn TransactionalProducer>> = Vec::with_capacity(tps.len());
         let mut error = None;
-        for (i, init) in inits.into_iter().enumerate() {
-            match (cached[i].take(), init) {
-                (Some(p), _) => {
-                    report.reused += 1;
+        for (i, (init, reused)) in inits.into_iter().enumerate() {
+            match init {
+                Ok(p) => {
+                    if reused {
+                        report.reused += 1;
+                    } else {
+                        report.initialised += 1;
+                    }
+                    ready.push((tps[i].clone(), Arc::clone(&p)));
                     producers.push(p);
                 }
-                (None, Some(Ok(p))) => {
-                    report.initialised += 1;
-                    producers.push(p);
-                }
-                (None, Some(Err(e))) => {
+                Err(e) => {
                     error.get_or_insert(failed(i, "init_transactions", e));
                 }
-                (None, None) => unreachable!("a producer neither cached nor initialised"),
             }
         }
         if let Some(e) = error {
             // The initialised ones are good for the next invocation.
-            self.keep(&tps, &producers, &[]).await;
+            let mut cache = self.producers.lock().await;
+            cache.extend(ready);
             return Err(e);
         }
         // 2. One stable read of the shadow group's progress, after every init.
