@@ -38,9 +38,10 @@ pub struct Config {
     pub application_id: Option<String>,
     /// Whether the event source is known to read its topics with `read_committed`
     /// (`LAMBDA_STREAMS_EVENT_ISOLATION=read_committed`; `read_uncommitted` or unset: not
-    /// known). Under exactly-once output a topology that reads its own repartition topics
-    /// (written in transactions) needs it: Lambda's Kafka event source does not document
-    /// its isolation level, and read uncommitted it would deliver aborted records.
+    /// known). Under exactly-once output, the batches of the topology's repartition topics
+    /// (written in transactions) are read again with `read_committed` unless it is known:
+    /// Lambda's Kafka event source does not document its isolation level, and read
+    /// uncommitted it would deliver records of aborted transactions.
     pub event_read_committed: bool,
 }
 

@@ -127,19 +127,6 @@ impl Handler {
                 "no application id: set LAMBDA_STREAMS_APPLICATION_ID".into(),
             ));
         }
-        if let Some(topic) = self.topology.repartition_topics().first()
-            && !self.event_read_committed
-        {
-            return Err(refused(format!(
-                "the topology reads its repartition topic {topic:?}, which exactly-once output \
-                 writes in transactions; an event source reading it read_uncommitted would \
-                 deliver the records of aborted transactions, and whether Lambda's Kafka event \
-                 source reads read_committed is not documented (the re-read of the batch with \
-                 read_committed is not built yet). Set LAMBDA_STREAMS_EVENT_ISOLATION=\
-                 read_committed when the event source is known to read committed (the local \
-                 runner does, unless --isolation-level read_uncommitted)"
-            )));
-        }
         if let (Some(store), crate::runtime::PoisonPolicy::DeadLetter { .. }) =
             (self.topology.closing_store(), &self.options.poison)
         {
@@ -315,7 +302,13 @@ impl Handler {
                 Some((_, output)) => Arc::clone(output),
                 None => {
                     let log = KafkaTransactions::connect(servers, settings, application_id).await?;
-                    let output = Arc::new(ExactlyOnceOutput::new(application_id, Arc::new(log)));
+                    let mut output = ExactlyOnceOutput::new(application_id, Arc::new(log));
+                    if !self.event_read_committed {
+                        // The repartition topics are written in transactions; an event
+                        // source reading read_uncommitted would deliver aborted records.
+                        output = output.reread_committed(self.topology.repartition_topics());
+                    }
+                    let output = Arc::new(output);
                     transactions.push((servers.to_owned(), Arc::clone(&output)));
                     output
                 }
@@ -329,6 +322,7 @@ impl Handler {
             reused = transactions.reused,
             committed = transactions.committed,
             skipped_outputs = transactions.skipped_outputs,
+            uncommitted_records = transactions.uncommitted_records,
             "transactions committed"
         );
         self.log_batch(event, &outcome);

@@ -314,6 +314,16 @@ impl TransactionalLog for Broker {
         }))
     }
 
+    async fn read_committed(
+        &self,
+        _tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError> {
+        // The sources here are not written in transactions.
+        Ok((first..=last).collect())
+    }
+
     async fn committed(
         &self,
         group: &str,
@@ -957,6 +967,15 @@ impl TransactionalLog for FailingInit {
             return Err(TxnError::abortable("the coordinator is not available"));
         }
         self.broker.producer(transactional_id).await
+    }
+
+    async fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError> {
+        self.broker.read_committed(tp, first, last).await
     }
 
     async fn committed(

@@ -234,8 +234,9 @@ struct RunArgs {
     application_id: Option<String>,
     /// The isolation level of the runner's consumer: read_committed (librdkafka's default:
     /// records of aborted or open transactions are not delivered) or read_uncommitted (as
-    /// the Java client's default). The in-process function is told which
-    /// (LAMBDA_STREAMS_EVENT_ISOLATION).
+    /// the Java client's default). The in-process function is told which: under
+    /// exactly_once output, read_uncommitted makes it read each batch of its repartition
+    /// topics again with read_committed.
     #[arg(long, value_parser = ["read_committed", "read_uncommitted"], default_value = "read_committed")]
     isolation_level: String,
     /// Where the function's state lives.

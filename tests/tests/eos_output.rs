@@ -660,3 +660,137 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
     assert_eq!(dead.len(), 9, "one dead letter per poison record");
     assert_eq!(table_counts(&table, HOP_STORE).await, counts, "state");
 }
+
+/// Records of an aborted transaction in the repartition topic (here written by a
+/// transactional producer of the test, then aborted: what a fenced zombie or a crashed
+/// invocation leaves), and a runner that reads `read_uncommitted` (so it delivers them, as
+/// an event source of that isolation level would). The function reads each batch of the
+/// repartition topic again with `read_committed` and processes only what it finds: no
+/// output and no count of the aborted records. The control, a function told (wrongly)
+/// that its event source reads committed, processes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_repartition_records_are_not_processed_under_read_uncommitted() {
+    for trust_the_event in [false, true] {
+        let name = if trust_the_event {
+            "eos-trust"
+        } else {
+            "eos-reread"
+        };
+        let (t, table, app) = setup(name).await;
+        // Three aborted records in the repartition topic, as the hop writes them.
+        {
+            use rdkafka::ClientConfig;
+            use rdkafka::message::{Header, OwnedHeaders};
+            use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+            let producer: FutureProducer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap())
+                .set("transactional.id", unique("aborting"))
+                .create()
+                .expect("producer");
+            producer
+                .init_transactions(Duration::from_secs(10))
+                .expect("init");
+            producer.begin_transaction().expect("begin");
+            for i in 0..3 {
+                let source = format!("{}:0:{}", t.input, 900 + i);
+                let headers = OwnedHeaders::new()
+                    .insert(Header {
+                        key: "lambda-streams-source",
+                        value: Some(source.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: "lambda-streams-sequence",
+                        value: Some(b"0"),
+                    });
+                let value = format!("aborted{i}");
+                producer
+                    .send(
+                        FutureRecord::to(&t.rep)
+                            .partition(0)
+                            .key(&value)
+                            .payload(&value)
+                            .headers(headers),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .expect("produced");
+            }
+            producer
+                .abort_transaction(Duration::from_secs(10))
+                .expect("abort");
+        }
+        let topology = {
+            let builder = StreamsBuilder::new();
+            builder
+                .stream(&t.input, Utf8, Utf8)
+                .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) })
+                .select_key(|_, v: &String| v.clone())
+                .repartition(&t.rep, Utf8, Utf8);
+            let hopped = builder.stream(&t.rep, Utf8, Utf8);
+            hopped
+                .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+                .to(&t.out, Utf8, Utf8);
+            hopped.group_by_key(Utf8).count("per-value");
+            builder.build()
+        };
+        let store = Arc::new(DynamoStore::new(
+            dynamo_client(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        let handler = Handler::with_kafka_output(topology.clone(), store, None)
+            .with_options(BatchOptions {
+                poison: PoisonPolicy::DeadLetter {
+                    topic: t.dlq.clone(),
+                },
+                output: OutputGuarantee::ExactlyOnce,
+                ..BatchOptions::default()
+            })
+            .with_application_id(&app)
+            .with_event_read_committed(trust_the_event);
+        let config = RunnerConfig {
+            bootstrap_servers: bootstrap(),
+            group_id: unique("group"),
+            topics: topology.source_topics(),
+            batch_size: 7,
+            batching_window: Duration::from_millis(100),
+            until_idle: true,
+            idle_timeout: Duration::from_millis(1500),
+            retry_backoff: Duration::from_millis(10),
+            consumer_properties: vec![("isolation.level".into(), "read_uncommitted".into())],
+            ..RunnerConfig::default()
+        };
+        let runner =
+            Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+        tokio::time::timeout(Duration::from_secs(180), runner.run())
+            .await
+            .expect("the runner finished in time")
+            .expect("the runner succeeded");
+        let aborted_outputs = console_read(&t.out, "read_committed")
+            .into_iter()
+            .filter(|(_, v)| v.starts_with("aborted"))
+            .count();
+        let counts = table_counts(&table, "per-value").await;
+        let counted = counts.keys().filter(|k| k.starts_with("aborted")).count();
+        if trust_the_event {
+            assert_eq!(
+                (aborted_outputs, counted),
+                (6, 3),
+                "trusting a read_uncommitted event, the aborted records are processed"
+            );
+        } else {
+            assert_eq!(
+                (aborted_outputs, counted),
+                (0, 0),
+                "nothing of the aborted records"
+            );
+            let expected: usize = input_records()
+                .iter()
+                .flatten()
+                .filter(|(_, v)| v.as_deref() != Some("poison"))
+                .count();
+            assert_eq!(counts.len(), expected, "every committed record counted");
+            assert!(counts.values().all(|&n| n == 1), "once each: {counts:?}");
+        }
+    }
+}

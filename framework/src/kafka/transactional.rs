@@ -34,6 +34,8 @@ pub struct KafkaTransactions {
     /// `committed()` asks with `require_stable`), never subscribed: its group metadata
     /// (generation -1) goes with the transactional offset commits.
     consumer: Arc<BaseConsumer<SinkContext>>,
+    /// The shadow group's id.
+    group: String,
 }
 
 impl KafkaTransactions {
@@ -74,6 +76,7 @@ impl KafkaTransactions {
             bootstrap_servers: bootstrap_servers.to_owned(),
             settings: settings.clone(),
             consumer: Arc::new(consumer),
+            group: format!("{application_id}-eos"),
         })
     }
 }
@@ -116,6 +119,69 @@ impl TransactionalLog for KafkaTransactions {
             sink,
             consumer: Arc::clone(&self.consumer),
         }))
+    }
+
+    async fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError> {
+        // A consumer of its own per read (invocations of several partitions run at once),
+        // assigned, never committing.
+        let context = context(&self.settings).await.map_err(TxnError::abortable)?;
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", &self.bootstrap_servers);
+        for p in self.settings.properties() {
+            config.set(&p.name, &p.value);
+        }
+        config
+            .set("group.id", format!("{}-reread", self.group))
+            .set("isolation.level", "read_committed")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("enable.partition.eof", "false");
+        let consumer: BaseConsumer<SinkContext> = config
+            .create_with_context(context)
+            .map_err(|e| TxnError::abortable(e.to_string()))?;
+        let (topic, partition) = (tp.topic.clone(), tp.partition);
+        blocking(move || {
+            let mut list = TopicPartitionList::new();
+            list.add_partition_offset(&topic, partition, Offset::Offset(first))?;
+            consumer.assign(&list)?;
+            let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+            let mut visible = Vec::new();
+            loop {
+                if let Some(message) = consumer.poll(Duration::from_millis(50)) {
+                    let offset = rdkafka::Message::offset(&message?);
+                    if offset <= last {
+                        visible.push(offset);
+                    }
+                }
+                // The position passes aborted records and transaction markers too: past
+                // `last`, every transaction of the range is decided.
+                let position = consumer
+                    .position()?
+                    .find_partition(&topic, partition)
+                    .and_then(|e| match e.offset() {
+                        Offset::Offset(o) => Some(o),
+                        _ => None,
+                    });
+                if position.is_some_and(|p| p > last) {
+                    return Ok(visible);
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(KafkaError::Canceled);
+                }
+            }
+        })
+        .await
+        .map_err(|e| match e {
+            KafkaError::Canceled => TxnError::abortable(format!(
+                "the range is not decided after {STEP_TIMEOUT:?} (a transaction still open)"
+            )),
+            e => TxnError::abortable(e.to_string()),
+        })
     }
 
     async fn committed(

@@ -93,6 +93,15 @@ pub trait TransactionalLog: Send + Sync {
         &self,
         transactional_id: &str,
     ) -> Result<Arc<dyn TransactionalProducer>, TxnError>;
+    /// The offsets of `tp` in `first..=last` whose records a `read_committed` consumer
+    /// reads (not those of aborted transactions; waiting while a transaction in the range
+    /// is open), in order.
+    async fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError>;
     /// The offsets committed in `group` for `tps` (`None`: none), *stable*: waiting out
     /// the transactional offsets not yet materialised (`require_stable`).
     async fn committed(
@@ -114,6 +123,9 @@ pub struct TransactionReport {
     /// Output records not produced because their source record's outputs were committed
     /// already (below the shadow offset).
     pub skipped_outputs: u64,
+    /// Records of the event not processed because `read_committed` does not read them (of
+    /// aborted transactions), in the topics read again.
+    pub uncommitted_records: u64,
 }
 
 /// Exactly-once output (design notes, section 5a): runs a batch with one transaction per
@@ -135,6 +147,9 @@ pub struct ExactlyOnceOutput {
     /// The producers of the warm container, by source partition; taken out for an
     /// invocation and put back when it ends with the producer still usable.
     producers: Mutex<HashMap<TopicPartition, Arc<dyn TransactionalProducer>>>,
+    /// The topics whose batches are read again with `read_committed` (see
+    /// [`reread_committed`](Self::reread_committed)).
+    reread: std::collections::BTreeSet<String>,
 }
 
 impl ExactlyOnceOutput {
@@ -144,7 +159,18 @@ impl ExactlyOnceOutput {
             application_id: application_id.into(),
             log,
             producers: Mutex::new(HashMap::new()),
+            reread: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// Reads each batch of these topics again with `read_committed` (after the progress
+    /// read) and processes only the records it finds: for topics written in transactions
+    /// (the topology's repartition topics) delivered by an event source that may read
+    /// `read_uncommitted`, whose batches may hold records of aborted transactions. The
+    /// progress still covers the whole batch.
+    pub fn reread_committed(mut self, topics: impl IntoIterator<Item = String>) -> Self {
+        self.reread = topics.into_iter().collect();
+        self
     }
 
     /// The transactional id of source partition `tp`: `<app>-<topic>-<partition>`.
@@ -228,6 +254,46 @@ impl ExactlyOnceOutput {
             }
         };
         let shadow: Vec<i64> = shadow.into_iter().map(|s| s.unwrap_or(i64::MIN)).collect();
+        // 2b. The batches of transactional topics, as read_committed reads them.
+        let original = event;
+        let filtered;
+        let event = if original
+            .partitions
+            .iter()
+            .any(|p| self.reread.contains(&p.tp.topic) && !p.records.is_empty())
+        {
+            let mut copy = original.clone();
+            for (i, batch) in copy.partitions.iter_mut().enumerate() {
+                let (Some(first), Some(last)) = (batch.records.first(), batch.records.last())
+                else {
+                    continue;
+                };
+                if !self.reread.contains(&batch.tp.topic) {
+                    continue;
+                }
+                let (first, last) = (first.offset, last.offset);
+                match self.log.read_committed(&batch.tp, first, last).await {
+                    Ok(visible) => {
+                        let visible: std::collections::HashSet<i64> = visible.into_iter().collect();
+                        let before = batch.records.len();
+                        batch.records.retain(|r| visible.contains(&r.offset));
+                        report.uncommitted_records += (before - batch.records.len()) as u64;
+                    }
+                    Err(e) => {
+                        self.keep(&tps, &producers, &[]).await;
+                        return Err(failed(
+                            i,
+                            &format!("re-reading offsets {first}..={last} with read_committed"),
+                            e,
+                        ));
+                    }
+                }
+            }
+            filtered = copy;
+            &filtered
+        } else {
+            original
+        };
         // 3. One transaction per partition.
         for (i, p) in producers.iter().enumerate() {
             if let Err(e) = p.begin().await {
