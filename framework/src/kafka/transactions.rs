@@ -135,7 +135,9 @@ pub struct TransactionReport {
 /// reused across invocations of a warm container and initialised when there is none (a
 /// retry's initialisation fences a zombie's). Once every producer of the event is
 /// initialised, one stable read of the shadow group `<app>-eos` gives `s[tp]`, the
-/// offset up to which `tp`'s outputs are committed; the batch runs as ever (state written
+/// offset up to which `tp`'s outputs are committed (then, for the topics given to
+/// [`reread_committed`](Self::reread_committed), the batch is read again with
+/// `read_committed` and only what that finds is processed); the batch runs as ever (state written
 /// before producing), its outputs of records below `s[tp]` dropped and each other output
 /// produced in the transaction of its source record's partition; then per partition
 /// `{tp: max(s[tp], last + 1)}` is committed to the shadow group in the transaction and

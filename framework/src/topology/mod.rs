@@ -136,7 +136,7 @@ pub(crate) struct TopologyInner {
     /// The output guarantee the builder asked for ([`StreamsBuilder::output_guarantee`]).
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
-    pub(crate) output: crate::runtime::OutputGuarantee,
+    pub(crate) output: crate::sink::OutputGuarantee,
 }
 
 impl TopologyInner {
@@ -195,7 +195,7 @@ impl Topology {
     /// this or its configuration (`LAMBDA_STREAMS_OUTPUT_GUARANTEE`) says `exactly_once`.
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
-    pub fn output_guarantee(&self) -> crate::runtime::OutputGuarantee {
+    pub fn output_guarantee(&self) -> crate::sink::OutputGuarantee {
         self.inner.output
     }
 
@@ -205,10 +205,10 @@ impl Topology {
     /// naming the sink's node; those cannot go in a source partition's transaction yet.
     pub fn check_output_guarantee(
         &self,
-        guarantee: crate::runtime::OutputGuarantee,
+        guarantee: crate::sink::OutputGuarantee,
     ) -> Result<(), crate::error::TopologyError> {
         match (guarantee, self.inner.unsourced_sinks.first()) {
-            (crate::runtime::OutputGuarantee::ExactlyOnce, Some(refused)) => Err(refused.clone()),
+            (crate::sink::OutputGuarantee::ExactlyOnce, Some(refused)) => Err(refused.clone()),
             _ => Ok(()),
         }
     }
