@@ -402,13 +402,19 @@ async fn at_least_once_the_same_reader_sees_the_duplicates() {
 async fn a_zombie_is_fenced_and_a_delayed_duplicate_produces_nothing() {
     let (t, table, app) = setup("eos-zombie").await;
     let dynamo = || DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
-    // A stops for 3 s before its first state write (it has initialised its producers and
-    // read the progress by then), blocking its thread as a frozen container would.
-    let slow: Arc<dyn Store> = Arc::new(FaultyStore::new(dynamo()).on_write(|before| {
-        if before == 0 {
-            std::thread::sleep(Duration::from_secs(3));
-        }
-    }));
+    // A stops for 10 s before its first state write (it has initialised its producers and
+    // read the progress by then), blocking its thread as a frozen container would; B starts
+    // once A is there, so that B's initialisation comes after A's (on a loaded machine too).
+    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Arc<dyn Store> = {
+        let frozen = Arc::clone(&frozen);
+        Arc::new(FaultyStore::new(dynamo()).on_write(move |before| {
+            if before == 0 {
+                frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(10));
+            }
+        }))
+    };
     let a = handler(&t, slow, &app, OutputGuarantee::ExactlyOnce);
     let b = handler(&t, Arc::new(dynamo()), &app, OutputGuarantee::ExactlyOnce);
     let c = handler(&t, Arc::new(dynamo()), &app, OutputGuarantee::ExactlyOnce);
@@ -417,7 +423,14 @@ async fn a_zombie_is_fenced_and_a_delayed_duplicate_produces_nothing() {
         let event = event.clone();
         tokio::spawn(async move { a.handle_event(&event).await.map(|_| ()) })
     };
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !frozen.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never reached its state writes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     b.handle_event(&event).await.expect("the retry succeeds");
     let zombie = zombie.await.expect("no panic");
     let e = zombie.expect_err("the zombie is fenced");
