@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::aws::TlsRoots;
 use crate::error::StreamError;
 use crate::kafka::KafkaSettings;
-use crate::runtime::{BatchOptions, PoisonPolicy};
+use crate::runtime::{BatchOptions, OutputGuarantee, PoisonPolicy};
 use crate::state::Guarantee;
 
 /// A function's settings, read from the environment.
@@ -34,6 +34,19 @@ pub struct Config {
     /// [`LeanClient`](crate::state::dynamodb::LeanClient) (`LAMBDA_STREAMS_DYNAMODB_CLIENT=lean`)
     /// rather than the AWS SDK (`sdk`, the default).
     pub dynamodb_lean: bool,
+    /// The application id (`LAMBDA_STREAMS_APPLICATION_ID`, else the function's name
+    /// `AWS_LAMBDA_FUNCTION_NAME`): under exactly-once output, the prefix of the
+    /// transactional ids (`<app>-<topic>-<partition>`) and of the shadow consumer group
+    /// (`<app>-eos`). It must be unique per function: two functions with one id fence each
+    /// other's transactions.
+    pub application_id: Option<String>,
+    /// Whether the event source is known to read its topics with `read_committed`
+    /// (`LAMBDA_STREAMS_EVENT_ISOLATION=read_committed`; `read_uncommitted` or unset: not
+    /// known). Under exactly-once output, the batches of the topology's repartition topics
+    /// (written in transactions) are read again with `read_committed` unless it is known:
+    /// Lambda's Kafka event source does not document its isolation level, and read
+    /// uncommitted it would deliver records of aborted transactions.
+    pub event_read_committed: bool,
 }
 
 impl Config {
@@ -42,7 +55,9 @@ impl Config {
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
     /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS`,
-    /// `LAMBDA_STREAMS_STATE_CACHE_BYTES` and the `LAMBDA_STREAMS_KAFKA_*` connection settings
+    /// `LAMBDA_STREAMS_STATE_CACHE_BYTES`, `LAMBDA_STREAMS_OUTPUT_GUARANTEE`
+    /// (`at_least_once` or `exactly_once`), `LAMBDA_STREAMS_APPLICATION_ID` (required with
+    /// `exactly_once` unless `AWS_LAMBDA_FUNCTION_NAME` is set) and the `LAMBDA_STREAMS_KAFKA_*` connection settings
     /// ([`KafkaSettings::from_env`]); an invalid value is an error naming the variable.
     pub fn from_env() -> Result<Config, StreamError> {
         Self::from_vars(std::env::vars())
@@ -124,7 +139,40 @@ impl Config {
                 )));
             }
         };
+        let output = match var("LAMBDA_STREAMS_OUTPUT_GUARANTEE") {
+            Some(g) => g.parse().map_err(|e| {
+                StreamError::Config(format!("LAMBDA_STREAMS_OUTPUT_GUARANTEE: {e}"))
+            })?,
+            None => OutputGuarantee::default(),
+        };
         let function = var("AWS_LAMBDA_FUNCTION_NAME");
+        let application_id = var("LAMBDA_STREAMS_APPLICATION_ID")
+            .map(|id| id.trim().to_owned())
+            .or_else(|| function.clone());
+        if let Some(id) = &application_id
+            && let Err(why) = crate::kafka::check_application_id(id)
+        {
+            return Err(StreamError::Config(format!(
+                "LAMBDA_STREAMS_APPLICATION_ID: {id:?} {why}"
+            )));
+        }
+        let event_read_committed = match var("LAMBDA_STREAMS_EVENT_ISOLATION").as_deref() {
+            None | Some("read_uncommitted") => false,
+            Some("read_committed") => true,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_EVENT_ISOLATION: {other:?} is not read_committed or read_uncommitted"
+                )));
+            }
+        };
+        if output == OutputGuarantee::ExactlyOnce && application_id.is_none() {
+            return Err(StreamError::Config(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once needs LAMBDA_STREAMS_APPLICATION_ID \
+                 (or AWS_LAMBDA_FUNCTION_NAME): the prefix of the transactional ids and of the \
+                 shadow consumer group"
+                    .into(),
+            ));
+        }
         let metrics_function = match var("LAMBDA_STREAMS_METRICS").as_deref() {
             Some("emf") => Some(function.unwrap_or_else(|| "local".to_owned())),
             Some("off") => None,
@@ -144,12 +192,15 @@ impl Config {
                 partial_batch_response,
                 idle_partition_timeout,
                 source_partitions,
+                output,
             },
             metrics_function,
             kafka: KafkaSettings::from_vars(vars.clone())?,
             aws_tls_roots,
             state_cache_bytes,
             dynamodb_lean,
+            application_id,
+            event_read_committed,
         })
     }
 }
@@ -241,9 +292,45 @@ mod tests {
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:0"),
             ("LAMBDA_STREAMS_METRICS", "prometheus"),
             ("LAMBDA_STREAMS_DYNAMODB_CLIENT", "hyper"),
+            ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly-once"),
+            ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "twice"),
+            ("LAMBDA_STREAMS_APPLICATION_ID", "a b"),
+            ("LAMBDA_STREAMS_EVENT_ISOLATION", "committed"),
         ] {
             let e = refused(&[(name, bad)]);
             assert!(e.contains(name), "{name}={bad}: {e}");
         }
+    }
+
+    #[test]
+    fn the_output_guarantee_defaults_to_at_least_once_and_exactly_once_needs_an_application_id() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.batch.output, OutputGuarantee::AtLeastOnce);
+        assert_eq!(c.application_id, None);
+        let c = config(&[
+            ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly_once"),
+            ("LAMBDA_STREAMS_APPLICATION_ID", "wordcount"),
+        ])
+        .unwrap();
+        assert_eq!(c.batch.output, OutputGuarantee::ExactlyOnce);
+        assert_eq!(c.application_id.as_deref(), Some("wordcount"));
+        let c = config(&[
+            ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly_once"),
+            ("AWS_LAMBDA_FUNCTION_NAME", "f"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.application_id.as_deref(),
+            Some("f"),
+            "the function name by default"
+        );
+        let c = config(&[("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "at_least_once")]).unwrap();
+        assert_eq!(c.batch.output, OutputGuarantee::AtLeastOnce);
+        let e = refused(&[("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly_once")]);
+        assert!(
+            e.contains("LAMBDA_STREAMS_OUTPUT_GUARANTEE")
+                && e.contains("LAMBDA_STREAMS_APPLICATION_ID"),
+            "{e}"
+        );
     }
 }

@@ -46,6 +46,18 @@ pub enum StreamError {
     /// Producing output records failed.
     #[error(transparent)]
     Sink(#[from] crate::sink::SinkError),
+    /// A transaction of the exactly-once output failed (fenced by a newer instance of its
+    /// transactional id, aborted, timed out, or unreachable): the invocation fails and
+    /// every transaction of it is aborted; the retry starts over.
+    #[error("transaction of {tp} (transactional.id {transactional_id:?}) failed at {reason}")]
+    Transaction {
+        /// The source partition whose transaction failed.
+        tp: TopicPartition,
+        /// Its transactional id.
+        transactional_id: String,
+        /// The step and what the client said.
+        reason: String,
+    },
     /// A setting is missing or invalid.
     #[error("configuration: {0}")]
     Config(String),

@@ -10,8 +10,8 @@ use crate::config::Config;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::KafkaEvent;
-use crate::kafka::{KafkaSettings, KafkaSink};
-use crate::runtime::{BatchOptions, BatchOutcome};
+use crate::kafka::{ExactlyOnceOutput, KafkaSettings, KafkaSink, KafkaTransactions};
+use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee};
 use crate::sink::Sink;
 use crate::state::Store;
 
@@ -23,6 +23,8 @@ pub struct Handler {
     sink: SinkChoice,
     options: BatchOptions,
     metrics_function: Option<String>,
+    application_id: Option<String>,
+    event_read_committed: bool,
 }
 
 enum SinkChoice {
@@ -34,6 +36,9 @@ enum SinkChoice {
         bootstrap_servers: Option<String>,
         settings: KafkaSettings,
         producers: Mutex<Vec<(String, Arc<KafkaSink>)>>,
+        /// Under exactly-once output: the transactions per brokers named (their producers,
+        /// one per source partition, are reused by later invocations).
+        transactions: Mutex<Vec<(String, Arc<ExactlyOnceOutput>)>>,
     },
 }
 
@@ -46,6 +51,8 @@ impl Handler {
             sink: SinkChoice::Given(sink),
             options: BatchOptions::default(),
             metrics_function: None,
+            application_id: None,
+            event_read_committed: false,
         }
     }
 
@@ -61,7 +68,89 @@ impl Handler {
                 .with_kafka_settings(config.kafka.clone())
                 .with_options(config.batch.clone());
         handler.metrics_function = config.metrics_function.clone();
+        handler.application_id = config.application_id.clone();
+        handler.event_read_committed = config.event_read_committed;
         handler
+    }
+
+    /// [`from_config`](Self::from_config), refusing at once what every event would fail
+    /// on: a topology the output guarantee cannot run (see [`check`](Self::check)).
+    pub fn try_from_config(
+        topology: Topology,
+        store: Arc<dyn Store>,
+        config: &Config,
+    ) -> Result<Self, StreamError> {
+        let handler = Handler::from_config(topology, store, config);
+        handler.check()?;
+        Ok(handler)
+    }
+
+    /// The output guarantee the handler runs with: exactly once when its options or the
+    /// topology's builder ask for it.
+    pub fn output_guarantee(&self) -> OutputGuarantee {
+        if self.options.output == OutputGuarantee::ExactlyOnce
+            || self.topology.output_guarantee() == OutputGuarantee::ExactlyOnce
+        {
+            OutputGuarantee::ExactlyOnce
+        } else {
+            OutputGuarantee::AtLeastOnce
+        }
+    }
+
+    /// Whether the handler can run its topology under its output guarantee; every event
+    /// fails with this error otherwise (never a silent at-least-once output). Under
+    /// exactly-once output: the topology must not produce records without a source
+    /// record ([`Topology::check_output_guarantee`]), and the output must be Kafka's with
+    /// an application id.
+    pub fn check(&self) -> Result<(), StreamError> {
+        let guarantee = self.output_guarantee();
+        if guarantee == OutputGuarantee::AtLeastOnce {
+            return Ok(());
+        }
+        let refused = |why: String| {
+            StreamError::Config(format!(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: {why}"
+            ))
+        };
+        self.topology
+            .check_output_guarantee(guarantee)
+            .map_err(|e| refused(e.to_string()))?;
+        if matches!(self.sink, SinkChoice::Given(_)) {
+            return Err(refused(
+                "the output must be Kafka's (a handler with a given sink cannot run \
+                 transactions): build it with `with_kafka_output` or `from_config`"
+                    .into(),
+            ));
+        }
+        if self.application_id.is_none() {
+            return Err(refused(
+                "no application id: set LAMBDA_STREAMS_APPLICATION_ID".into(),
+            ));
+        }
+        if let (Some(store), crate::runtime::PoisonPolicy::DeadLetter { .. }) =
+            (self.topology.closing_store(), &self.options.poison)
+        {
+            return Err(refused(format!(
+                "the closing pass of the left or outer stream–stream join of store {store:?} \
+                 may dead-letter records that are not in the event, which no transaction of \
+                 the event can hold; use the fail or skip poison policy"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Declares that the event source reads its topics with `read_committed` (see
+    /// [`Config::event_read_committed`]).
+    pub fn with_event_read_committed(mut self, read_committed: bool) -> Self {
+        self.event_read_committed = read_committed;
+        self
+    }
+
+    /// Sets the application id (under exactly-once output: the prefix of the transactional
+    /// ids and of the shadow group; see [`Config::application_id`]).
+    pub fn with_application_id(mut self, id: impl Into<String>) -> Self {
+        self.application_id = Some(id.into());
+        self
     }
 
     /// A handler producing output to Kafka: to `bootstrap_servers`, or when `None` to the
@@ -81,9 +170,12 @@ impl Handler {
                 bootstrap_servers,
                 settings: KafkaSettings::plaintext(),
                 producers: Mutex::new(Vec::new()),
+                transactions: Mutex::new(Vec::new()),
             },
             options: BatchOptions::default(),
             metrics_function: None,
+            application_id: None,
+            event_read_committed: false,
         }
     }
 
@@ -138,12 +230,17 @@ impl Handler {
 
     /// Processes one decoded event.
     pub async fn handle_event(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
+        self.check()?;
+        if self.output_guarantee() == OutputGuarantee::ExactlyOnce {
+            return self.handle_exactly_once(event).await;
+        }
         let sink: Arc<dyn Sink> = match &self.sink {
             SinkChoice::Given(sink) => Arc::clone(sink),
             SinkChoice::Kafka {
                 bootstrap_servers,
                 settings,
                 producers,
+                ..
             } => {
                 let servers = bootstrap_servers
                     .as_deref()
@@ -172,6 +269,68 @@ impl Handler {
             .topology
             .process_with(event, self.store.as_ref(), sink.as_ref(), &self.options)
             .await?;
+        self.log_batch(event, &outcome);
+        Ok(outcome)
+    }
+
+    /// [`handle_event`](Self::handle_event) under exactly-once output: the batch through
+    /// the transactions of the event's brokers (or the configured ones).
+    async fn handle_exactly_once(&self, event: &KafkaEvent) -> Result<BatchOutcome, StreamError> {
+        let SinkChoice::Kafka {
+            bootstrap_servers,
+            settings,
+            transactions,
+            ..
+        } = &self.sink
+        else {
+            return Err(StreamError::Config(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: the output must be Kafka's".into(),
+            ));
+        };
+        let Some(application_id) = self.application_id.as_deref() else {
+            return Err(StreamError::Config(
+                "LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once: set LAMBDA_STREAMS_APPLICATION_ID"
+                    .into(),
+            ));
+        };
+        let servers = bootstrap_servers
+            .as_deref()
+            .unwrap_or(&event.bootstrap_servers);
+        let output = {
+            let mut transactions = transactions.lock().await;
+            match transactions.iter().find(|(named, _)| named == servers) {
+                Some((_, output)) => Arc::clone(output),
+                None => {
+                    let log = KafkaTransactions::connect(servers, settings, application_id).await?;
+                    let mut output = ExactlyOnceOutput::new(application_id, Arc::new(log));
+                    if !self.event_read_committed {
+                        // The repartition topics are written in transactions; an event
+                        // source reading read_uncommitted would deliver aborted records.
+                        output = output.reread_committed(self.topology.repartition_topics());
+                    }
+                    let output = Arc::new(output);
+                    transactions.push((servers.to_owned(), Arc::clone(&output)));
+                    output
+                }
+            }
+        };
+        let (outcome, transactions) = output
+            .process(&self.topology, event, self.store.as_ref(), &self.options)
+            .await?;
+        tracing::info!(
+            initialised = transactions.initialised,
+            reused = transactions.reused,
+            committed = transactions.committed,
+            skipped_outputs = transactions.skipped_outputs,
+            uncommitted_records = transactions.uncommitted_records,
+            "transactions committed"
+        );
+        self.log_batch(event, &outcome);
+        Ok(outcome)
+    }
+
+    /// Logs a processed batch, and prints its EMF metrics.
+    fn log_batch(&self, event: &KafkaEvent, outcome: &BatchOutcome) {
         let report = &outcome.report;
         tracing::info!(
             partitions = %event.partitions.iter().map(|p| format!("{}@{}..{}", p.tp,
@@ -192,7 +351,6 @@ impl Handler {
                 println!("{document}");
             }
         }
-        Ok(outcome)
     }
 
     /// Decodes an event's JSON and processes it.

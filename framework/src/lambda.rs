@@ -15,6 +15,9 @@
 //! | `LAMBDA_STREAMS_TABLE` | the DynamoDB table of the function's state | required when the topology has a store |
 //! | `LAMBDA_STREAMS_BOOTSTRAP_SERVERS` | brokers to produce output to | the event's `bootstrapServers` |
 //! | `LAMBDA_STREAMS_GUARANTEE` | `exactly_once` or `at_least_once` | `exactly_once` |
+//! | `LAMBDA_STREAMS_OUTPUT_GUARANTEE` | `at_least_once` or `exactly_once` (transactions per source partition, read by `read_committed` consumers; docs/state.md) | `at_least_once` |
+//! | `LAMBDA_STREAMS_APPLICATION_ID` | under `exactly_once`: the prefix of the transactional ids `<id>-<topic>-<partition>` and of the shadow consumer group `<id>-eos`; unique per function | `AWS_LAMBDA_FUNCTION_NAME` |
+//! | `LAMBDA_STREAMS_EVENT_ISOLATION` | `read_committed` when the event source is known to read committed: under `exactly_once`, the repartition topics' batches are then not read again with `read_committed` | not known |
 //! | `LAMBDA_STREAMS_POISON_POLICY` | `fail`, `skip` or `dead-letter:<topic>` | `fail` |
 //! | `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE` | `true` to answer with `batchItemFailures` (needs the event source's `ReportBatchItemFailures`) | `false` |
 //! | `LAMBDA_STREAMS_METRICS` | `emf` to print CloudWatch EMF metrics per batch, `off` | `emf` in Lambda, else `off` |
@@ -84,7 +87,7 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
             None => store,
         })
     };
-    let handler = Arc::new(Handler::from_config(topology, store, &config));
+    let handler = Arc::new(Handler::try_from_config(topology, store, &config)?);
     lambda_runtime::run(lambda_runtime::service_fn(
         move |event: lambda_runtime::LambdaEvent<Box<RawValue>>| {
             let handler = Arc::clone(&handler);
@@ -144,6 +147,7 @@ impl From<StreamError> for lambda_runtime::Diagnostic {
             StreamError::User { .. } => "UserFunctionError",
             StreamError::State(_) => "StateError",
             StreamError::Sink(_) => "SinkError",
+            StreamError::Transaction { .. } => "TransactionError",
             StreamError::Config(_) => "ConfigurationError",
         };
         lambda_runtime::Diagnostic {

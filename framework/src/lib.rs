@@ -83,6 +83,7 @@ pub mod wire;
 pub use dsl::{StreamsBuilder, Topology};
 pub use error::{StreamError, TopologyError};
 pub use runtime::{
-    BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, PoisonPolicy,
+    BatchOptions, BatchOutcome, BatchReport, ERROR_HEADER, OUTPUT_CHUNK, OutputGuarantee,
+    PoisonPolicy,
 };
 pub use state::Guarantee;

@@ -9,6 +9,37 @@ use async_trait::async_trait;
 pub use crate::kafka::KafkaSink;
 pub use crate::wire::{PATH_HEADER, SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
 
+/// What a `read_committed` consumer of the function's Kafka output sees when a batch is
+/// delivered again (`LAMBDA_STREAMS_OUTPUT_GUARANTEE`). The state in DynamoDB is exactly
+/// once under both; this is about the records produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputGuarantee {
+    /// Outputs are at least once: a retried batch produces its records again (idempotent
+    /// producer, one per cluster).
+    #[default]
+    AtLeastOnce,
+    /// Outputs are exactly once for a `read_committed` consumer: per source partition of the
+    /// event, a transactional producer with a stable `transactional.id`, and the partition's
+    /// progress committed in a shadow consumer group inside each transaction (design notes,
+    /// section 5a; `docs/state.md`). Outputs with no source record (table updates, window
+    /// closes, a join's closing pass) are not supported yet: a topology with them is
+    /// refused.
+    ExactlyOnce,
+}
+
+impl std::str::FromStr for OutputGuarantee {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "at_least_once" => Ok(OutputGuarantee::AtLeastOnce),
+            "exactly_once" => Ok(OutputGuarantee::ExactlyOnce),
+            other => Err(format!(
+                "unknown output guarantee {other:?}: use at_least_once or exactly_once"
+            )),
+        }
+    }
+}
+
 /// A record to produce.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutputRecord {

@@ -22,6 +22,13 @@ pub const SEQUENCE_HEADER: &str = "lambda-streams-sequence";
 /// The reader takes the key as null again.
 pub const NULL_KEY_HEADER: &str = "lambda-streams-null-key";
 
+/// Header the batch puts, under exactly-once output, on each output record a record of the
+/// event caused: that record's `<topic>:<partition>:<offset>` ([`SourceHeader`]), the
+/// partition whose transaction the output goes in. The transactional output reads it and
+/// removes it before producing: it never reaches Kafka. (A dead letter needs none: its
+/// [`SOURCE_HEADER`] names the event's record.)
+pub const TRANSACTION_HEADER: &str = "lambda-streams-transaction";
+
 /// Header of a dead-lettered record carrying the error that sent it there.
 pub const ERROR_HEADER: &str = "lambda-streams-error";
 

@@ -98,6 +98,7 @@ const ROOT_ITEMS: &[(&str, &str)] = &[
     ("ERROR_HEADER", "wire"),
     ("OUTPUT_CHUNK", "runtime"),
     ("PoisonPolicy", "runtime"),
+    ("OutputGuarantee", "runtime"),
 ];
 
 /// Upward paths that are allowed, each with its reason: public re-exports that keep a path

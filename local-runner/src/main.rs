@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use lambda_streams::lambda::Handler;
 use lambda_streams::state::dynamodb::{
     DynamoStore, create_table, emulator_client, emulator_lean_client,
 };
@@ -226,6 +227,25 @@ struct RunArgs {
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
+    /// The in-process function's output guarantee: at_least_once or exactly_once
+    /// (transactions per source partition; read the outputs with read_committed).
+    #[arg(
+        long,
+        env = "LAMBDA_STREAMS_OUTPUT_GUARANTEE",
+        default_value = "at_least_once"
+    )]
+    output_guarantee: String,
+    /// The in-process function's application id: under exactly_once the prefix of its
+    /// transactional ids and shadow group (default: the function's name).
+    #[arg(long, env = "LAMBDA_STREAMS_APPLICATION_ID")]
+    application_id: Option<String>,
+    /// The isolation level of the runner's consumer: read_committed (librdkafka's default:
+    /// records of aborted or open transactions are not delivered) or read_uncommitted (as
+    /// the Java client's default). The in-process function is told which: under
+    /// exactly_once output, read_uncommitted makes it read each batch of its repartition
+    /// topics again with read_committed.
+    #[arg(long, value_parser = ["read_committed", "read_uncommitted"], default_value = "read_committed")]
+    isolation_level: String,
     /// Where the function's state lives.
     #[arg(long = "state", value_enum, default_value = "dynamodb")]
     state_kind: StateKind,
@@ -536,9 +556,30 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
                     None => inner,
                 };
                 // The function's own settings (LAMBDA_STREAMS_*), wired as in Lambda.
-                let transport = Arc::new(
-                    InProcess::from_env(topology.clone(), store).map_err(|e| e.to_string())?,
-                );
+                let mut config = settings;
+                config.batch.output = args
+                    .output_guarantee
+                    .parse()
+                    .map_err(|e| format!("--output-guarantee: {e}"))?;
+                if let Some(id) = &args.application_id {
+                    lambda_streams::kafka::check_application_id(id)
+                        .map_err(|why| format!("--application-id {id:?}: {why}"))?;
+                    config.application_id = Some(id.clone());
+                }
+                if config.application_id.is_none() {
+                    config.application_id = Some(function.clone());
+                }
+                // The consumer's isolation level: the flag, or a --consumer-property over it.
+                let isolation = args
+                    .consumer_properties
+                    .iter()
+                    .rev()
+                    .find(|(key, _)| key == "isolation.level")
+                    .map_or(args.isolation_level.as_str(), |(_, v)| v.as_str());
+                config.event_read_committed = isolation == "read_committed";
+                let handler = Handler::try_from_config(topology.clone(), store, &config)
+                    .map_err(|e| e.to_string())?;
+                let transport = Arc::new(InProcess::new(Arc::new(handler)));
                 eprintln!(
                     "[local-runner] topology of {function}:\n{}",
                     topology.describe()
@@ -608,7 +649,11 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         until_idle: args.until_idle,
         until_caught_up: args.until_caught_up,
         read_ahead_batches: args.read_ahead_batches,
-        consumer_properties: args.consumer_properties,
+        consumer_properties: {
+            let mut properties = vec![("isolation.level".to_owned(), args.isolation_level.clone())];
+            properties.extend(args.consumer_properties);
+            properties
+        },
         concurrency: args.concurrency,
         idle_timeout: Duration::from_millis(args.idle_timeout_ms),
         faults: Faults {

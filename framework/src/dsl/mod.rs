@@ -247,9 +247,38 @@ impl StreamsBuilder {
             crate::topology::order::write_order(&inner.description, &inner.roles, &inner.stores)?;
         inner.write_order = order.stores;
         inner.sort_hops = order.sort_hops;
-        Ok(Topology {
+        inner.unsourced_sinks = order.unsourced_sinks;
+        let topology = Topology {
             inner: Arc::new(inner),
-        })
+        };
+        topology.check_output_guarantee(topology.output_guarantee())?;
+        Ok(topology)
+    }
+
+    /// Asks for this output guarantee (Kafka Streams' `processing.guarantee`): with
+    /// [`OutputGuarantee::ExactlyOnce`](crate::OutputGuarantee::ExactlyOnce),
+    /// [`try_build`](Self::try_build) refuses a topology whose outputs cannot be produced
+    /// exactly once yet, naming the sink, and a handler runs it with transactions whatever
+    /// its `LAMBDA_STREAMS_OUTPUT_GUARANTEE`.
+    ///
+    /// ```
+    /// use lambda_streams::{OutputGuarantee, StreamsBuilder};
+    /// use lambda_streams::serdes::{BigEndianI64, Utf8};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    /// let words = builder.stream("words", Utf8, Utf8);
+    /// words.filter(|_, w| !w.is_empty()).to("non-empty", Utf8, Utf8); // records: fine
+    /// words
+    ///     .group_by_key(Utf8)
+    ///     .count("counts")
+    ///     .to_stream()
+    ///     .to("counts", Utf8, BigEndianI64); // a table's updates: not yet
+    /// let refused = builder.try_build().err().expect("refused");
+    /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
+    /// ```
+    pub fn output_guarantee(&self, guarantee: crate::OutputGuarantee) {
+        lock(&self.shared).output = guarantee;
     }
 
     /// Freezes the topology: [`try_build`](Self::try_build), for a topology known to be

@@ -71,6 +71,9 @@ impl ConnectionHealth {
     }
 }
 
+/// The shadow group's consumer of the exactly-once output (never subscribed) uses it too.
+impl rdkafka::consumer::ConsumerContext for SinkContext {}
+
 impl ClientContext for SinkContext {
     const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
 

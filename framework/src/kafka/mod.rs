@@ -27,9 +27,16 @@ mod context;
 mod iam;
 mod settings;
 mod sink;
+mod transactional;
+mod transactions;
 
 pub(crate) use context::ConnectionHealth;
 pub use context::SinkContext;
 pub use iam::{MskIamSigner, msk_iam_token};
 pub use settings::{AWS_MSK_IAM, ENV_PREFIX, KafkaProperty, KafkaSettings};
 pub use sink::KafkaSink;
+pub use transactional::KafkaTransactions;
+pub use transactions::{
+    ExactlyOnceOutput, TransactionReport, TransactionalLog, TransactionalProducer, TxnError,
+    check_application_id,
+};

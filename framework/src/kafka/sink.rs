@@ -20,7 +20,7 @@ use crate::sink::{OutputRecord, Sink, SinkError};
 /// 30 s message timeout) with an error that names the settings to check; the batch's
 /// records still queued are purged, so that nothing of a failed batch is produced later.
 pub struct KafkaSink {
-    producer: FutureProducer<SinkContext>,
+    pub(super) producer: FutureProducer<SinkContext>,
     health: Arc<ConnectionHealth>,
 }
 
@@ -40,29 +40,29 @@ impl KafkaSink {
         bootstrap_servers: &str,
         settings: &KafkaSettings,
     ) -> Result<Self, SinkError> {
+        Self::connect_with(bootstrap_servers, settings, &[]).await
+    }
+
+    /// [`connect`](Self::connect) with more properties, after the settings' own (a
+    /// transactional producer's `transactional.id`).
+    pub(super) async fn connect_with(
+        bootstrap_servers: &str,
+        settings: &KafkaSettings,
+        more: &[(String, String)],
+    ) -> Result<Self, SinkError> {
         let failed = |reason: String| SinkError {
             topic: String::new(),
             reason,
         };
-        let signer = match settings.msk_iam_region() {
-            Some(region) => Some(MskIamSigner::new(
-                region,
-                crate::aws::default_credentials().await.map_err(failed)?,
-                tokio::runtime::Handle::current(),
-            )),
-            None => None,
-        };
-        let properties: Vec<(String, String)> = settings
+        let context = context(settings).await.map_err(failed)?;
+        let mut properties: Vec<(String, String)> = settings
             .properties()
             .iter()
             .map(|p| (p.name.clone(), p.value.clone()))
             .collect();
-        Self::create(
-            bootstrap_servers,
-            &properties,
-            SinkContext::new(settings, signer),
-        )
-        .map_err(|e| failed(format!("{}; {}", e.reason, settings.hint())))
+        properties.extend(more.iter().cloned());
+        Self::create(bootstrap_servers, &properties, context)
+            .map_err(|e| failed(format!("{}; {}", e.reason, settings.hint())))
     }
 
     /// Connects ahead of the first send; blocking (call it off the async runtime). Asks
@@ -108,6 +108,20 @@ impl KafkaSink {
         })?;
         Ok(KafkaSink { producer, health })
     }
+}
+
+/// The client context of `settings`: their TLS/SASL hint, and the MSK IAM signer (with
+/// the SDK's default credentials) when they ask for it.
+pub(super) async fn context(settings: &KafkaSettings) -> Result<SinkContext, String> {
+    let signer = match settings.msk_iam_region() {
+        Some(region) => Some(MskIamSigner::new(
+            region,
+            crate::aws::default_credentials().await?,
+            tokio::runtime::Handle::current(),
+        )),
+        None => None,
+    };
+    Ok(SinkContext::new(settings, signer))
 }
 
 #[async_trait]

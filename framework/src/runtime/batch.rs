@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::options::{BatchOptions, PoisonPolicy};
+use super::options::{BatchOptions, OutputGuarantee, PoisonPolicy};
 use super::poison::{dead_letter, failure, guarded, rejected_record};
 use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
@@ -109,6 +109,7 @@ impl Topology {
         }
         let mut outcome = BatchOutcome::default();
         let mut dead_letters = Vec::new();
+        let exactly_once = options.output == OutputGuarantee::ExactlyOnce;
         'partitions: for (index, batch) in event.partitions.iter().enumerate() {
             let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
                 return Err(StreamError::UnknownTopic {
@@ -149,6 +150,9 @@ impl Topology {
                         .try_for_each(|source| source(&mut ctx, record))
                 }));
                 let Some(error) = failure(result, &batch.tp, record.offset)? else {
+                    if exactly_once {
+                        tag_transaction(&mut ctx.outputs[mark..], &batch.tp, record.offset);
+                    }
                     if let Some(source) = ctx.source {
                         ctx.hopped.insert(source, (tp_index, record.offset));
                     }
@@ -429,6 +433,9 @@ impl Topology {
             let mark = ctx.outputs.len();
             let result = catch_unwind(AssertUnwindSafe(|| (d.resume)(ctx, state)));
             let Some(error) = failure(result, &batch.tp, offset)? else {
+                if options.output == OutputGuarantee::ExactlyOnce {
+                    tag_transaction(&mut ctx.outputs[mark..], &batch.tp, offset);
+                }
                 continue;
             };
             ctx.outputs.truncate(mark);
@@ -856,6 +863,20 @@ fn sort_hop_records(outputs: &mut [OutputRecord], hops: &[String]) {
     held.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
     for (&slot, (_, _, record)) in slots.iter().zip(held) {
         outputs[slot] = record;
+    }
+}
+
+/// Marks `outputs` as caused by the event's record `tp`@`offset`: under exactly-once output
+/// they go in `tp`'s transaction ([`crate::wire::TRANSACTION_HEADER`]).
+fn tag_transaction(outputs: &mut [OutputRecord], tp: &TopicPartition, offset: i64) {
+    if outputs.is_empty() {
+        return;
+    }
+    let value = crate::wire::SourceHeader::write(tp, offset);
+    for record in outputs {
+        record
+            .headers
+            .push((crate::wire::TRANSACTION_HEADER.to_owned(), value.clone()));
     }
 }
 

@@ -7,5 +7,5 @@ pub(crate) mod report;
 
 pub use crate::wire::ERROR_HEADER;
 pub use batch::OUTPUT_CHUNK;
-pub use options::{BatchOptions, DEFAULT_IDLE_PARTITION_TIMEOUT, PoisonPolicy};
+pub use options::{BatchOptions, DEFAULT_IDLE_PARTITION_TIMEOUT, OutputGuarantee, PoisonPolicy};
 pub use report::{BatchOutcome, BatchReport};

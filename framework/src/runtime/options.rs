@@ -43,6 +43,8 @@ impl std::str::FromStr for PoisonPolicy {
     }
 }
 
+pub use crate::sink::OutputGuarantee;
+
 /// How a batch is executed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOptions {
@@ -64,6 +66,10 @@ pub struct BatchOptions {
     /// partitions' records can close windows that a slower partition still feeds (its
     /// records for them are then late).
     pub source_partitions: BTreeMap<String, i32>,
+    /// The output guarantee. Under [`OutputGuarantee::ExactlyOnce`] each output record is
+    /// tagged with the event record that caused it, for the transactional output to route
+    /// it into that partition's transaction (see [`crate::kafka::ExactlyOnceOutput`]).
+    pub output: OutputGuarantee,
 }
 
 /// The default [`BatchOptions::idle_partition_timeout`].
@@ -76,6 +82,7 @@ impl Default for BatchOptions {
             partial_batch_response: false,
             idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
             source_partitions: BTreeMap::new(),
+            output: OutputGuarantee::AtLeastOnce,
         }
     }
 }

@@ -90,6 +90,13 @@ impl Graph {
     }
 
     /// How many nodes the graph has (node ids are `0..len()`).
+    pub(crate) fn is_sink(&self, node: NodeId) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|n| matches!(n.kind, NodeKind::Sink { .. }))
+    }
+
+    /// The number of nodes.
     pub(crate) fn len(&self) -> usize {
         self.nodes.len()
     }

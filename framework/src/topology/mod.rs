@@ -130,6 +130,13 @@ pub(crate) struct TopologyInner {
     /// them (a repartition topic fed by records that waited at different joins, see
     /// [`order`]). Set when the topology is built.
     pub(crate) sort_hops: bool,
+    /// The sinks exactly-once output cannot serve yet (see `order::WriteOrder`). Set when
+    /// the topology is built.
+    pub(crate) unsourced_sinks: Vec<crate::error::TopologyError>,
+    /// The output guarantee the builder asked for ([`StreamsBuilder::output_guarantee`]).
+    ///
+    /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
+    pub(crate) output: crate::sink::OutputGuarantee,
 }
 
 impl TopologyInner {
@@ -181,6 +188,39 @@ impl Topology {
     /// The topics the topology writes to, sorted.
     pub fn sink_topics(&self) -> Vec<String> {
         self.inner.sink_topics.iter().cloned().collect()
+    }
+
+    /// The output guarantee its builder asked for ([`StreamsBuilder::output_guarantee`];
+    /// at least once unless set). A handler runs the topology exactly once when either
+    /// this or its configuration (`LAMBDA_STREAMS_OUTPUT_GUARANTEE`) says `exactly_once`.
+    ///
+    /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
+    pub fn output_guarantee(&self) -> crate::sink::OutputGuarantee {
+        self.inner.output
+    }
+
+    /// Whether the topology can run under `guarantee`: under exactly-once output, the
+    /// refusal of the first sink that produces records with no source record (a table's
+    /// updates, a window's close, the closing pass of a left or outer stream–stream join),
+    /// naming the sink's node; those cannot go in a source partition's transaction yet.
+    pub fn check_output_guarantee(
+        &self,
+        guarantee: crate::sink::OutputGuarantee,
+    ) -> Result<(), crate::error::TopologyError> {
+        match (guarantee, self.inner.unsourced_sinks.first()) {
+            (crate::sink::OutputGuarantee::ExactlyOnce, Some(refused)) => Err(refused.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The store of a left or outer stream–stream join with a closing pass, if any (its
+    /// dead letters have no record of the event).
+    pub(crate) fn closing_store(&self) -> Option<&str> {
+        self.inner
+            .stores
+            .iter()
+            .find(|s| s.closing.as_ref().is_some_and(|c| c.close.is_some()))
+            .map(|s| s.name.as_str())
     }
 
     /// The names of the state stores its aggregations keep.

@@ -110,6 +110,11 @@ pub(crate) struct WriteOrder {
     /// that a batch must put its repartition records back in source order before sending
     /// them (see the module documentation).
     pub(crate) sort_hops: bool,
+    /// The sinks that produce records with no source record (a table's updates, a window's
+    /// close, a join's closing pass), which the exactly-once output cannot put in a source
+    /// partition's transaction yet: under `exactly_once`, the topology is refused with the
+    /// first of these.
+    pub(crate) unsourced_sinks: Vec<TopologyError>,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -128,6 +133,7 @@ pub(crate) fn write_order(
         feeders: vec![BTreeSet::new(); stores.len()],
         writer: vec![None; stores.len()],
         sort_hops: false,
+        unsourced_sinks: Vec::new(),
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
@@ -136,6 +142,7 @@ pub(crate) fn write_order(
         feeders,
         writer,
         sort_hops,
+        unsourced_sinks,
         ..
     } = walk;
     let name = |store: usize| {
@@ -173,6 +180,7 @@ pub(crate) fn write_order(
     Ok(WriteOrder {
         stores: order,
         sort_hops,
+        unsourced_sinks,
     })
 }
 
@@ -189,6 +197,8 @@ struct Walk<'a> {
     writer: Vec<Option<NodeId>>,
     /// Whether a node that needs offset order is fed by records of different ways.
     sort_hops: bool,
+    /// See [`WriteOrder::unsourced_sinks`].
+    unsourced_sinks: Vec<TopologyError>,
 }
 
 impl Walk<'_> {
@@ -315,6 +325,37 @@ impl Walk<'_> {
                     "emit the windows on every update (`EmitStrategy::OnWindowUpdate`), or \
                      produce them with `to` and join that topic in another sub-topology",
                 ));
+            }
+            if self.graph.is_sink(node) {
+                let from = match (input.updates_of, input.closing_of) {
+                    (Some(store), _) if input.on_close_of == Some(store) => Some(format!(
+                        "the windows of store {:?} when they close",
+                        store_name(store)
+                    )),
+                    (Some(store), _) => Some(format!(
+                        "the updates of the table in store {:?}",
+                        store_name(store)
+                    )),
+                    (None, Some(join)) => Some(format!(
+                        "the closing pass of the left or outer stream–stream join of store {:?}",
+                        store_name(join)
+                    )),
+                    (None, None) => None,
+                };
+                if let Some(from) = from {
+                    self.unsourced_sinks.push(TopologyError::new(
+                        name.clone(),
+                        format!(
+                            "under LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once, it produces {from}, \
+                             which have no source record whose partition's transaction they \
+                             could go in (the outbox of aggregate updates is not built yet)"
+                        ),
+                        "use the at_least_once output guarantee for this topology (its state \
+                         stays exactly once; downstream de-duplicates by key and the \
+                         lambda-streams-version header), or produce only records of the \
+                         source streams",
+                    ));
+                }
             }
             if self.roles.in_order.contains(&node) && input.ways.len() > 1 {
                 self.sort_hops = true;

@@ -86,7 +86,11 @@ fn refused_by_rebalance(error: &KafkaError) -> bool {
 }
 
 /// Whether the group's committed offsets have reached the end of every assigned
-/// partition (what `until_idle` waits for).
+/// partition (what `until_idle` waits for; called when nothing is buffered or in flight).
+/// A partition whose log ends with a transaction's marker (a topic written in
+/// transactions, such as a repartition topic under exactly-once output) counts when the
+/// consumer's position has passed the end: the commit of its last record is one short of
+/// the end, the marker being no record.
 pub(super) fn caught_up(consumer: &GroupConsumer, offsets: &BaseConsumer) -> Result<bool, String> {
     let assignment = consumer
         .assignment()
@@ -96,6 +100,9 @@ pub(super) fn caught_up(consumer: &GroupConsumer, offsets: &BaseConsumer) -> Res
     }
     let committed = with_coordinator(|| consumer.committed(METADATA_TIMEOUT))
         .map_err(|e| format!("cannot read committed offsets: {e}"))?;
+    let consumed = consumer
+        .position()
+        .map_err(|e| format!("cannot read the consumer's positions: {e}"))?;
     for element in assignment.elements() {
         let (low, high) = offsets
             .fetch_watermarks(element.topic(), element.partition(), METADATA_TIMEOUT)
@@ -113,7 +120,10 @@ pub(super) fn caught_up(consumer: &GroupConsumer, offsets: &BaseConsumer) -> Res
                 _ => None,
             })
             .unwrap_or(low);
-        if position < high {
+        let past_the_end = consumed
+            .find_partition(element.topic(), element.partition())
+            .is_some_and(|e| matches!(e.offset(), Offset::Offset(o) if o >= high));
+        if position < high && !past_the_end {
             return Ok(false);
         }
     }

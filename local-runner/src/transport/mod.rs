@@ -56,9 +56,9 @@ impl InProcess {
     /// [`lambda::run`]: lambda_streams::lambda::run
     pub fn from_env(topology: Topology, store: Arc<dyn Store>) -> Result<Self, StreamError> {
         let config = Config::from_env()?;
-        Ok(InProcess::new(Arc::new(Handler::from_config(
+        Ok(InProcess::new(Arc::new(Handler::try_from_config(
             topology, store, &config,
-        ))))
+        )?)))
     }
 
     /// The handler it calls.

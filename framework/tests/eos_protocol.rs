@@ -1,0 +1,1027 @@
+//! The exactly-once output's protocol steps ([`ExactlyOnceOutput`], the real
+//! implementation) against the fault model of `shared/models/exactly_once_output.py`
+//! (design notes, section 5a), on an in-memory transactional log written here from Kafka's
+//! documented semantics, not from the code under test:
+//!
+//! - transactional ids with epochs: `init_transactions` bumps the epoch (fencing older
+//!   instances), aborts an ongoing transaction and waits while one is being completed
+//!   (`CONCURRENT_TRANSACTIONS`); a coordinator timeout aborts and bumps the epoch;
+//! - `EndTxn` returns once the transaction is *prepared*; its markers are written later,
+//!   and the transactional offsets are materialised in the group after that (both at random
+//!   times, in any order across transactions); an `OffsetFetch` with `require_stable` waits
+//!   while the partition has offsets pending;
+//! - Lambda's event source: batches over random subsets of free partitions with random end
+//!   offsets (so retries of a failed batch end elsewhere: shifted retries), retries after a
+//!   failure, timeouts that free the partitions while the invocation keeps running
+//!   (zombies), crashes at any await point (the container and its producers are lost), and
+//!   warm containers whose producers a later invocation reuses.
+//!
+//! A `read_committed` reader of the log then sees every stateless output (two per record,
+//! a fan-out), every repartition record and every dead letter of a source record exactly
+//! once, and never the framework's internal transaction header; the state (a count per key
+//! in the memory store) is exact. Every schedule is seeded and deterministic (one thread).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use lambda_streams::dsl::Topology;
+use lambda_streams::event::TopicPartition;
+use lambda_streams::event::{EventSource, KafkaEvent, PartitionRecords, Record, TimestampType};
+use lambda_streams::kafka::{ExactlyOnceOutput, TransactionalLog, TransactionalProducer, TxnError};
+use lambda_streams::serdes::Utf8;
+use lambda_streams::sink::{OutputRecord, SEQUENCE_HEADER, SOURCE_HEADER};
+use lambda_streams::state::Store;
+use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::wire::TRANSACTION_HEADER;
+use lambda_streams::{BatchOptions, PoisonPolicy, StreamsBuilder};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+// ------------------------------------------------------------------ the transactional log
+
+type TxnKey = (String, i64, u64);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Empty,
+    Ongoing,
+    PrepareCommit,
+    PrepareAbort,
+    Complete,
+}
+
+#[derive(Debug)]
+struct Tid {
+    epoch: i64,
+    status: Status,
+    current: Option<TxnKey>,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct Log {
+    /// Per topic: the records in log order, with their transaction.
+    topics: BTreeMap<String, Vec<(OutputRecord, TxnKey)>>,
+    /// Per transaction: `None` open, `Some(true)` committed, `Some(false)` aborted.
+    txns: HashMap<TxnKey, Option<bool>>,
+    tids: BTreeMap<String, Tid>,
+    offsets: HashMap<(String, TopicPartition), i64>,
+    pending: HashMap<(String, TopicPartition), HashMap<TxnKey, i64>>,
+    /// Markers to write: (transactional id, transaction, commit).
+    markers: Vec<(String, TxnKey, bool)>,
+    /// Transactions whose marker is written and whose offsets are not materialised yet.
+    to_materialise: Vec<(TxnKey, bool)>,
+    fenced: u64,
+}
+
+enum Step<T> {
+    Done(T),
+    Blocked,
+}
+
+impl Log {
+    fn end(&mut self, tid: &str, commit: bool) {
+        let t = self.tids.get_mut(tid).unwrap();
+        t.status = if commit {
+            Status::PrepareCommit
+        } else {
+            Status::PrepareAbort
+        };
+        let key = t.current.clone().unwrap();
+        self.markers.push((tid.to_owned(), key, commit));
+    }
+
+    fn init(&mut self, tid: &str) -> Step<i64> {
+        let t = self.tids.entry(tid.to_owned()).or_insert(Tid {
+            epoch: -1,
+            status: Status::Empty,
+            current: None,
+            seq: 0,
+        });
+        match t.status {
+            Status::PrepareCommit | Status::PrepareAbort => Step::Blocked,
+            Status::Ongoing => {
+                t.epoch += 1;
+                self.end(tid, false);
+                Step::Blocked
+            }
+            _ => {
+                t.epoch += 1;
+                t.status = Status::Empty;
+                Step::Done(t.epoch)
+            }
+        }
+    }
+
+    /// The transaction `tid`@`epoch` writes in, started if none is ongoing.
+    fn check(&mut self, tid: &str, epoch: i64) -> Result<Step<TxnKey>, TxnError> {
+        let t = self.tids.get_mut(tid).unwrap();
+        if t.epoch != epoch {
+            self.fenced += 1;
+            return Err(TxnError::fatal(format!(
+                "{tid}: fenced (epoch {epoch} < {})",
+                t.epoch
+            )));
+        }
+        match t.status {
+            Status::PrepareCommit | Status::PrepareAbort => Ok(Step::Blocked),
+            Status::Ongoing => Ok(Step::Done(t.current.clone().unwrap())),
+            _ => {
+                t.seq += 1;
+                let key = (tid.to_owned(), epoch, t.seq);
+                t.current = Some(key.clone());
+                t.status = Status::Ongoing;
+                self.txns.insert(key.clone(), None);
+                Ok(Step::Done(key))
+            }
+        }
+    }
+
+    fn deliver_marker(&mut self, i: usize) {
+        let (tid, key, commit) = self.markers.remove(i);
+        self.txns.insert(key.clone(), Some(commit));
+        self.to_materialise.push((key.clone(), commit));
+        let t = self.tids.get_mut(&tid).unwrap();
+        if t.current.as_ref() == Some(&key) {
+            t.status = Status::Complete;
+        }
+    }
+
+    fn materialise(&mut self, i: usize) {
+        let (key, commit) = self.to_materialise.remove(i);
+        for (gtp, pending) in self.pending.iter_mut() {
+            if let Some(offset) = pending.remove(&key)
+                && commit
+            {
+                self.offsets.insert(gtp.clone(), offset);
+            }
+        }
+    }
+
+    fn timeout_abort(&mut self, tid: &str) {
+        self.tids.get_mut(tid).unwrap().epoch += 1;
+        self.end(tid, false);
+    }
+
+    fn ongoing(&self) -> Vec<String> {
+        self.tids
+            .iter()
+            .filter(|(_, t)| t.status == Status::Ongoing)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// What a `read_committed` reader of `topic` gets.
+    fn committed_view(&self, topic: &str) -> Vec<&OutputRecord> {
+        self.topics
+            .get(topic)
+            .into_iter()
+            .flatten()
+            .filter(|(_, key)| self.txns.get(key) == Some(&Some(true)))
+            .map(|(r, _)| r)
+            .collect()
+    }
+}
+
+#[derive(Clone, Default)]
+struct Broker(Arc<Mutex<Log>>);
+
+impl Broker {
+    fn log(&self) -> std::sync::MutexGuard<'_, Log> {
+        self.0.lock().unwrap()
+    }
+
+    /// Runs `step` until it is not blocked, yielding to the other tasks first and between
+    /// attempts (every request is a point where a schedule can interleave or crash).
+    async fn run<T>(&self, mut step: impl FnMut(&mut Log) -> Step<T>) -> T {
+        loop {
+            tokio::task::yield_now().await;
+            if let Step::Done(t) = step(&mut self.log()) {
+                return t;
+            }
+        }
+    }
+
+    async fn run_checked<T>(
+        &self,
+        mut step: impl FnMut(&mut Log) -> Result<Step<T>, TxnError>,
+    ) -> Result<T, TxnError> {
+        loop {
+            tokio::task::yield_now().await;
+            if let Step::Done(t) = step(&mut self.log())? {
+                return Ok(t);
+            }
+        }
+    }
+}
+
+struct MemoryProducer {
+    broker: Broker,
+    tid: String,
+    epoch: i64,
+}
+
+#[async_trait]
+impl TransactionalProducer for MemoryProducer {
+    async fn begin(&self) -> Result<(), TxnError> {
+        // librdkafka's begin_transaction is local; the transaction starts at its first write.
+        Ok(())
+    }
+
+    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), TxnError> {
+        let records = Mutex::new(Some(records));
+        self.broker
+            .run_checked(|log| {
+                let Step::Done(key) = log.check(&self.tid, self.epoch)? else {
+                    return Ok(Step::Blocked);
+                };
+                for record in records.lock().unwrap().take().unwrap() {
+                    log.topics
+                        .entry(record.topic.clone())
+                        .or_default()
+                        .push((record, key.clone()));
+                }
+                Ok(Step::Done(()))
+            })
+            .await
+    }
+
+    async fn send_offset(
+        &self,
+        group: &str,
+        tp: &TopicPartition,
+        next: i64,
+    ) -> Result<(), TxnError> {
+        self.broker
+            .run_checked(|log| {
+                let Step::Done(key) = log.check(&self.tid, self.epoch)? else {
+                    return Ok(Step::Blocked);
+                };
+                log.pending
+                    .entry((group.to_owned(), tp.clone()))
+                    .or_default()
+                    .insert(key, next);
+                Ok(Step::Done(()))
+            })
+            .await
+    }
+
+    async fn commit(&self) -> Result<(), TxnError> {
+        self.broker
+            .run_checked(|log| {
+                let t = &log.tids[&self.tid];
+                if t.epoch != self.epoch {
+                    log.fenced += 1;
+                    return Err(TxnError::fatal(format!("{}: fenced at commit", self.tid)));
+                }
+                if t.status == Status::Ongoing {
+                    log.end(&self.tid, true);
+                }
+                Ok(Step::Done(()))
+            })
+            .await
+    }
+
+    async fn abort(&self) -> Result<(), TxnError> {
+        self.broker
+            .run(|log| {
+                let t = &log.tids[&self.tid];
+                if t.epoch == self.epoch && t.status == Status::Ongoing {
+                    log.end(&self.tid, false);
+                }
+                Step::Done(())
+            })
+            .await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TransactionalLog for Broker {
+    async fn producer(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Arc<dyn TransactionalProducer>, TxnError> {
+        let epoch = self.run(|log| log.init(transactional_id)).await;
+        Ok(Arc::new(MemoryProducer {
+            broker: self.clone(),
+            tid: transactional_id.to_owned(),
+            epoch,
+        }))
+    }
+
+    async fn read_committed(
+        &self,
+        _tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError> {
+        // The sources here are not written in transactions.
+        Ok((first..=last).collect())
+    }
+
+    async fn committed(
+        &self,
+        group: &str,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, TxnError> {
+        Ok(self
+            .run(|log| {
+                let unstable = tps.iter().any(|tp| {
+                    log.pending
+                        .get(&(group.to_owned(), tp.clone()))
+                        .is_some_and(|p| !p.is_empty())
+                });
+                if unstable {
+                    return Step::Blocked; // UNSTABLE_OFFSET_COMMIT: the client retries
+                }
+                Step::Done(
+                    tps.iter()
+                        .map(|tp| log.offsets.get(&(group.to_owned(), tp.clone())).copied())
+                        .collect(),
+                )
+            })
+            .await)
+    }
+}
+
+// ------------------------------------------------------------------ the topology
+
+/// Per record: two stateless outputs (a fan-out), a repartition record, a count per key;
+/// a record whose value is `poison` fails in the user's function and is dead-lettered.
+fn topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    let checked = builder
+        .stream("in", Utf8, Utf8)
+        .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) });
+    checked
+        .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+        .to("out", Utf8, Utf8);
+    checked
+        .select_key(|_, v: &String| v.clone())
+        .repartition("by-value", Utf8, Utf8);
+    checked.group_by_key(Utf8).count("counts");
+    builder.build()
+}
+
+fn options() -> BatchOptions {
+    BatchOptions {
+        poison: PoisonPolicy::DeadLetter {
+            topic: "dlq".into(),
+        },
+        ..BatchOptions::default()
+    }
+}
+
+// ------------------------------------------------------------------ the event source
+
+struct Invocation {
+    batch: BTreeMap<TopicPartition, (i64, i64)>,
+    env: usize,
+    timed_out: bool,
+    handle: tokio::task::JoinHandle<Result<(), String>>,
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    invocations: u64,
+    successes: u64,
+    failures: u64,
+    crashes: u64,
+    zombies: u64,
+    multi_partition: u64,
+    shifted_retries: u64,
+    reused_envs: u64,
+    txn_timeouts: u64,
+    fenced: u64,
+}
+
+impl Stats {
+    fn add(&mut self, o: &Stats) {
+        self.invocations += o.invocations;
+        self.successes += o.successes;
+        self.failures += o.failures;
+        self.crashes += o.crashes;
+        self.zombies += o.zombies;
+        self.multi_partition += o.multi_partition;
+        self.shifted_retries += o.shifted_retries;
+        self.reused_envs += o.reused_envs;
+        self.txn_timeouts += o.txn_timeouts;
+        self.fenced += o.fenced;
+    }
+}
+
+type Source = BTreeMap<TopicPartition, Vec<(String, String)>>;
+
+fn source(rng: &mut StdRng) -> Source {
+    let partitions = rng.random_range(2..=3);
+    (0..partitions)
+        .map(|p| {
+            let n = rng.random_range(2..=6);
+            let records = (0..n)
+                .map(|_| {
+                    let key = ["a", "b", "c"][rng.random_range(0..3)].to_owned();
+                    let value = if rng.random_bool(0.15) {
+                        "poison".to_owned()
+                    } else {
+                        ["x", "y"][rng.random_range(0..2)].to_owned()
+                    };
+                    (key, value)
+                })
+                .collect();
+            (TopicPartition::new("in", p), records)
+        })
+        .collect()
+}
+
+fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent {
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "memory".into(),
+        partitions: batch
+            .iter()
+            .map(|(tp, &(a, b))| PartitionRecords {
+                tp: tp.clone(),
+                records: (a..=b)
+                    .map(|o| {
+                        let (k, v) = &source[tp][o as usize];
+                        Record {
+                            offset: o,
+                            timestamp: 1_000 + o,
+                            timestamp_type: TimestampType::CreateTime,
+                            key: Some(Bytes::from(k.clone())),
+                            value: Some(Bytes::from(v.clone())),
+                            headers: Vec::new(),
+                            key_schema_metadata: None,
+                            value_schema_metadata: None,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// One schedule: the event source runs the topology over `source` with faults until
+/// every partition is consumed (or the step cap), then the broker completes every
+/// transaction. Returns the violations found, whether it completed, and its statistics.
+async fn schedule(seed: u64) -> (Vec<String>, bool, Stats) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let source = source(&mut rng);
+    let topology = Arc::new(topology());
+    let store = Arc::new(MemoryStore::new());
+    let broker = Broker::default();
+    let p_crash = [0.0, 0.01, 0.03][rng.random_range(0..3)];
+    let p_timeout = [0.02, 0.08][rng.random_range(0..2)];
+    let mut stats = Stats::default();
+    let mut committed: BTreeMap<TopicPartition, i64> =
+        source.keys().map(|tp| (tp.clone(), 0)).collect();
+    let mut busy: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+    // Warm containers: their output (and its cached producers), and whether one is busy.
+    let mut envs: Vec<(Arc<ExactlyOnceOutput>, bool, bool)> = Vec::new(); // (output, busy, alive)
+    let mut running: Vec<(usize, Invocation)> = Vec::new();
+    let mut next_id = 0usize;
+    let mut last_end: HashMap<(TopicPartition, i64), i64> = HashMap::new();
+    let mut complete = false;
+    for _ in 0..6_000 {
+        // Finished invocations.
+        let mut i = 0;
+        while i < running.len() {
+            if !running[i].1.handle.is_finished() {
+                i += 1;
+                continue;
+            }
+            let (id, inv) = running.remove(i);
+            let ok = inv.handle.await.unwrap().is_ok();
+            envs[inv.env].1 = false;
+            if ok {
+                stats.successes += 1;
+            } else {
+                stats.failures += 1;
+            }
+            if !inv.timed_out {
+                for (tp, (_, b)) in &inv.batch {
+                    if ok {
+                        let c = committed.get_mut(tp).unwrap();
+                        *c = (*c).max(b + 1);
+                    }
+                    if busy.get(tp) == Some(&id) {
+                        busy.remove(tp);
+                    }
+                }
+            }
+        }
+        let free: Vec<TopicPartition> = source
+            .iter()
+            .filter(|(tp, r)| !busy.contains_key(*tp) && committed[*tp] < r.len() as i64)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let done = free.is_empty()
+            && busy.is_empty()
+            && source.iter().all(|(tp, r)| committed[tp] == r.len() as i64);
+        {
+            let log = broker.log();
+            if done && running.is_empty() && log.markers.is_empty() && log.to_materialise.is_empty()
+            {
+                complete = true;
+                break;
+            }
+        }
+        // One action, weighted as in the model.
+        let ongoing = broker.log().ongoing();
+        let (markers, to_mat) = {
+            let log = broker.log();
+            (log.markers.len(), log.to_materialise.len())
+        };
+        let mut actions: Vec<(f64, u8, usize)> = Vec::new();
+        if !free.is_empty() {
+            actions.push((1.0, 0, 0));
+        }
+        for (k, (_, inv)) in running.iter().enumerate() {
+            actions.push((3.0, 1, k));
+            if !inv.timed_out {
+                actions.push((p_timeout, 2, k));
+            }
+            actions.push((p_crash, 3, k));
+        }
+        if markers > 0 {
+            actions.push((1.0, 4, 0));
+        }
+        if to_mat > 0 {
+            actions.push((1.0, 5, 0));
+        }
+        if !ongoing.is_empty() {
+            actions.push((0.03, 6, 0));
+        }
+        if actions.is_empty() {
+            break;
+        }
+        let total: f64 = actions.iter().map(|a| a.0).sum();
+        let mut x = rng.random::<f64>() * total;
+        let mut chosen = actions[actions.len() - 1];
+        for a in &actions {
+            x -= a.0;
+            if x <= 0.0 {
+                chosen = *a;
+                break;
+            }
+        }
+        match chosen.1 {
+            0 => {
+                let k = rng.random_range(1..=free.len());
+                let mut picked = free.clone();
+                while picked.len() > k {
+                    picked.remove(rng.random_range(0..picked.len()));
+                }
+                let mut batch = BTreeMap::new();
+                for tp in picked {
+                    let a = committed[&tp];
+                    let end = source[&tp].len() as i64 - 1;
+                    let b = end.min(a + rng.random_range(0..=3));
+                    if let Some(prev) = last_end.insert((tp.clone(), a), b)
+                        && prev != b
+                    {
+                        stats.shifted_retries += 1;
+                    }
+                    batch.insert(tp, (a, b));
+                }
+                if batch.len() > 1 {
+                    stats.multi_partition += 1;
+                }
+                let idle: Vec<usize> = (0..envs.len())
+                    .filter(|&e| envs[e].2 && !envs[e].1)
+                    .collect();
+                let env = if !idle.is_empty() && rng.random_bool(0.7) {
+                    stats.reused_envs += 1;
+                    idle[rng.random_range(0..idle.len())]
+                } else {
+                    envs.push((
+                        Arc::new(ExactlyOnceOutput::new("app", Arc::new(broker.clone()))),
+                        false,
+                        true,
+                    ));
+                    envs.len() - 1
+                };
+                envs[env].1 = true;
+                let id = next_id;
+                next_id += 1;
+                for tp in batch.keys() {
+                    busy.insert(tp.clone(), id);
+                }
+                let event = event(&source, &batch);
+                let (output, topology, store) = (
+                    Arc::clone(&envs[env].0),
+                    Arc::clone(&topology),
+                    Arc::clone(&store),
+                );
+                let handle = tokio::spawn(async move {
+                    output
+                        .process(&topology, &event, store.as_ref(), &options())
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                });
+                stats.invocations += 1;
+                running.push((
+                    id,
+                    Invocation {
+                        batch,
+                        env,
+                        timed_out: false,
+                        handle,
+                    },
+                ));
+            }
+            1 => tokio::task::yield_now().await,
+            2 => {
+                // The event source gives up waiting: the partitions go to a retry while
+                // the invocation keeps running.
+                let (id, inv) = &mut running[chosen.2];
+                inv.timed_out = true;
+                stats.zombies += 1;
+                for tp in inv.batch.keys() {
+                    if busy.get(tp) == Some(id) {
+                        busy.remove(tp);
+                    }
+                }
+            }
+            3 => {
+                let (id, inv) = running.remove(chosen.2);
+                inv.handle.abort();
+                let _ = inv.handle.await;
+                stats.crashes += 1;
+                envs[inv.env].2 = false; // the container is gone, with its producers
+                if !inv.timed_out {
+                    for tp in inv.batch.keys() {
+                        if busy.get(tp) == Some(&id) {
+                            busy.remove(tp);
+                        }
+                    }
+                }
+            }
+            4 => {
+                let mut log = broker.log();
+                let i = rng.random_range(0..log.markers.len());
+                log.deliver_marker(i);
+            }
+            5 => {
+                let mut log = broker.log();
+                let i = rng.random_range(0..log.to_materialise.len());
+                log.materialise(i);
+            }
+            _ => {
+                let tid = ongoing[rng.random_range(0..ongoing.len())].clone();
+                broker.log().timeout_abort(&tid);
+                stats.txn_timeouts += 1;
+            }
+        }
+    }
+    // Drain: stop whatever still runs; the coordinator times out open transactions and
+    // writes every marker.
+    for (_, inv) in running.drain(..) {
+        inv.handle.abort();
+        let _ = inv.handle.await;
+    }
+    {
+        let mut log = broker.log();
+        for tid in log.ongoing() {
+            log.timeout_abort(&tid);
+        }
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+        stats.fenced = log.fenced;
+    }
+    let violations = check(&broker, &source, store.as_ref(), complete).await;
+    (violations, complete, stats)
+}
+
+/// What a `read_committed` reader sees, against the source (the reference): every output
+/// of a source record at most once, and exactly once when the run completed.
+async fn check(broker: &Broker, source: &Source, store: &dyn Store, complete: bool) -> Vec<String> {
+    let views: Vec<(&str, Vec<OutputRecord>)> = {
+        let log = broker.log();
+        ["out", "by-value", "dlq"]
+            .into_iter()
+            .map(|topic| {
+                (
+                    topic,
+                    log.committed_view(topic).into_iter().cloned().collect(),
+                )
+            })
+            .collect()
+    };
+    let mut violations = Vec::new();
+    let mut counts: HashMap<(String, Vec<u8>), usize> = HashMap::new();
+    for (topic, records) in &views {
+        let topic = *topic;
+        for record in records {
+            if record.header(TRANSACTION_HEADER).is_some() {
+                violations.push(format!(
+                    "{topic}: the internal transaction header reached Kafka"
+                ));
+            }
+            let mut id = record.header(SOURCE_HEADER).unwrap_or_default().to_vec();
+            if topic == "out" {
+                id.extend_from_slice(b"/");
+                id.extend_from_slice(record.value.as_deref().unwrap_or_default());
+            }
+            if let Some(seq) = record.header(SEQUENCE_HEADER) {
+                id.extend_from_slice(b"#");
+                id.extend_from_slice(seq);
+            }
+            *counts.entry((topic.to_owned(), id)).or_default() += 1;
+        }
+    }
+    let mut expected_counts: BTreeMap<&str, i64> = BTreeMap::new();
+    for (tp, records) in source {
+        for (o, (key, value)) in records.iter().enumerate() {
+            let src = format!("{}:{}:{o}", tp.topic, tp.partition).into_bytes();
+            let poison = value == "poison";
+            let mut expect: Vec<((&str, Vec<u8>), usize)> = Vec::new();
+            for suffix in ["/1", "/2"] {
+                let mut id = src.clone();
+                id.extend_from_slice(format!("/{value}{suffix}").as_bytes());
+                expect.push((("out", id), usize::from(!poison)));
+            }
+            let mut rep = src.clone();
+            rep.extend_from_slice(b"#0");
+            expect.push((("by-value", rep), usize::from(!poison)));
+            expect.push((("dlq", src.clone()), usize::from(poison)));
+            for ((topic, id), want) in expect {
+                let got = counts.remove(&(topic.to_owned(), id.clone())).unwrap_or(0);
+                if got > want || (complete && got != want) {
+                    violations.push(format!(
+                        "{topic}: output {:?} of {tp}@{o} seen {got} times by read_committed, \
+                         expected {want}",
+                        String::from_utf8_lossy(&id)
+                    ));
+                }
+            }
+            if !poison {
+                *expected_counts.entry(key.as_str()).or_default() += 1;
+            }
+        }
+    }
+    for ((topic, id), n) in counts {
+        violations.push(format!(
+            "{topic}: unexpected output {:?} ({n} times)",
+            String::from_utf8_lossy(&id)
+        ));
+    }
+    if complete {
+        for (key, want) in expected_counts {
+            let got = store
+                .get("counts", key.as_bytes())
+                .await
+                .unwrap()
+                .map_or(0, |s| s.value);
+            if got != want {
+                violations.push(format!("state: count of {key} is {got}, expected {want}"));
+            }
+        }
+    }
+    violations
+}
+
+fn run_schedules(seeds: std::ops::Range<u64>) -> (Option<(u64, Vec<String>)>, u64, Stats) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut total = Stats::default();
+    let mut incomplete = 0;
+    for seed in seeds {
+        let (violations, complete, stats) = rt.block_on(schedule(seed));
+        total.add(&stats);
+        incomplete += u64::from(!complete);
+        if !violations.is_empty() {
+            return (Some((seed, violations)), incomplete, total);
+        }
+    }
+    (None, incomplete, total)
+}
+
+#[test]
+fn every_output_is_seen_exactly_once_by_read_committed_under_the_fault_model() {
+    let schedules: u64 = std::env::var("EOS_SCHEDULES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    let (failed, incomplete, stats) = run_schedules(0..schedules);
+    eprintln!("{schedules} schedules, {incomplete} incomplete (step cap): {stats:?}");
+    if let Some((seed, violations)) = failed {
+        panic!("seed {seed}: {violations:#?}");
+    }
+    // The faults were exercised.
+    assert!(
+        stats.crashes > 0 && stats.zombies > 0 && stats.fenced > 0,
+        "{stats:?}"
+    );
+    assert!(
+        stats.multi_partition > 0 && stats.shifted_retries > 0,
+        "{stats:?}"
+    );
+    assert!(stats.reused_envs > 0 && stats.txn_timeouts > 0, "{stats:?}");
+    assert!(
+        incomplete * 10 < schedules,
+        "{incomplete} of {schedules} schedules did not complete"
+    );
+}
+
+/// An inner stream–stream join is accepted under exactly-once output: its pairs are emitted
+/// by the batch's records (the later record of each pair), so each goes in that record's
+/// partition's transaction (a pair without one would fail the batch, never be produced
+/// outside a transaction). Two batches: the left records, then the right ones.
+#[test]
+fn a_stream_stream_join_s_pairs_go_in_their_record_s_transaction() {
+    use lambda_streams::dsl::JoinWindows;
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(lambda_streams::OutputGuarantee::ExactlyOnce);
+    let left = builder.stream("left", Utf8, Utf8);
+    let right = builder.stream("right", Utf8, Utf8);
+    left.join_stream(
+        &right,
+        JoinWindows::of(std::time::Duration::from_secs(10)),
+        "pairs",
+        (Utf8, Utf8, Utf8),
+        |_, l: &String, r: &String| format!("{l}+{r}"),
+    )
+    .to("joined", Utf8, Utf8);
+    let topology = builder.try_build().expect("accepted");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::default();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    let store = MemoryStore::new();
+    let side = |topic: &str, values: &[&str]| {
+        let mut source = Source::new();
+        source.insert(
+            TopicPartition::new(topic, 0),
+            values
+                .iter()
+                .map(|v| ("k".to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        let batch = BTreeMap::from([(TopicPartition::new(topic, 0), (0, values.len() as i64 - 1))]);
+        event(&source, &batch)
+    };
+    for e in [side("left", &["a", "b"]), side("right", &["x"])] {
+        rt.block_on(output.process(&topology, &e, &store, &BatchOptions::default()))
+            .expect("the batch succeeds");
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+    }
+    let log = broker.log();
+    let mut pairs: Vec<String> = log
+        .committed_view("joined")
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    pairs.sort();
+    assert_eq!(pairs, ["a+x", "b+x"]);
+}
+
+/// With partial batch responses, a partition stopped by a poison record at offset `f`
+/// commits its progress at `f` (not past the batch): its outputs before `f` are committed
+/// once, a redelivery of the whole batch produces none of them again, and the shadow group
+/// holds `f`, from where the event source delivers the partition again.
+#[test]
+fn a_partial_batch_response_commits_the_progress_up_to_the_failed_record() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::default();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    let store = MemoryStore::new();
+    let topology = topology();
+    let tp = TopicPartition::new("in", 0);
+    let mut source = Source::new();
+    source.insert(
+        tp.clone(),
+        ["x", "y", "poison", "x"]
+            .iter()
+            .map(|v| ("k".to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    let options = BatchOptions {
+        poison: PoisonPolicy::Fail,
+        partial_batch_response: true,
+        ..BatchOptions::default()
+    };
+    let whole = event(&source, &BTreeMap::from([(tp.clone(), (0, 3))]));
+    for _ in 0..2 {
+        let (outcome, _) = rt
+            .block_on(output.process(&topology, &whole, &store, &options))
+            .expect("the batch answers a partial response");
+        assert_eq!(outcome.failures, [(tp.clone(), 2)]);
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+    }
+    let log = broker.log();
+    let mut out: Vec<String> = log
+        .committed_view("out")
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    out.sort();
+    assert_eq!(out, ["x/1", "x/2", "y/1", "y/2"], "offsets 0 and 1, once");
+    assert_eq!(log.offsets.get(&("app-eos".to_owned(), tp)), Some(&2));
+}
+
+/// A log whose first initialisation of one transactional id fails.
+struct FailingInit {
+    broker: Broker,
+    id: String,
+    failed: Mutex<bool>,
+}
+
+#[async_trait]
+impl TransactionalLog for FailingInit {
+    async fn producer(
+        &self,
+        transactional_id: &str,
+    ) -> Result<Arc<dyn TransactionalProducer>, TxnError> {
+        if transactional_id == self.id
+            && !std::mem::replace(&mut *self.failed.lock().unwrap(), true)
+        {
+            return Err(TxnError::abortable("the coordinator is not available"));
+        }
+        self.broker.producer(transactional_id).await
+    }
+
+    async fn read_committed(
+        &self,
+        tp: &TopicPartition,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<i64>, TxnError> {
+        self.broker.read_committed(tp, first, last).await
+    }
+
+    async fn committed(
+        &self,
+        group: &str,
+        tps: &[TopicPartition],
+    ) -> Result<Vec<Option<i64>>, TxnError> {
+        self.broker.committed(group, tps).await
+    }
+}
+
+/// An initialisation that fails fails the invocation naming the partition and its
+/// transactional id; the producers initialised meanwhile are kept for the next invocation
+/// (under their own partitions), which initialises only the one that failed.
+#[test]
+fn a_failed_initialisation_names_the_partition_and_keeps_the_others() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::default();
+    let log = FailingInit {
+        broker: broker.clone(),
+        id: "app-in-0".into(),
+        failed: Mutex::new(false),
+    };
+    let output = ExactlyOnceOutput::new("app", Arc::new(log));
+    let store = MemoryStore::new();
+    let topology = topology();
+    let mut source = Source::new();
+    for p in 0..2 {
+        source.insert(TopicPartition::new("in", p), vec![("k".into(), "x".into())]);
+    }
+    let batch: BTreeMap<_, _> = (0..2)
+        .map(|p| (TopicPartition::new("in", p), (0, 0)))
+        .collect();
+    let e = rt
+        .block_on(output.process(&topology, &event(&source, &batch), &store, &options()))
+        .expect_err("the init fails");
+    let message = e.to_string();
+    assert!(
+        message.contains("in-0") && message.contains("\"app-in-0\"") && message.contains("init"),
+        "{message}"
+    );
+    let (_, report) = rt
+        .block_on(output.process(&topology, &event(&source, &batch), &store, &options()))
+        .expect("the retry succeeds");
+    assert_eq!((report.reused, report.initialised), (1, 1), "{report:?}");
+}

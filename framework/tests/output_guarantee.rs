@@ -1,0 +1,201 @@
+//! The output guarantee's configuration and its refusals (issue 15, slice 1): under
+//! `exactly_once`, a topology whose sinks produce records with no source record (a table's
+//! updates, a window's close, the closing pass of a left or outer stream–stream join) is
+//! refused, by `try_build` when the builder asks for it and by the handler when its
+//! configuration does, naming the sink. Never a silent at-least-once output.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_streams::dsl::{EmitStrategy, JoinWindows, TimeWindows};
+use lambda_streams::lambda::{Config, Handler};
+use lambda_streams::serdes::{BigEndianI64, Utf8};
+use lambda_streams::sink::MemorySink;
+use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::{OutputGuarantee, StreamsBuilder, Topology};
+
+/// Records only: `to()` of a filtered stream, a stream–table join, a repartition.
+fn records_only(builder: &StreamsBuilder) {
+    let table = builder.table("customers", Utf8, Utf8, "customers");
+    let orders = builder.stream("orders", Utf8, Utf8);
+    orders
+        .filter(|_, v| !v.is_empty())
+        .to("non-empty", Utf8, Utf8);
+    orders
+        .join(&table, |_, o: String, c: String| format!("{o}@{c}"))
+        .to("enriched", Utf8, Utf8);
+    orders
+        .select_key(|_, v: &String| v.clone())
+        .repartition("by-value", Utf8, Utf8)
+        .to("rekeyed", Utf8, Utf8);
+}
+
+/// The three kinds of sinks of records with no source record, each with the store it
+/// names.
+fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
+    let builder = StreamsBuilder::new();
+    records_only(&builder);
+    let clicks = builder.stream("clicks", Utf8, Utf8);
+    let store = match kind {
+        0 => {
+            clicks
+                .group_by_key(Utf8)
+                .count("click-counts")
+                .to_stream()
+                .to("counts", Utf8, BigEndianI64);
+            "click-counts"
+        }
+        1 => {
+            clicks
+                .group_by_key(Utf8)
+                .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("per-minute")
+                .to_stream()
+                .map(|w, n| (w.key, n))
+                .to("per-minute", Utf8, BigEndianI64);
+            "per-minute"
+        }
+        _ => {
+            let other = builder.stream("views", Utf8, Utf8);
+            clicks
+                .left_join_stream(
+                    &other,
+                    JoinWindows::of(Duration::from_secs(10)),
+                    "pairs",
+                    (Utf8, Utf8, Utf8),
+                    |_, l: &String, r: Option<&String>| format!("{l}+{}", r.map_or("none", |r| r)),
+                )
+                .to("joined", Utf8, Utf8);
+            "pairs"
+        }
+    };
+    (builder, store)
+}
+
+fn config(vars: &[(&str, &str)]) -> Config {
+    Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+}
+
+fn handler(topology: Topology, vars: &[(&str, &str)]) -> Handler {
+    Handler::from_config(topology, Arc::new(MemoryStore::new()), &config(vars))
+}
+
+const EXACTLY_ONCE: &[(&str, &str)] = &[
+    ("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly_once"),
+    ("LAMBDA_STREAMS_APPLICATION_ID", "app"),
+];
+
+#[test]
+fn records_only_topologies_build_under_exactly_once() {
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    records_only(&builder);
+    let topology = builder.try_build().expect("records only: accepted");
+    assert_eq!(topology.output_guarantee(), OutputGuarantee::ExactlyOnce);
+    assert!(
+        topology
+            .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+            .is_ok()
+    );
+}
+
+#[test]
+fn each_unsourced_sink_is_refused_at_build_naming_the_sink_and_its_store() {
+    for kind in 0..3 {
+        let (builder, store) = unsourced(kind);
+        builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+        let refused = builder.try_build().err().expect("refused");
+        assert!(
+            refused.operator.starts_with("KSTREAM-SINK"),
+            "kind {kind}: {refused}"
+        );
+        let message = refused.to_string();
+        assert!(message.contains(store), "kind {kind}: {message}");
+        assert!(message.contains("exactly_once"), "kind {kind}: {message}");
+        // The same topology is accepted at least once.
+        let (builder, _) = unsourced(kind);
+        let topology = builder.try_build().expect("at least once: accepted");
+        assert!(
+            topology
+                .check_output_guarantee(OutputGuarantee::AtLeastOnce)
+                .is_ok()
+        );
+        assert_eq!(
+            topology
+                .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+                .err()
+                .map(|e| e.operator),
+            Some(refused.operator)
+        );
+    }
+}
+
+#[test]
+fn a_handler_configured_exactly_once_refuses_an_unsourced_sink_before_any_record() {
+    for kind in 0..3 {
+        let (builder, store) = unsourced(kind);
+        let topology = builder.build();
+        let e = Handler::try_from_config(
+            topology.clone(),
+            Arc::new(MemoryStore::new()),
+            &config(EXACTLY_ONCE),
+        )
+        .err()
+        .expect("refused");
+        let message = e.to_string();
+        assert!(
+            message.contains("LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once")
+                && message.contains("KSTREAM-SINK")
+                && message.contains(store),
+            "kind {kind}: {message}"
+        );
+        // A handler built anyway fails every event with it, never producing at least once.
+        let h = handler(topology.clone(), EXACTLY_ONCE);
+        let event = lambda_streams::event::KafkaEvent::decode(
+            br#"{"eventSource":"SelfManagedKafka","bootstrapServers":"127.0.0.1:1","records":{"clicks-0":[{"topic":"clicks","partition":0,"offset":0,"timestamp":1,"timestampType":"CREATE_TIME","key":"aw==","value":"dg==","headers":[]}]}}"#,
+        )
+        .unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt.block_on(h.handle_event(&event)).expect_err("fails");
+        assert!(e.to_string().contains("KSTREAM-SINK"), "kind {kind}: {e}");
+        // At least once (the default), the same topology runs.
+        let h = Handler::new(
+            topology,
+            Arc::new(MemoryStore::new()),
+            Arc::new(MemorySink::new()),
+        );
+        assert_eq!(h.output_guarantee(), OutputGuarantee::AtLeastOnce);
+        assert!(h.check().is_ok());
+    }
+}
+
+#[test]
+fn a_handler_reading_its_repartition_topic_is_accepted_and_a_given_sink_refused() {
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        records_only(&builder);
+        builder.build()
+    };
+    let store = || Arc::new(MemoryStore::new());
+    // Read uncommitted or not known, its batches of the repartition topic are read again
+    // with read_committed; known to read committed, they are not.
+    let h = Handler::try_from_config(topology(), store(), &config(EXACTLY_ONCE)).expect("accepted");
+    assert_eq!(h.output_guarantee(), OutputGuarantee::ExactlyOnce);
+    let mut vars = EXACTLY_ONCE.to_vec();
+    vars.push(("LAMBDA_STREAMS_EVENT_ISOLATION", "read_committed"));
+    assert!(config(&vars).event_read_committed);
+    Handler::try_from_config(topology(), store(), &config(&vars)).expect("accepted");
+    // A handler with a given sink cannot run transactions: refused, not at least once.
+    let given = Handler::new(topology(), store(), Arc::new(MemorySink::new()))
+        .with_options(config(&vars).batch)
+        .with_application_id("app")
+        .with_event_read_committed(true);
+    let e = given.check().expect_err("refused");
+    assert!(e.to_string().contains("Kafka"), "{e}");
+}

@@ -1,0 +1,809 @@
+//! Exactly-once output on the real broker (issue 15, design notes section 5a): the local
+//! runner (the event source's redeliveries injected on purpose) and the handler with
+//! `exactly_once` output, a DynamoDB store on the emulator, then an independent
+//! `read_committed` reader that is not our code: Kafka's own console consumer
+//! (`org.apache.kafka.tools.consumer.ConsoleConsumer`, the Java client, from the broker's
+//! install that `scripts/services` keeps), run with `--isolation-level read_committed`.
+//! It must see every stateless output (two per record), every repartition record and
+//! every dead letter exactly once; the counts in DynamoDB equal the reference.
+//!
+//! The Java consumer is used rather than Python's `confluent-kafka`: it needs no install
+//! (the broker's libraries are on the machine already), and it is Kafka's reference
+//! implementation of `read_committed` (librdkafka, under our producer, is not).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_streams::lambda::Handler;
+use lambda_streams::serdes::Utf8;
+use lambda_streams::state::Store;
+use lambda_streams::state::dynamodb::{DynamoStore, create_table};
+use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::{
+    BatchOptions, Guarantee, OutputGuarantee, PoisonPolicy, StreamsBuilder, Topology,
+};
+use lambda_streams_e2e::*;
+use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+
+const PARTITIONS: i32 = 3;
+const STORE: &str = "counts";
+
+struct Topics {
+    input: String,
+    out: String,
+    rep: String,
+    dlq: String,
+}
+
+/// Per record: two stateless outputs to `out` (a fan-out), a repartition record to `rep`
+/// (by value), a count per key; a record whose value is `poison` fails in the user's
+/// function and is dead-lettered to `dlq`.
+fn topology(t: &Topics) -> Topology {
+    let builder = StreamsBuilder::new();
+    let checked = builder
+        .stream(&t.input, Utf8, Utf8)
+        .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) });
+    checked
+        .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+        .to(&t.out, Utf8, Utf8);
+    checked
+        .select_key(|_, v: &String| v.clone())
+        .repartition(&t.rep, Utf8, Utf8);
+    checked.group_by_key(Utf8).count(STORE);
+    builder.build()
+}
+
+/// The input: per partition 20 records `k<i mod 4>` → `v<p>-<i>`, every 7th `poison`.
+fn input_records() -> Vec<Vec<(String, Option<String>)>> {
+    (0..PARTITIONS)
+        .map(|p| {
+            (0..20)
+                .map(|i| {
+                    let value = if (i + p) % 7 == 3 {
+                        "poison".to_owned()
+                    } else {
+                        format!("v{p}-{i}")
+                    };
+                    (format!("k{}", i % 4), Some(value))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+async fn setup(name: &str) -> (Topics, String, String) {
+    require_services();
+    let t = Topics {
+        input: unique(&format!("{name}-in")),
+        out: unique(&format!("{name}-out")),
+        rep: unique(&format!("{name}-rep")),
+        dlq: unique(&format!("{name}-dlq")),
+    };
+    let servers = bootstrap();
+    for topic in [&t.input, &t.out, &t.rep, &t.dlq] {
+        admin::create_topic(&servers, topic, PARTITIONS)
+            .await
+            .expect("topic");
+    }
+    for (p, records) in input_records().iter().enumerate() {
+        produce_keyed(&t.input, records, Some(p as i32)).await;
+    }
+    let table = unique(name);
+    create_table(&dynamo_client(), &table).await.expect("table");
+    (t, table, unique(&format!("{name}-app")))
+}
+
+fn handler(t: &Topics, store: Arc<dyn Store>, app: &str, output: OutputGuarantee) -> Handler {
+    Handler::with_kafka_output(topology(t), store, None)
+        .with_options(BatchOptions {
+            poison: PoisonPolicy::DeadLetter {
+                topic: t.dlq.clone(),
+            },
+            output,
+            ..BatchOptions::default()
+        })
+        .with_application_id(app)
+        // The runner's consumer reads read_committed (librdkafka's default), and the
+        // repartition topic is not consumed here anyway.
+        .with_event_read_committed(true)
+}
+
+/// The broker install's libraries (the console consumer's classpath).
+fn kafka_libs() -> std::path::PathBuf {
+    let cache = std::env::var("LAMBDA_STREAMS_CACHE").map_or_else(
+        |_| {
+            std::path::PathBuf::from(std::env::var("HOME").expect("HOME"))
+                .join(".cache/lambda-streams")
+        },
+        std::path::PathBuf::from,
+    );
+    let mut installs: Vec<_> = std::fs::read_dir(&cache)
+        .expect("the services' cache")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kafka-4"))
+                && p.join("libs").is_dir()
+        })
+        .collect();
+    installs.sort();
+    installs
+        .pop()
+        .expect("a Kafka install (scripts/services up)")
+        .join("libs")
+}
+
+/// A record as Kafka's console consumer printed it.
+#[allow(dead_code)]
+struct Read {
+    partition: i32,
+    offset: i64,
+    /// Its `lambda-streams-source` header.
+    source: String,
+    value: String,
+}
+
+/// Every record of `topic` as Kafka's console consumer reads it with `isolation_level`.
+fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
+    let classpath = format!("{}/*", kafka_libs().display());
+    let out = std::process::Command::new("java")
+        .args([
+            "-cp",
+            &classpath,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ])
+        .args([
+            "--bootstrap-server",
+            &bootstrap(),
+            "--topic",
+            topic,
+            "--from-beginning",
+        ])
+        .args(["--isolation-level", isolation_level, "--timeout-ms", "6000"])
+        .args(["--formatter-property", "print.headers=true"])
+        .args(["--formatter-property", "print.partition=true"])
+        .args(["--formatter-property", "print.offset=true"])
+        .args(["--formatter-property", "headers.separator=|#|"])
+        .output()
+        .expect("java runs the console consumer");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A record is `Partition:<p>\tOffset:<o>\t<headers>\t<value>`; the consumer also prints
+    // its exit on the timeout.
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(4, '\t');
+            let partition = fields.next()?.strip_prefix("Partition:")?.parse().ok()?;
+            let offset = fields.next()?.strip_prefix("Offset:")?.parse().ok()?;
+            let headers = fields.next()?;
+            let value = fields.next().unwrap_or("").to_owned();
+            let source = headers
+                .split("|#|")
+                .find_map(|h| h.strip_prefix("lambda-streams-source:"))
+                .unwrap_or("")
+                .to_owned();
+            Some(Read {
+                partition,
+                offset,
+                source,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Per record of `topic` read with `isolation_level`: its source header and its value.
+fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
+    console_read_all(topic, isolation_level)
+        .into_iter()
+        .map(|r| (r.source, r.value))
+        .collect()
+}
+
+/// What a reader with `isolation_level` sees, against the input: the violations (an
+/// output missing, or seen more than once), and how many records it read.
+fn check_outputs(t: &Topics, isolation_level: &str) -> (Vec<String>, usize) {
+    let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    let mut read = 0;
+    for (topic, name) in [(&t.out, "out"), (&t.rep, "rep"), (&t.dlq, "dlq")] {
+        for (source, value) in console_read(topic, isolation_level) {
+            read += 1;
+            let value = if name == "dlq" { String::new() } else { value };
+            *seen.entry((name.to_owned(), source, value)).or_default() += 1;
+        }
+    }
+    let mut expected: BTreeMap<(String, String, String), usize> = BTreeMap::new();
+    for (p, records) in input_records().iter().enumerate() {
+        for (o, (_, value)) in records.iter().enumerate() {
+            let source = format!("{}:{p}:{o}", t.input);
+            let value = value.clone().unwrap_or_default();
+            if value == "poison" {
+                expected.insert(("dlq".into(), source, String::new()), 1);
+            } else {
+                for suffix in ["/1", "/2"] {
+                    expected.insert(
+                        ("out".into(), source.clone(), format!("{value}{suffix}")),
+                        1,
+                    );
+                }
+                expected.insert(("rep".into(), source, value), 1);
+            }
+        }
+    }
+    let mut violations = Vec::new();
+    for (what, want) in &expected {
+        let got = seen.remove(what).unwrap_or(0);
+        if got != *want {
+            violations.push(format!("{what:?}: seen {got} times, expected {want}"));
+        }
+    }
+    for (what, got) in seen {
+        violations.push(format!("{what:?}: unexpected, seen {got} times"));
+    }
+    (violations, read)
+}
+
+fn reference_counts() -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for records in input_records() {
+        for (key, value) in records {
+            if value.as_deref() != Some("poison") {
+                *counts.entry(key).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
+struct Run {
+    invocations: u64,
+    batches: u64,
+    failures: u64,
+}
+
+async fn run_runner(
+    name: &str,
+    faults: Faults,
+    fail_after_writes: Option<u64>,
+    output: OutputGuarantee,
+) -> (Topics, String, Run) {
+    let (t, table, app) = setup(name).await;
+    let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+    let store: Arc<dyn Store> = match fail_after_writes {
+        Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo, n)),
+        None => Arc::new(dynamo),
+    };
+    let handler = handler(&t, store, &app, output);
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique("group"),
+        topics: vec![t.input.clone()],
+        batch_size: 7,
+        batching_window: Duration::from_millis(100),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(800),
+        retry_backoff: Duration::from_millis(10),
+        faults,
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+    let run = Run {
+        invocations: summary.invocations,
+        batches: summary.batches,
+        failures: summary.failures,
+    };
+    (t, table, run)
+}
+
+async fn assert_exactly_once(t: &Topics, table: &str) {
+    let (violations, read) = check_outputs(t, "read_committed");
+    assert!(
+        violations.is_empty(),
+        "read_committed ({read} records): {violations:#?}"
+    );
+    assert_eq!(
+        table_counts(table, STORE).await,
+        reference_counts(),
+        "state"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clean_run_outputs_exactly_once() {
+    let (t, table, run) = run_runner(
+        "eos-clean",
+        Faults::default(),
+        None,
+        OutputGuarantee::ExactlyOnce,
+    )
+    .await;
+    assert_eq!(run.failures, 0);
+    assert_exactly_once(&t, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_batch_delivered_twice_outputs_exactly_once() {
+    let faults = Faults {
+        duplicate_every: Some(1),
+        ..Faults::default()
+    };
+    let (t, table, run) = run_runner("eos-dup", faults, None, OutputGuarantee::ExactlyOnce).await;
+    assert!(
+        run.invocations >= 2 * 9,
+        "duplicates delivered: {}",
+        run.invocations
+    );
+    assert_exactly_once(&t, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_ending_elsewhere_output_exactly_once() {
+    // Every 2nd batch is failed after it succeeded (its transactions committed) and
+    // delivered again as a longer batch: the retry's outputs of the records committed
+    // already are dropped, the others produced.
+    let faults = Faults {
+        extend_retry_every: Some(2),
+        ..Faults::default()
+    };
+    let (t, table, run) =
+        run_runner("eos-shifted", faults, None, OutputGuarantee::ExactlyOnce).await;
+    assert!(
+        run.invocations > run.batches,
+        "retries were injected: {} invocations, {} batches",
+        run.invocations,
+        run.batches
+    );
+    assert_exactly_once(&t, &table).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_after_state_writes_outputs_exactly_once() {
+    for k in [0, 2, 5] {
+        let (t, table, run) = run_runner(
+            &format!("eos-crash{k}"),
+            Faults::default(),
+            Some(k),
+            OutputGuarantee::ExactlyOnce,
+        )
+        .await;
+        assert_eq!(run.failures, 1, "one injected crash (after {k} writes)");
+        assert_exactly_once(&t, &table).await;
+    }
+}
+
+/// The control: the same duplicate deliveries at least once are seen twice by the same
+/// reader, so the check above can see a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_least_once_the_same_reader_sees_the_duplicates() {
+    let faults = Faults {
+        duplicate_every: Some(1),
+        ..Faults::default()
+    };
+    let (t, _, _) = run_runner("alo-dup", faults, None, OutputGuarantee::AtLeastOnce).await;
+    let (violations, _) = check_outputs(&t, "read_committed");
+    assert!(
+        violations.iter().any(|v| v.contains("seen 2 times")),
+        "at least once, duplicates are visible: {violations:#?}"
+    );
+}
+
+/// A zombie: container A takes a batch and is slow in its state writes (the event source
+/// gives up on it); container B, a retry of the same batch, initialises the partition's
+/// transactional id (fencing A), runs and commits; then A goes on and is fenced when it
+/// produces: it fails, naming the partition and the transactional id, and produces
+/// nothing visible. A later delayed duplicate on a cold container C reads the committed
+/// progress and produces nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_is_fenced_and_a_delayed_duplicate_produces_nothing() {
+    let (t, table, app) = setup("eos-zombie").await;
+    let dynamo = || DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+    // A stops for 10 s before its first state write (it has initialised its producers and
+    // read the progress by then), blocking its thread as a frozen container would; B starts
+    // once A is there, so that B's initialisation comes after A's (on a loaded machine too).
+    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Arc<dyn Store> = {
+        let frozen = Arc::clone(&frozen);
+        Arc::new(FaultyStore::new(dynamo()).on_write(move |before| {
+            if before == 0 {
+                frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(10));
+            }
+        }))
+    };
+    let a = handler(&t, slow, &app, OutputGuarantee::ExactlyOnce);
+    let b = handler(&t, Arc::new(dynamo()), &app, OutputGuarantee::ExactlyOnce);
+    let c = handler(&t, Arc::new(dynamo()), &app, OutputGuarantee::ExactlyOnce);
+    let event = event_of_all(&t.input);
+    let zombie = {
+        let event = event.clone();
+        tokio::spawn(async move { a.handle_event(&event).await.map(|_| ()) })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !frozen.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never reached its state writes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.handle_event(&event).await.expect("the retry succeeds");
+    let zombie = zombie.await.expect("no panic");
+    let e = zombie.expect_err("the zombie is fenced");
+    let message = e.to_string();
+    eprintln!("the zombie: {message}");
+    assert!(
+        message.contains("transactional.id") && message.contains(&format!("{app}-{}-", t.input)),
+        "{message}"
+    );
+    c.handle_event(&event)
+        .await
+        .expect("the duplicate succeeds");
+    assert_exactly_once(&t, &table).await;
+}
+
+/// One event with every input record, as the event source would deliver it.
+fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: input_records()
+            .into_iter()
+            .enumerate()
+            .map(|(p, records)| PartitionRecords {
+                tp: TopicPartition::new(input, p as i32),
+                records: records
+                    .into_iter()
+                    .enumerate()
+                    .map(|(o, (k, v))| Record {
+                        offset: o as i64,
+                        timestamp: 1_000 + o as i64,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: Some(k.into_bytes().into()),
+                        value: v.map(|v| v.into_bytes().into()),
+                        headers: Vec::new(),
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Latency per batch, exactly-once output against at-least-once, on the real broker: a
+/// warm handler (producers initialised by a first batch) on a stateless topology, batches
+/// of 100 records over 1 and 3 partitions. Prints the numbers; run with
+/// `cargo test -p lambda-streams-e2e --test eos_output -- --ignored --nocapture latency`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn latency_per_batch_exactly_once_vs_at_least_once() {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    use lambda_streams::state::memory::MemoryStore;
+    require_services();
+    // The input topic must exist (the shadow group's offsets are of its partitions); its
+    // records are made up here, not read.
+    let input = new_topic("bench-in", 3).await;
+    let out = new_topic("bench-out", 3).await;
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        builder
+            .stream(&input, Utf8, Utf8)
+            .map_values(|v: String| v.to_uppercase())
+            .to(&out, Utf8, Utf8);
+        builder.build()
+    };
+    let event = |partitions: i32, batch: i64| KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: (0..partitions)
+            .map(|p| PartitionRecords {
+                tp: TopicPartition::new(input.as_str(), p),
+                records: (0..100 / i64::from(partitions))
+                    .map(|i| {
+                        let offset = batch * 100 + i;
+                        Record {
+                            offset,
+                            timestamp: offset,
+                            timestamp_type: TimestampType::CreateTime,
+                            key: Some(format!("k{i}").into_bytes().into()),
+                            value: Some(format!("value {offset}").into_bytes().into()),
+                            headers: Vec::new(),
+                            key_schema_metadata: None,
+                            value_schema_metadata: None,
+                        }
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    for partitions in [1, 3] {
+        for output in [OutputGuarantee::AtLeastOnce, OutputGuarantee::ExactlyOnce] {
+            let handler =
+                Handler::with_kafka_output(topology(), Arc::new(MemoryStore::new()), None)
+                    .with_options(BatchOptions {
+                        output,
+                        ..BatchOptions::default()
+                    })
+                    .with_application_id(unique("bench-app"));
+            let started = std::time::Instant::now();
+            handler
+                .handle_event(&event(partitions, 0))
+                .await
+                .expect("first batch");
+            let first = started.elapsed();
+            let mut times = Vec::new();
+            for batch in 1..=40 {
+                let started = std::time::Instant::now();
+                handler
+                    .handle_event(&event(partitions, batch))
+                    .await
+                    .expect("batch");
+                times.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+            times.sort_by(f64::total_cmp);
+            let mean = times.iter().sum::<f64>() / times.len() as f64;
+            eprintln!(
+                "{output:?}, {partitions} partition(s), 100 records per batch: first batch \
+                 {:.1} ms; warm batches: mean {mean:.1} ms, p50 {:.1} ms, p90 {:.1} ms",
+                first.as_secs_f64() * 1000.0,
+                times[times.len() / 2],
+                times[times.len() * 9 / 10],
+            );
+        }
+    }
+}
+
+/// Two sub-topologies with a repartition hop, both run by the runner (its consumer reads
+/// `read_committed`): the first re-keys each record by its value into `rep`, the second
+/// fans each repartitioned record out to `out` twice and counts per value. Under duplicate
+/// deliveries, retries ending elsewhere and a crash after state writes, a `read_committed`
+/// reader sees every record of `rep` once per source record, and every output of the
+/// second sub-topology once per record of `rep`; the counts are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
+    const HOP_STORE: &str = "per-value";
+    let (t, table, app) = setup("eos-hop").await;
+    let topology = {
+        let builder = StreamsBuilder::new();
+        builder
+            .stream(&t.input, Utf8, Utf8)
+            .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) })
+            .select_key(|_, v: &String| v.clone())
+            .repartition(&t.rep, Utf8, Utf8);
+        let hopped = builder.stream(&t.rep, Utf8, Utf8);
+        hopped
+            .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+            .to(&t.out, Utf8, Utf8);
+        hopped.group_by_key(Utf8).count(HOP_STORE);
+        builder.build()
+    };
+    let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+    let store: Arc<dyn Store> = Arc::new(FaultyStore::fail_once_after(dynamo, 3));
+    let handler = Handler::with_kafka_output(topology.clone(), store, None)
+        .with_options(BatchOptions {
+            poison: PoisonPolicy::DeadLetter {
+                topic: t.dlq.clone(),
+            },
+            output: OutputGuarantee::ExactlyOnce,
+            ..BatchOptions::default()
+        })
+        .with_application_id(&app)
+        .with_event_read_committed(true);
+    handler
+        .check()
+        .expect("accepted: the runner reads read_committed");
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique("group"),
+        topics: topology.source_topics(),
+        batch_size: 7,
+        batching_window: Duration::from_millis(100),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        retry_backoff: Duration::from_millis(10),
+        faults: Faults {
+            duplicate_every: Some(2),
+            extend_retry_every: Some(3),
+            ..Faults::default()
+        },
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+    tokio::time::timeout(Duration::from_secs(180), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+
+    let rep = console_read_all(&t.rep, "read_committed");
+    let out = console_read_all(&t.out, "read_committed");
+    // The original source record of each committed record of `rep`, by its position.
+    let origin: BTreeMap<String, String> = rep
+        .iter()
+        .map(|r| {
+            (
+                format!("{}:{}:{}", t.rep, r.partition, r.offset),
+                r.source.clone(),
+            )
+        })
+        .collect();
+    let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for r in &rep {
+        *seen.entry(("rep".into(), r.source.clone())).or_default() += 1;
+    }
+    for r in &out {
+        let from = origin
+            .get(&r.source)
+            .unwrap_or_else(|| panic!("{:?} comes from no committed record of rep", r.source));
+        *seen
+            .entry(("out".into(), format!("{from} {}", r.value)))
+            .or_default() += 1;
+    }
+    let mut expected: BTreeMap<(String, String), usize> = BTreeMap::new();
+    let mut counts = BTreeMap::new();
+    for (p, records) in input_records().iter().enumerate() {
+        for (o, (_, value)) in records.iter().enumerate() {
+            let value = value.clone().unwrap_or_default();
+            if value == "poison" {
+                continue;
+            }
+            let source = format!("{}:{p}:{o}", t.input);
+            expected.insert(("rep".into(), source.clone()), 1);
+            for suffix in ["/1", "/2"] {
+                expected.insert(("out".into(), format!("{source} {value}{suffix}")), 1);
+            }
+            *counts.entry(value).or_insert(0i64) += 1;
+        }
+    }
+    assert_eq!(seen, expected, "read_committed sees every output once");
+    let (dead, _) = {
+        let letters = console_read(&t.dlq, "read_committed");
+        let n = letters.len();
+        (letters, n)
+    };
+    assert_eq!(dead.len(), 9, "one dead letter per poison record");
+    assert_eq!(table_counts(&table, HOP_STORE).await, counts, "state");
+}
+
+/// Records of an aborted transaction in the repartition topic (here written by a
+/// transactional producer of the test, then aborted: what a fenced zombie or a crashed
+/// invocation leaves), and a runner that reads `read_uncommitted` (so it delivers them, as
+/// an event source of that isolation level would). The function reads each batch of the
+/// repartition topic again with `read_committed` and processes only what it finds: no
+/// output and no count of the aborted records. The control, a function told (wrongly)
+/// that its event source reads committed, processes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_repartition_records_are_not_processed_under_read_uncommitted() {
+    for trust_the_event in [false, true] {
+        let name = if trust_the_event {
+            "eos-trust"
+        } else {
+            "eos-reread"
+        };
+        let (t, table, app) = setup(name).await;
+        // Three aborted records in the repartition topic, as the hop writes them.
+        {
+            use rdkafka::ClientConfig;
+            use rdkafka::message::{Header, OwnedHeaders};
+            use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+            let producer: FutureProducer = ClientConfig::new()
+                .set("bootstrap.servers", bootstrap())
+                .set("transactional.id", unique("aborting"))
+                .create()
+                .expect("producer");
+            producer
+                .init_transactions(Duration::from_secs(10))
+                .expect("init");
+            producer.begin_transaction().expect("begin");
+            for i in 0..3 {
+                let source = format!("{}:0:{}", t.input, 900 + i);
+                let headers = OwnedHeaders::new()
+                    .insert(Header {
+                        key: "lambda-streams-source",
+                        value: Some(source.as_bytes()),
+                    })
+                    .insert(Header {
+                        key: "lambda-streams-sequence",
+                        value: Some(b"0"),
+                    });
+                let value = format!("aborted{i}");
+                producer
+                    .send(
+                        FutureRecord::to(&t.rep)
+                            .partition(0)
+                            .key(&value)
+                            .payload(&value)
+                            .headers(headers),
+                        Duration::from_secs(10),
+                    )
+                    .await
+                    .expect("produced");
+            }
+            producer
+                .abort_transaction(Duration::from_secs(10))
+                .expect("abort");
+        }
+        let topology = {
+            let builder = StreamsBuilder::new();
+            builder
+                .stream(&t.input, Utf8, Utf8)
+                .try_map_values(|v: String| if v == "poison" { Err("poison") } else { Ok(v) })
+                .select_key(|_, v: &String| v.clone())
+                .repartition(&t.rep, Utf8, Utf8);
+            let hopped = builder.stream(&t.rep, Utf8, Utf8);
+            hopped
+                .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
+                .to(&t.out, Utf8, Utf8);
+            hopped.group_by_key(Utf8).count("per-value");
+            builder.build()
+        };
+        let store = Arc::new(DynamoStore::new(
+            dynamo_client(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        let handler = Handler::with_kafka_output(topology.clone(), store, None)
+            .with_options(BatchOptions {
+                poison: PoisonPolicy::DeadLetter {
+                    topic: t.dlq.clone(),
+                },
+                output: OutputGuarantee::ExactlyOnce,
+                ..BatchOptions::default()
+            })
+            .with_application_id(&app)
+            .with_event_read_committed(trust_the_event);
+        let config = RunnerConfig {
+            bootstrap_servers: bootstrap(),
+            group_id: unique("group"),
+            topics: topology.source_topics(),
+            batch_size: 7,
+            batching_window: Duration::from_millis(100),
+            until_idle: true,
+            idle_timeout: Duration::from_millis(1500),
+            retry_backoff: Duration::from_millis(10),
+            consumer_properties: vec![("isolation.level".into(), "read_uncommitted".into())],
+            ..RunnerConfig::default()
+        };
+        let runner =
+            Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+        tokio::time::timeout(Duration::from_secs(180), runner.run())
+            .await
+            .expect("the runner finished in time")
+            .expect("the runner succeeded");
+        let aborted_outputs = console_read(&t.out, "read_committed")
+            .into_iter()
+            .filter(|(_, v)| v.starts_with("aborted"))
+            .count();
+        let counts = table_counts(&table, "per-value").await;
+        let counted = counts.keys().filter(|k| k.starts_with("aborted")).count();
+        if trust_the_event {
+            assert_eq!(
+                (aborted_outputs, counted),
+                (6, 3),
+                "trusting a read_uncommitted event, the aborted records are processed"
+            );
+        } else {
+            assert_eq!(
+                (aborted_outputs, counted),
+                (0, 0),
+                "nothing of the aborted records"
+            );
+            let expected: usize = input_records()
+                .iter()
+                .flatten()
+                .filter(|(_, v)| v.as_deref() != Some("poison"))
+                .count();
+            assert_eq!(counts.len(), expected, "every committed record counted");
+            assert!(counts.values().all(|&n| n == 1), "once each: {counts:?}");
+        }
+    }
+}
