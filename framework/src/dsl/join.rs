@@ -327,11 +327,13 @@ where
                     Arc::clone(&f),
                     store_name.clone(),
                 );
+                // A versioned table is read as of the stream record's timestamp.
+                let timestamp = ctx.timestamp();
                 ctx.defer(
                     lookup.store,
                     encoded,
                     Box::new(move |ctx, state| {
-                        let found = lookup.find(&key, state, &store_name)?;
+                        let found = lookup.find_at(&key, state, timestamp, &store_name)?;
                         match f(&key, value, found) {
                             Some(joined) => out.forward(ctx, key, joined),
                             None => Ok(()),
