@@ -223,11 +223,13 @@ async fn a_crashed_batch_retried_with_other_boundaries_joins_each_order_once_in_
     let expected = reference();
     let all = batches();
     // Batches of one step each, except that every third batch crashes after `k` writes
-    // (k = 1, 2, 3 in turn: between the table's and the buffer's writes, before the closing
-    // rewrite, during it) and is retried merged with the next one (a shifted retry).
-    for (run, crash) in [1u64, 2, 3].into_iter().enumerate() {
+    // (k = 0, 1, 2 in turn: before any write, part-way through the batch's writes, or at
+    // the closing pass's rewrite, after its emission went out; at least five batches of each
+    // run do crash) and is retried merged with the next one (a shifted retry).
+    for (run, crash) in [0u64, 1, 2].into_iter().enumerate() {
         let store = fresh_store(&format!("grace-crash-{run}")).await;
         let mut out = Vec::new();
+        let mut crashes = 0;
         let mut j = 0;
         while j < all.len() {
             if j % 3 == 1 && j + 1 < all.len() {
@@ -240,6 +242,7 @@ async fn a_crashed_batch_retried_with_other_boundaries_joins_each_order_once_in_
                     j += 1;
                     continue;
                 }
+                crashes += 1;
                 let merged: Vec<In> = all[j].iter().chain(&all[j + 1]).cloned().collect();
                 out.extend(process(&topology, &event(&merged), &store).await);
                 j += 2;
@@ -248,6 +251,10 @@ async fn a_crashed_batch_retried_with_other_boundaries_joins_each_order_once_in_
                 j += 1;
             }
         }
+        assert!(
+            crashes >= 5,
+            "crash after {crash}: {crashes} crashed batches"
+        );
         // Every order is out with its price, none with another; a copy only of what a
         // crashed attempt had already emitted (outputs are at least once).
         let got = counts(&out);

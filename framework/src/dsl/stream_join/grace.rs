@@ -120,8 +120,9 @@ where
     /// topics (with the idle-partition timeout of [`BatchOptions`](crate::BatchOptions), so
     /// that a quiet partition does not hold the join; Kafka Streams: the highest timestamp
     /// its task has seen), and a key that gets no later record still gets its results: the
-    /// closing pass at the end of every batch releases them (see the module documentation of
-    /// docs/state.md, "Stream–table joins with a grace period"). Its results have no source
+    /// closing pass at the end of every batch releases them (docs/state.md, "Tables and
+    /// joins"). A record whose key serializes to null has no table value: it is dropped and
+    /// counted (`dropped_null_keys`). Its results have no source
     /// record, so, as a left or outer stream–stream join's, they can be produced with `to`
     /// but not aggregated, repartitioned or joined again in the same topology.
     ///
