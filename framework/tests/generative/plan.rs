@@ -363,6 +363,9 @@ pub struct Plan {
     pub poison: bool,
     /// The output records' timestamps are not compared.
     pub ignore_timestamps: bool,
+    /// The table topics' records are spread over the streams' time range (for joins that
+    /// read a table as of a time), not after the streams' records.
+    pub interleave_tables: bool,
 }
 
 impl S {
@@ -487,6 +490,7 @@ impl Plan {
         let mut time_base = 0;
         let mut poison = false;
         let mut ignore_timestamps = false;
+        let mut interleave_tables = false;
         let group =
             |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
                 0 => Group::Key,
@@ -577,6 +581,7 @@ impl Plan {
                     1 => VOp::Above(rng.range(0, 5)),
                     _ => VOp::None,
                 };
+                interleave_tables = true;
                 let grace = (family == "versioned_grace_join")
                     .then(|| rng.pick(&[0, 500, 2_000, 8_000, NO_LATENESS]));
                 let s = S::VersionedJoin {
@@ -978,6 +983,7 @@ impl Plan {
             time_base,
             poison,
             ignore_timestamps,
+            interleave_tables,
         }
     }
 
@@ -1400,7 +1406,11 @@ impl Inputs {
         let n_table = rng.below(16) as usize;
         let mut clock = plan.time_base;
         for i in 0..n_stream + n_table {
-            let table = i >= n_stream;
+            let table = if plan.interleave_tables {
+                rng.below((n_stream + n_table) as u64) < n_table as u64
+            } else {
+                i >= n_stream
+            };
             let key = if rng.chance(if table { 5 } else { 10 }) {
                 None
             } else {
