@@ -776,3 +776,56 @@ fn a_grace_joins_output_cannot_be_aggregated() {
     let refused = builder.try_build().err().expect("refused");
     assert!(refused.reason.contains("closing pass"), "{refused}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Not in Kafka's tests: the item limit
+// ---------------------------------------------------------------------------------------
+
+/// A versioned table keeps every version its retention reaches in the key's one item: the
+/// table record that would take the item past DynamoDB's 400 KB is a poison record, named
+/// by its topic-partition and offset (with the default `fail` policy the batch fails), and
+/// no version is dropped to make room.
+#[test]
+fn a_versioned_table_record_that_would_pass_400_kb_is_a_poison_record() {
+    let builder = StreamsBuilder::new();
+    let table = builder.versioned_table(
+        RIGHT,
+        Nullable(DecimalI64),
+        Utf8,
+        "big",
+        Duration::from_secs(3600),
+    );
+    builder
+        .stream(LEFT, Nullable(DecimalI64), Utf8)
+        .join(&table, |_, l: String, r: String| {
+            format!("{l}-{}", r.chars().last().unwrap_or('?'))
+        })
+        .to(OUTPUT, Nullable(DecimalI64), Utf8);
+    let driver = TestDriver::new(builder.build());
+    let big = "x".repeat(100_000);
+    for i in 0..4 {
+        pipe(
+            &driver,
+            &(RIGHT, Some(1), Some(leak(format!("{big}{i}"))), 1_000 * i),
+        );
+    }
+    // Every version is there: as of 1.5 s, the one from 1 s.
+    pipe(&driver, &(LEFT, Some(1), Some("at"), 1_500));
+    assert_eq!(read(&driver, OUTPUT), [out(1, "at-1", 1_500)]);
+    // The fifth version (offset 4) would make the item about 500 KB.
+    let error = driver
+        .pipe(
+            RIGHT,
+            0,
+            Nullable(DecimalI64).serialize(&Some(1)),
+            Some(big.into_bytes()),
+            5_000,
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains(&format!("{RIGHT}-0")) && error.contains("offset 4"),
+        "{error}"
+    );
+    assert!(error.contains("400 KB"), "{error}");
+}
