@@ -313,7 +313,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                     // With a grace period: released once the join's closing time (the
                     // lowest stream time of the stream's partitions) reaches ts + grace.
                     if let Some(g) = grace
-                        && !low.is_some_and(|low| r.ts.saturating_add(*g) <= low)
+                        && low.is_none_or(|low| r.ts.saturating_add(*g) > low)
                     {
                         return None;
                     }
