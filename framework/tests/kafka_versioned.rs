@@ -370,8 +370,11 @@ fn ktable_filter_should_not_skip_null_if_versioned_upstream() {
     check_table(topology, OUTPUT, &input, &expected);
 }
 
-/// Kafka: `KTableSourceTest.kTableShouldLogOnOutOfOrder`, on a versioned table: the update
-/// at 5, older than the latest at 10, does not replace it. **Difference kept on purpose**:
+/// Kafka: the inputs of `KTableSourceTest.kTableShouldLogOnOutOfOrder` (which reads a plain
+/// table), on a versioned table; Kafka's records, in the comments, are what its
+/// `KTableSource` forwards for a versioned store (read from its code, not asserted by a
+/// Kafka test). The update at 5, older than the latest at 10, does not replace it.
+/// **Difference kept on purpose**:
 /// Kafka's `KTableSource` forwards the out-of-order record itself (`(1, "value5", 5)`,
 /// marked not latest, which `toStream` passes on and table–table joins drop); a batch here
 /// emits the key's value after the batch, which is still the latest, so it re-emits
