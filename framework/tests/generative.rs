@@ -71,6 +71,10 @@ pub const FAMILIES: &[&str] = &[
     "table_source",
     "to_table",
     "stream_table_join",
+    // Stream–table joins with versioned tables, as of each record's timestamp; with a
+    // grace period, records released once the stream's partitions pass ts + grace.
+    "versioned_table_join",
+    "versioned_grace_join",
     "table_table_join",
     "join_then_aggregate",
     "join_then_window",
@@ -125,6 +129,10 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "table_source",
     "to_table",
     "stream_table_join",
+    // Stream–table joins with versioned tables, as of each record's timestamp; with a
+    // grace period, records released once the stream's partitions pass ts + grace.
+    "versioned_table_join",
+    "versioned_grace_join",
     "table_table_join",
     "join_then_aggregate",
     "join_then_window",

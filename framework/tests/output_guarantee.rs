@@ -199,3 +199,36 @@ fn a_handler_reading_its_repartition_topic_is_accepted_and_a_given_sink_refused(
     let e = given.check().expect_err("refused");
     assert!(e.to_string().contains("Kafka"), "{e}");
 }
+
+/// A stream–table join with a grace period emits its held records from the closing pass,
+/// with no source record of the batch: refused under exactly_once output, naming the sink
+/// and the join's store; accepted at least once.
+#[test]
+fn a_grace_join_is_refused_under_exactly_once_output() {
+    let topology = |guarantee: OutputGuarantee| {
+        let builder = StreamsBuilder::new();
+        builder.output_guarantee(guarantee);
+        let prices =
+            builder.versioned_table("prices", Utf8, Utf8, "prices", Duration::from_secs(600));
+        builder
+            .stream("orders", Utf8, Utf8)
+            .join_with_grace(
+                &prices,
+                Duration::from_secs(5),
+                "held-orders",
+                (Utf8, Utf8),
+                |_, o: String, p: String| format!("{o}@{p}"),
+            )
+            .to("priced", Utf8, Utf8);
+        builder.try_build()
+    };
+    assert!(topology(OutputGuarantee::AtLeastOnce).is_ok());
+    let error = topology(OutputGuarantee::ExactlyOnce)
+        .err()
+        .expect("refused under exactly_once")
+        .to_string();
+    assert!(
+        error.contains("held-orders") && error.contains("closing pass"),
+        "{error}"
+    );
+}

@@ -309,6 +309,7 @@ where
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(|_, state| Ok(Some(state.value))),
             timestamp: None,
+            versioned: None,
         })
     }
 
@@ -398,6 +399,7 @@ where
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(move |_, state| decode_aggregate(&*serde, state).map(Some)),
             timestamp: None,
+            versioned: None,
         })
     }
 

@@ -8,7 +8,9 @@
 //! (one event source for both topics) updates the table before the stream records of
 //! the same batch are joined. Across event sources (the usual deployment: one per topic)
 //! the order between a stream record and a table update is that of their invocations,
-//! as in Kafka Streams without versioned stores.
+//! as in Kafka Streams without versioned stores. A versioned table
+//! ([`StreamsBuilder::versioned_table`]) is read as of each stream record's timestamp
+//! instead, and [`KStream::join_with_grace`] waits a grace period for late table updates.
 
 use std::sync::Arc;
 
@@ -194,7 +196,9 @@ where
 
     /// Joins each record with `table`'s current value of its key (an inner join, as Kafka
     /// Streams' `KStream::join(KTable)`): a record whose key has no value in the table is
-    /// dropped; the others go on as `joiner(key, value, table_value)`.
+    /// dropped; the others go on as `joiner(key, value, table_value)`. A versioned table
+    /// ([`StreamsBuilder::versioned_table`], or a `filter` / `map_values` of one) is read
+    /// as of the record's timestamp, as Kafka Streams does.
     ///
     /// Cost: the table's values are read once per distinct key per batch, 100 keys a
     /// request (strongly consistent reads: 1 read unit per 4 KB item).
@@ -241,7 +245,8 @@ where
 
     /// Joins each record with `table`'s current value of its key, keeping records without
     /// one (a left join, as Kafka Streams' `KStream::leftJoin(KTable)`): every record goes
-    /// on as `joiner(key, value, Some(table_value) or None)`. Costs as [`join`](Self::join).
+    /// on as `joiner(key, value, Some(table_value) or None)`. Costs, and versioned tables, as
+    /// [`join`](Self::join).
     ///
     /// ```
     /// use lambda_streams::driver::TestDriver;
@@ -327,11 +332,13 @@ where
                     Arc::clone(&f),
                     store_name.clone(),
                 );
+                // A versioned table is read as of the stream record's timestamp.
+                let timestamp = ctx.timestamp();
                 ctx.defer(
                     lookup.store,
                     encoded,
                     Box::new(move |ctx, state| {
-                        let found = lookup.find(&key, state, &store_name)?;
+                        let found = lookup.find_at(&key, state, timestamp, &store_name)?;
                         match f(&key, value, found) {
                             Some(joined) => out.forward(ctx, key, joined),
                             None => Ok(()),

@@ -14,6 +14,7 @@ pub mod aggregators;
 mod grouped;
 mod stream;
 mod table;
+mod versioned;
 mod windowed;
 
 use std::sync::Arc;
@@ -234,6 +235,9 @@ impl StreamsBuilder {
     pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
+        if let Some(refused) = inner.refused.drain(..).next() {
+            return Err(refused);
+        }
         // A left or outer join closes on the stream times of the partitions feeding it.
         for index in 0..inner.stores.len() {
             if let Some(node) = inner.stores[index].closing.as_ref().map(|c| c.node) {

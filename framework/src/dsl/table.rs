@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::versioned::{LookupAsOf, Versioned};
 use super::{Downstream, KStream, Shared, lock};
 use crate::serdes::Serde;
 use crate::state::ItemState;
@@ -19,6 +20,10 @@ pub(crate) struct Lookup<K, V> {
     /// topic or made by `to_table`: the timestamp of the record that set the value); a
     /// table–table join's result carries the later of its two sides' timestamps.
     pub(crate) timestamp: Option<LookupTimestamp<K>>,
+    /// For a versioned table (and the tables derived from one by `filter` and
+    /// `map_values`): its value as of a time, which stream–table joins read at the stream
+    /// record's timestamp.
+    pub(crate) versioned: Option<Versioned<K, V>>,
 }
 
 impl<K, V> Lookup<K, V> {
@@ -33,6 +38,30 @@ impl<K, V> Lookup<K, V> {
         match state {
             None => Ok(None),
             Some(state) => (self.value)(key, state).map_err(|e| {
+                crate::error::StreamError::Config(format!(
+                    "store {store:?}: a stored value does not decode: {e}"
+                ))
+            }),
+        }
+    }
+}
+
+impl<K, V> Lookup<K, V> {
+    /// The table's value of `key` for a stream record at `timestamp`: a versioned table's
+    /// value as of that time, any other table's current value (see [`find`](Self::find)).
+    pub(crate) fn find_at(
+        &self,
+        key: &K,
+        state: Option<&ItemState>,
+        timestamp: i64,
+        store: &str,
+    ) -> Result<Option<V>, crate::error::StreamError> {
+        let Some(versioned) = &self.versioned else {
+            return self.find(key, state, store);
+        };
+        match state {
+            None => Ok(None),
+            Some(state) => (versioned.as_of)(key, state, timestamp).map_err(|e| {
                 crate::error::StreamError::Config(format!(
                     "store {store:?}: a stored value does not decode: {e}"
                 ))
@@ -224,17 +253,30 @@ where
         derive: impl Fn(&K, V) -> Option<V2> + Send + Sync + 'static,
     ) -> KTable<K, V2>
     where
-        V2: 'static,
+        V2: Clone + Send + Sync + 'static,
     {
+        let derive = Arc::new(derive);
         let lookup = self.lookup.as_ref().map(|inner| {
             let decode = Arc::clone(&inner.value);
+            let latest = Arc::clone(&derive);
             let value: LookupValue<K, V2> =
-                Arc::new(move |key, state| Ok(decode(key, state)?.and_then(|v| derive(key, v))));
+                Arc::new(move |key, state| Ok(decode(key, state)?.and_then(|v| latest(key, v))));
+            let versioned = inner.versioned.as_ref().map(|versioned| {
+                let (decode, derive) = (Arc::clone(&versioned.as_of), Arc::clone(&derive));
+                let as_of: LookupAsOf<K, V2> = Arc::new(move |key, state, ts| {
+                    Ok(decode(key, state, ts)?.and_then(|v| derive(key, v)))
+                });
+                Versioned {
+                    as_of,
+                    retention: versioned.retention,
+                }
+            });
             Arc::new(Lookup {
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
                 value,
                 timestamp: inner.timestamp.clone(),
+                versioned,
             })
         });
         KTable {
@@ -307,11 +349,21 @@ where
             let decode = Arc::clone(&inner.value);
             let value: LookupValue<K, V> =
                 Arc::new(move |key, state| decode(key, state).map(Option::flatten));
+            let versioned = inner.versioned.as_ref().map(|versioned| {
+                let decode = Arc::clone(&versioned.as_of);
+                let as_of: LookupAsOf<K, V> =
+                    Arc::new(move |key, state, ts| decode(key, state, ts).map(Option::flatten));
+                Versioned {
+                    as_of,
+                    retention: versioned.retention,
+                }
+            });
             Arc::new(Lookup {
                 store: inner.store,
                 key_serde: Arc::clone(&inner.key_serde),
                 value,
                 timestamp: inner.timestamp.clone(),
+                versioned,
             })
         });
         KTable {
@@ -367,6 +419,7 @@ where
                 key_serde: Arc::clone(&inner.key_serde),
                 value,
                 timestamp: Some(timestamp),
+                versioned: None,
             })
         });
         KTable {

@@ -586,7 +586,20 @@ impl Topology {
         // the others).
         let mut emitted: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
         let mut pending = items;
+        let reads = spec.closing.as_ref().and_then(|c| c.reads);
         for attempt in 0..CLOSE_ATTEMPTS {
+            // The store the close function reads (a stream–table join's table), as it is
+            // after this batch's writes, for each item's key.
+            let read = match reads {
+                Some(table) => {
+                    let keys: Vec<Vec<u8>> = pending.iter().map(|i| i.key.clone()).collect();
+                    report.join_lookups += keys.len() as u64;
+                    store
+                        .get_many(&self.inner.stores[table].name, &keys)
+                        .await?
+                }
+                None => HashMap::new(),
+            };
             let mut rewrites = Vec::with_capacity(pending.len());
             for item in pending {
                 ctx.origin = Origin::Update {
@@ -596,7 +609,8 @@ impl Topology {
                 let mut closed = None;
                 let done = emitted.entry(item.key.clone()).or_default();
                 guarded(|| {
-                    closed = close(ctx, &item.key, &item.state, low, done)?;
+                    let table = read.get(&item.key);
+                    closed = close(ctx, &item.key, &item.state, table, low, done)?;
                     Ok(())
                 })?;
                 if let Some((aggregate, next)) = closed {

@@ -84,6 +84,7 @@ pub(crate) type CloseFn = Arc<
             &mut Ctx,
             &[u8],
             &crate::state::ItemState,
+            Option<&crate::state::ItemState>,
             i64,
             &mut std::collections::HashSet<Vec<u8>>,
         ) -> Result<Option<(Vec<u8>, Option<i64>)>, StreamError>
@@ -103,6 +104,10 @@ pub(crate) struct Closing {
     /// A left or outer join's closing pass (`None`: an inner join's buffer, which prunes as
     /// records arrive and emits nothing alone).
     pub(crate) close: Option<CloseFn>,
+    /// The store (by index) whose item of each closing key the pass reads and gives the
+    /// close function (a stream–table join's table, read as of each released record's
+    /// timestamp); `None`: none.
+    pub(crate) reads: Option<usize>,
 }
 
 /// Everything a built topology holds.
@@ -137,6 +142,12 @@ pub(crate) struct TopologyInner {
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
     pub(crate) output: crate::sink::OutputGuarantee,
+    /// Compositions the DSL accepted when written but the build refuses (a grace period on
+    /// a table that is not versioned): the first one is [`StreamsBuilder::try_build`]'s
+    /// error.
+    ///
+    /// [`StreamsBuilder::try_build`]: crate::StreamsBuilder::try_build
+    pub(crate) refused: Vec<crate::error::TopologyError>,
 }
 
 impl TopologyInner {

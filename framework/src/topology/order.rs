@@ -242,10 +242,11 @@ impl Walk<'_> {
                 return Err(TopologyError::new(
                     name,
                     format!(
-                        "{what} is given the output of the left or outer stream–stream join \
-                         of store {:?}, which emits a record that joined nothing when the \
-                         stream time closes its window, in a closing pass after the batch's \
-                         writes, with no source record to apply it exactly once",
+                        "{what} is given the output of the join of store {:?}, which emits \
+                         records in a closing pass after the batch's writes (a left or outer \
+                         stream–stream join's records that joined nothing, a stream–table \
+                         join's records held for its grace period), with no source record \
+                         to apply them exactly once",
                         store_name(join)
                     ),
                     "produce the join's output with `to` and read that topic with \
@@ -337,7 +338,9 @@ impl Walk<'_> {
                         store_name(store)
                     )),
                     (None, Some(join)) => Some(format!(
-                        "the closing pass of the left or outer stream–stream join of store {:?}",
+                        "the closing pass of the join of store {:?} (a left or outer \
+                         stream–stream join's records that joined nothing, or a stream–table \
+                         join's records held for its grace period)",
                         store_name(join)
                     )),
                     (None, None) => None,

@@ -218,6 +218,35 @@ pub enum S {
         before: i64,
         grace: i64,
     },
+    /// Stream–table join with the versioned table of input topic `t<table>` (under `op`),
+    /// read as of each record's timestamp; with a grace period when `grace` is set.
+    VersionedJoin {
+        stream: Box<S>,
+        table: usize,
+        op: VOp,
+        left: bool,
+        grace: Option<i64>,
+    },
+}
+
+/// A table operator over a versioned table (its value as of a time passes through it).
+#[derive(Debug, Clone, Copy)]
+pub enum VOp {
+    None,
+    /// `map_values(v + c)`.
+    Add(i64),
+    /// `filter(v > c)`.
+    Above(i64),
+}
+
+impl VOp {
+    pub fn apply(self, v: i64) -> Option<i64> {
+        match self {
+            VOp::None => Some(v),
+            VOp::Add(c) => Some(v + c),
+            VOp::Above(c) => (v > c).then_some(v),
+        }
+    }
 }
 
 /// How a stream is grouped.
@@ -334,6 +363,9 @@ pub struct Plan {
     pub poison: bool,
     /// The output records' timestamps are not compared.
     pub ignore_timestamps: bool,
+    /// The table topics' records are spread over the streams' time range (for joins that
+    /// read a table as of a time), not after the streams' records.
+    pub interleave_tables: bool,
 }
 
 impl S {
@@ -353,6 +385,7 @@ impl S {
             S::ToStream(t) => 1 + t.size(),
             S::TryMapValues(s, _) => 1 + s.size(),
             S::StreamJoin { left, right, .. } => 1 + left.size() + right.size(),
+            S::VersionedJoin { stream, .. } => 2 + stream.size(),
         }
     }
 }
@@ -457,6 +490,7 @@ impl Plan {
         let mut time_base = 0;
         let mut poison = false;
         let mut ignore_timestamps = false;
+        let mut interleave_tables = false;
         let group =
             |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
                 0 => Group::Key,
@@ -540,6 +574,24 @@ impl Plan {
                 let source = S::Source(rng.below(2) as usize);
                 let s = stateless(rng, source, d, true);
                 vec![Out::Table(T::ToTable(Box::new(s)))]
+            }
+            "versioned_table_join" | "versioned_grace_join" => {
+                let op = match rng.below(4) {
+                    0 => VOp::Add(rng.range(-2, 2)),
+                    1 => VOp::Above(rng.range(0, 5)),
+                    _ => VOp::None,
+                };
+                interleave_tables = true;
+                let grace = (family == "versioned_grace_join")
+                    .then(|| rng.pick(&[0, 500, 2_000, 8_000, NO_LATENESS]));
+                let s = S::VersionedJoin {
+                    stream: Box::new(stream(rng, 2, d)),
+                    table: rng.below(2) as usize,
+                    op,
+                    left: rng.chance(50),
+                    grace,
+                };
+                vec![Out::Stream(stateless(rng, s, 1, false))]
             }
             "stream_table_join" => {
                 let s = S::Join(
@@ -931,6 +983,7 @@ impl Plan {
             time_base,
             poison,
             ignore_timestamps,
+            interleave_tables,
         }
     }
 
@@ -941,6 +994,7 @@ impl Plan {
             builder: &builder,
             streams: HashMap::new(),
             tables: HashMap::new(),
+            versioned: HashMap::new(),
             splits: HashMap::new(),
             next: 0,
         };
@@ -990,6 +1044,8 @@ struct Builder<'a> {
     builder: &'a StreamsBuilder,
     streams: HashMap<usize, KStream<K, V>>,
     tables: HashMap<usize, KTable<K, i64>>,
+    /// The versioned tables of the table topics.
+    versioned: HashMap<usize, KTable<K, i64>>,
     /// The branches of each split, by the split stream and predicates (`S::Branch`).
     splits: HashMap<String, Vec<KStream<K, V>>>,
     next: usize,
@@ -1077,6 +1133,47 @@ impl Builder<'_> {
                 }
             }
             S::ToStream(t) => self.table(t).to_stream().map_values(Some),
+            S::VersionedJoin {
+                stream,
+                table,
+                op,
+                left,
+                grace,
+            } => {
+                let s = self.stream(stream);
+                let builder = self.builder;
+                let source = self.versioned.entry(*table).or_insert_with(|| {
+                    builder.versioned_table(
+                        &format!("t{table}"),
+                        Nullable(Utf8),
+                        DecimalI64,
+                        &format!("vtable{table}"),
+                        Duration::from_secs(1_000_000),
+                    )
+                });
+                let t = match *op {
+                    VOp::None => source.filter(|_, _| true),
+                    VOp::Add(c) => source.map_values(move |v| v + c),
+                    VOp::Above(c) => source.filter(move |_, v| *v > c),
+                };
+                let serdes = (Nullable(Utf8), Nullable(DecimalI64));
+                match (grace, left) {
+                    (None, true) => s.left_join(&t, |_, v, t| stream_joiner(v, t)),
+                    (None, false) => s.join(&t, |_, v, t| stream_joiner(v, Some(t))),
+                    (Some(g), true) => {
+                        let store = self.name("grace");
+                        let g = Duration::from_millis(*g as u64);
+                        s.left_join_with_grace(&t, g, &store, serdes, |_, v, t| stream_joiner(v, t))
+                    }
+                    (Some(g), false) => {
+                        let store = self.name("grace");
+                        let g = Duration::from_millis(*g as u64);
+                        s.join_with_grace(&t, g, &store, serdes, |_, v, t| {
+                            stream_joiner(v, Some(t))
+                        })
+                    }
+                }
+            }
             S::TryMapValues(s, bad) => {
                 let bad = *bad;
                 self.stream(s).try_map_values(move |v| try_add_one(bad, v))
@@ -1309,7 +1406,11 @@ impl Inputs {
         let n_table = rng.below(16) as usize;
         let mut clock = plan.time_base;
         for i in 0..n_stream + n_table {
-            let table = i >= n_stream;
+            let table = if plan.interleave_tables {
+                rng.below((n_stream + n_table) as u64) < n_table as u64
+            } else {
+                i >= n_stream
+            };
             let key = if rng.chance(if table { 5 } else { 10 }) {
                 None
             } else {

@@ -116,7 +116,8 @@ fn without_poison(plan: &Plan, inputs: &Inputs) -> Inputs {
             | S::Split(s, _, _)
             | S::Repartition(s)
             | S::Branch { of: s, .. }
-            | S::Join(s, _, _) => walk(s, inputs, bad),
+            | S::Join(s, _, _)
+            | S::VersionedJoin { stream: s, .. } => walk(s, inputs, bad),
             S::TryMapValues(inner, b) => {
                 walk(inner, inputs, bad);
                 for r in stream(inner, inputs) {
@@ -288,6 +289,45 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                     .map(|value| Rec { value, ..r })
             })
             .collect(),
+        S::VersionedJoin {
+            stream: s,
+            table,
+            op,
+            left,
+            grace,
+        } => {
+            let versions = versioned(*table, inputs);
+            let mut read = BTreeSet::new();
+            sources(s, &mut read);
+            let low = low_watermark(&read, inputs);
+            stream(s, inputs)
+                .into_iter()
+                .filter_map(|r| {
+                    let Some(k) = &r.key else {
+                        // No table value; a left join emits it at once, an inner drops it.
+                        return left.then(|| Rec {
+                            value: stream_joiner(r.value, None),
+                            ..r.clone()
+                        });
+                    };
+                    // With a grace period: released once the join's closing time (the
+                    // lowest stream time of the stream's partitions) reaches ts + grace.
+                    if let Some(g) = grace
+                        && low.is_none_or(|low| r.ts.saturating_add(*g) > low)
+                    {
+                        return None;
+                    }
+                    let found = as_of(versions.get(k), r.ts).and_then(|v| op.apply(v));
+                    match (found, left) {
+                        (None, false) => None,
+                        (found, _) => Some(Rec {
+                            value: stream_joiner(r.value, found),
+                            ..r
+                        }),
+                    }
+                })
+                .collect()
+        }
         S::StreamJoin {
             left,
             right,
@@ -309,6 +349,25 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             )
         }
     }
+}
+
+/// The versions of each key of table topic `t<i>` (Kafka Streams' versioned store, KIP-889,
+/// with a retention longer than the inputs): per key, `(valid from, value or None for a
+/// tombstone)` by timestamp; of two records at one timestamp the later (in offset order,
+/// the key's partition) replaces the earlier. Records with a null key are dropped.
+fn versioned(i: usize, inputs: &Inputs) -> BTreeMap<String, BTreeMap<i64, Option<i64>>> {
+    let mut out: BTreeMap<String, BTreeMap<i64, Option<i64>>> = BTreeMap::new();
+    for r in log(inputs, &format!("t{i}")) {
+        if let Some(k) = &r.key {
+            out.entry(k.clone()).or_default().insert(r.ts, r.value);
+        }
+    }
+    out
+}
+
+/// The value valid at `ts`: that of the newest version at or before it.
+fn as_of(versions: Option<&BTreeMap<i64, Option<i64>>>, ts: i64) -> Option<i64> {
+    versions?.range(..=ts).next_back().and_then(|(_, v)| *v)
 }
 
 /// Kafka Streams' stream–stream join (`KStreamKStreamJoin`, 3.1+ semantics), of the
@@ -582,7 +641,8 @@ fn sources(s: &S, into: &mut BTreeSet<usize>) {
         | S::Repartition(s)
         | S::Branch { of: s, .. }
         | S::TryMapValues(s, _)
-        | S::Join(s, _, _) => sources(s, into),
+        | S::Join(s, _, _)
+        | S::VersionedJoin { stream: s, .. } => sources(s, into),
         S::Merge(a, b) => {
             sources(a, into);
             sources(b, into);

@@ -131,6 +131,7 @@ where
                     node,
                     topics: Default::default(),
                     close: None,
+                    reads: None,
                 });
             }
             node

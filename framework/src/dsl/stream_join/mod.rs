@@ -42,6 +42,7 @@ use crate::serdes::{Serde, SerdeError};
 use crate::topology::context::Ctx;
 use crate::topology::describe::NodeKind;
 
+mod grace;
 mod inner;
 mod outer;
 

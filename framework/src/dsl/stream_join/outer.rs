@@ -26,7 +26,7 @@ impl Outer {
 
 /// The ids of left and outer joins, one per join built (its arrivals are counted per
 /// join in a batch, [`Ctx::join_arrivals`]).
-static NEXT_JOIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static NEXT_JOIN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The side of this stream in a [`JoinState`] (the other stream's is 1).
 pub(super) const THIS: u8 = 0;
@@ -64,7 +64,7 @@ pub(super) mod base64_bytes {
     use base64::engine::general_purpose::STANDARD;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub(super) fn serialize<S: Serializer>(
+    pub(in crate::dsl::stream_join) fn serialize<S: Serializer>(
         value: &Option<Vec<u8>>,
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
@@ -74,7 +74,7 @@ pub(super) mod base64_bytes {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+    pub(in crate::dsl::stream_join) fn deserialize<'de, D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Option<Vec<u8>>, D::Error> {
         Option::<String>::deserialize(deserializer)?
@@ -641,6 +641,7 @@ where
                 node,
                 topics: Default::default(),
                 close: Some(close),
+                reads: None,
             });
             node
         };
@@ -668,7 +669,12 @@ where
     VR: Clone + Send + Sync + 'static,
 {
     Arc::new(
-        move |ctx: &mut Ctx, key_bytes: &[u8], state: &ItemState, low: i64, emitted| {
+        move |ctx: &mut Ctx,
+              key_bytes: &[u8],
+              state: &ItemState,
+              _: Option<&ItemState>,
+              low: i64,
+              emitted| {
             let corrupt = |what: &str, e: String| {
                 StreamError::Config(format!("a join state's {what} does not decode: {e}"))
             };
