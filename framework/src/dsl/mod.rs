@@ -33,9 +33,11 @@ mod session;
 mod sliding;
 mod state_codec;
 mod stream_join;
+mod suppress;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
+pub use suppress::Suppressed;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::{StreamError, TopologyError};
@@ -210,7 +212,7 @@ impl StreamsBuilder {
     /// exactly once: a table's update stream aggregated (`to_stream().group_by_key()
     /// .count()`, `to_stream().to_table()`), repartitioned or buffered by a stream–stream
     /// join; a join of an emit-on-close window's updates; a store that would feed itself
-    /// within one batch. As Kafka Streams' `TopologyException` at build: a programming
+    /// within one batch; a `suppress` that is not directly on a windowed aggregation's table. As Kafka Streams' `TopologyException` at build: a programming
     /// error, found before any record.
     ///
     /// It also fixes the order of each batch's steps: every store is written once, after
@@ -234,6 +236,7 @@ impl StreamsBuilder {
     pub fn try_build(self) -> Result<Topology, TopologyError> {
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
+        suppress::check(&inner)?;
         // A left or outer join closes on the stream times of the partitions feeding it.
         for index in 0..inner.stores.len() {
             if let Some(node) = inner.stores[index].closing.as_ref().map(|c| c.node) {

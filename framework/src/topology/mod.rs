@@ -40,6 +40,16 @@ impl<K: Clone, V: Clone> Downstream<K, V> {
             .push(processor);
     }
 
+    /// An identity of this node's children list (the same for every clone of it).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const () as usize
+    }
+
+    /// How many children it has.
+    pub(crate) fn readers(&self) -> usize {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// Sends one record to every child (cloning for all but the last).
     pub(crate) fn forward(&self, ctx: &mut Ctx, key: K, value: V) -> Result<(), StreamError> {
         let children = self.0.read().unwrap_or_else(PoisonError::into_inner);
@@ -91,17 +101,20 @@ pub(crate) type CloseFn = Arc<
         + Sync,
 >;
 
-/// How a stream–stream join's store closes: its records can meet no partner once the
-/// join's closing time passes their window and grace.
+/// How a store closes on its content: a stream–stream join's records can meet no partner
+/// once the join's closing time passes their window and grace; an emit-on-close session or
+/// sliding window's item emits each session or window once it closes.
 #[derive(Clone)]
 pub(crate) struct Closing {
-    /// The join's node: the source topics upstream of it give its closing time.
+    /// The join's (or aggregation's) node: the source topics upstream of it give its
+    /// closing time.
     pub(crate) node: NodeId,
     /// The topics whose partitions' stream times close the join (set at build: the
     /// source topics upstream of `node`).
     pub(crate) topics: BTreeSet<String>,
-    /// A left or outer join's closing pass (`None`: an inner join's buffer, which prunes as
-    /// records arrive and emits nothing alone).
+    /// The closing pass of a left or outer join's or of an emit-on-close session or
+    /// sliding window's items (`None`: an inner join's buffer, which prunes as records
+    /// arrive and emits nothing alone).
     pub(crate) close: Option<CloseFn>,
 }
 
@@ -130,7 +143,21 @@ pub(crate) struct TopologyInner {
     /// them (a repartition topic fed by records that waited at different joins, see
     /// [`order`]). Set when the topology is built.
     pub(crate) sort_hops: bool,
+    /// The windowed aggregations' switches to final results, by the id of their table's
+    /// updates ([`Downstream::id`]): what `KTable::suppress(untilWindowCloses)` turns on.
+    pub(crate) finals: HashMap<usize, FinalSwitch>,
+    /// The suppressed tables: the suppress node, and how many operators read the
+    /// aggregation's own updates (exactly one, the suppression, or the build refuses).
+    pub(crate) suppressions: Vec<(NodeId, Readers)>,
+    /// Shapes refused while the topology was written, reported by the build.
+    pub(crate) refused: Vec<crate::error::TopologyError>,
 }
+
+/// Switches a windowed aggregation to emit once per window, when it closes.
+pub(crate) type FinalSwitch = Arc<dyn Fn(&mut TopologyInner) + Send + Sync>;
+
+/// How many operators read a table's updates.
+pub(crate) type Readers = Box<dyn Fn() -> usize + Send + Sync>;
 
 impl TopologyInner {
     /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.
