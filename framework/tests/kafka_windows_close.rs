@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lambda_streams::driver::{Batching, TestDriver};
-use lambda_streams::dsl::{EmitStrategy, KTable, SessionWindows, Windowed};
+use lambda_streams::dsl::{EmitStrategy, KTable, SessionWindows, SlidingWindows, Windowed};
 use lambda_streams::serdes::{Nullable, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -322,4 +322,365 @@ fn a_quiet_key_gets_its_final_session_once() {
     }
     let first = per_size.values().next().cloned().unwrap();
     assert!(per_size.values().all(|r| *r == first));
+}
+
+// ---------------------------------------------------------------------------------------
+// Sliding windows: KStreamSlidingWindowAggregateTest, ON_WINDOW_CLOSE
+// ---------------------------------------------------------------------------------------
+
+/// The test's sliding aggregation (`"0"`, `TOSTRING_ADDER`) or reduce (`STRING_ADDER`),
+/// emitting final results.
+fn sliding(difference: u64, grace: u64, kind: &str) -> Topology {
+    let builder = StreamsBuilder::new();
+    let windowed = builder
+        .stream("input", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+            ms(difference),
+            ms(grace),
+        ))
+        .emit_strategy(EmitStrategy::OnWindowClose);
+    match kind {
+        "reduce" => to_out(windowed.reduce("store", |a, b| format!("{a}+{b}"), Utf8)),
+        _ => to_out(windowed.aggregate("store", || "0".to_owned(), adder, Utf8)),
+    }
+    builder.build()
+}
+
+/// A sliding window's record: (key, start, value, timestamp).
+type Slid = (String, i64, String, i64);
+
+/// The records out as (key, window start, value, timestamp), sorted (Kafka's `gatherOutput`
+/// and its sorted lists compare them as a set).
+fn slid(records: &[Out]) -> Vec<Slid> {
+    let mut slid: Vec<Slid> = records
+        .iter()
+        .map(|(window, value, ts)| {
+            let (key, bounds) = window.split_once('@').unwrap();
+            let start = bounds.split('/').next().unwrap().parse().unwrap();
+            (key.to_owned(), start, value.clone().unwrap(), *ts)
+        })
+        .collect();
+    slid.sort();
+    slid
+}
+
+fn windows(key: &str, expected: &[(i64, &str, i64)]) -> Vec<Slid> {
+    let mut all: Vec<Slid> = expected
+        .iter()
+        .map(|(start, v, ts)| (key.to_owned(), *start, v.to_string(), *ts))
+        .collect();
+    all.sort();
+    all
+}
+
+/// One record per batch, then batches of 2, 3 and all records: each time Kafka's final
+/// windows, each once.
+fn check_sliding(build: impl Fn() -> Topology, inputs: &[(&str, &str, i64)], expected: &[Slid]) {
+    let mut sorted = expected.to_vec();
+    sorted.sort();
+    for batching in [
+        Batching::PerRecord,
+        Batching::Size(2),
+        Batching::Size(3),
+        Batching::Manual,
+    ] {
+        assert_eq!(
+            slid(&run(build(), batching, inputs)),
+            sorted,
+            "{batching:?}"
+        );
+    }
+}
+
+/// KStreamSlidingWindowAggregateTest.testAggregateSmallInput (ON_WINDOW_CLOSE): difference
+/// 10, grace 5; at stream time 30 the windows ending before 25 have closed.
+#[test]
+fn sliding_aggregate_small_input_emit_final() {
+    check_sliding(
+        || sliding(10, 5, "aggregate"),
+        &[
+            ("A", "1", 10),
+            ("A", "2", 10),
+            ("A", "3", 14),
+            ("A", "4", 15),
+            ("A", "5", 20),
+            ("A", "6", 22),
+            ("A", "7", 30),
+        ],
+        &windows(
+            "A",
+            &[
+                (0, "0+1+2", 10),
+                (4, "0+1+2+3", 14),
+                (5, "0+1+2+3+4", 15),
+                (10, "0+1+2+3+4+5", 20),
+                (11, "0+3+4+5", 20),
+                (12, "0+3+4+5+6", 22),
+            ],
+        ),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testReduceSmallInput (ON_WINDOW_CLOSE).
+#[test]
+fn sliding_reduce_small_input_emit_final() {
+    check_sliding(
+        || sliding(10, 5, "reduce"),
+        &[
+            ("A", "1", 10),
+            ("A", "2", 14),
+            ("A", "3", 15),
+            ("A", "4", 22),
+            ("A", "5", 26),
+            ("A", "6", 30),
+        ],
+        &windows(
+            "A",
+            &[
+                (0, "1", 10),
+                (4, "1+2", 14),
+                (5, "1+2+3", 15),
+                (11, "2+3", 15),
+                (12, "2+3+4", 22),
+            ],
+        ),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testAggregateLargeInput (ON_WINDOW_CLOSE): difference
+/// 10, grace 10. Records whose windows had closed when they were read (B@14's `[4, 14]`,
+/// C@11's `[1, 11]`, D@11, D@12, D@16's left windows) count only in their windows still
+/// open, and the windows no record counted in are not emitted.
+#[test]
+fn sliding_aggregate_large_input_emit_final() {
+    let mut expected = windows("A", &[(0, "0+1", 10), (5, "0+1+4", 15)]);
+    expected.extend(windows(
+        "B",
+        &[(2, "0+1", 12), (3, "0+1+2", 13), (8, "0+1+2+3+6", 18)],
+    ));
+    expected.extend(windows("C", &[(5, "0+2", 15), (6, "0+2+3", 16)]));
+    check_sliding(
+        || sliding(10, 10, "aggregate"),
+        &[
+            ("A", "1", 10),
+            ("A", "2", 20),
+            ("A", "3", 22),
+            ("A", "4", 15),
+            ("B", "1", 12),
+            ("B", "2", 13),
+            ("B", "3", 18),
+            ("B", "4", 19),
+            ("B", "5", 25),
+            ("B", "6", 14),
+            ("C", "1", 11),
+            ("C", "2", 15),
+            ("C", "3", 16),
+            ("C", "4", 21),
+            ("C", "5", 23),
+            ("D", "4", 11),
+            ("D", "2", 12),
+            ("D", "3", 29),
+            ("D", "5", 16),
+        ],
+        &expected,
+    );
+}
+
+/// `testEarlyRecordsSmallInput`'s and `testEarlyNoGracePeriodSmallInput`'s input (records
+/// before the difference share the window `[0, 50]`); the last value is `last`.
+fn early_small(last: &'static str) -> Vec<(&'static str, &'static str, i64)> {
+    vec![
+        ("A", "1", 0),
+        ("A", "2", 5),
+        ("A", "3", 6),
+        ("A", "4", 3),
+        ("A", "5", 13),
+        ("A", "6", 10),
+        ("A", last, 70),
+    ]
+}
+
+/// The final windows of [`early_small`], as both Kafka tests expect them.
+fn early_small_final() -> Vec<Slid> {
+    windows(
+        "A",
+        &[
+            (0, "0+1+2+3+4+5+6", 13),
+            (1, "0+2+3+4+5+6", 13),
+            (4, "0+2+3+5+6", 13),
+            (6, "0+3+5+6", 13),
+            (7, "0+5+6", 13),
+            (11, "0+5", 13),
+        ],
+    )
+}
+
+/// KStreamSlidingWindowAggregateTest.testEarlyRecordsSmallInput (ON_WINDOW_CLOSE):
+/// difference 50, grace 0.
+#[test]
+fn sliding_early_records_small_input_emit_final() {
+    check_sliding(
+        || sliding(50, 0, "aggregate"),
+        &early_small("7"),
+        &early_small_final(),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testEarlyNoGracePeriodSmallInput (ON_WINDOW_CLOSE).
+#[test]
+fn sliding_early_no_grace_period_small_input_emit_final() {
+    check_sliding(
+        || sliding(50, 0, "aggregate"),
+        &early_small("6"),
+        &early_small_final(),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testEarlyRecordsRepeatedInput (ON_WINDOW_CLOSE):
+/// difference 5, grace 0; at stream time 7 the windows starting at 0 and 1 have closed.
+#[test]
+fn sliding_early_records_repeated_input_emit_final() {
+    check_sliding(
+        || sliding(5, 0, "aggregate"),
+        &[
+            ("A", "1", 0),
+            ("A", "2", 2),
+            ("A", "3", 4),
+            ("A", "4", 0),
+            ("A", "5", 2),
+            ("A", "6", 2),
+            ("A", "7", 0),
+            ("A", "8", 7),
+        ],
+        &windows("A", &[(0, "0+1+2+3+4+5+6+7", 4), (1, "0+2+3+5+6", 4)]),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testNoGracePeriodSmallInput (ON_WINDOW_CLOSE):
+/// difference 50, grace 0. The record at 103 is read at stream time 106, when its left
+/// window `[53, 103]` had closed: that window does not exist, and 103 counts in `[56, 106]`.
+#[test]
+fn sliding_no_grace_period_small_input_emit_final() {
+    check_sliding(
+        || sliding(50, 0, "aggregate"),
+        &[
+            ("A", "1", 100),
+            ("A", "2", 105),
+            ("A", "3", 106),
+            ("A", "4", 103),
+            ("A", "5", 113),
+            ("A", "6", 110),
+        ],
+        &windows(
+            "A",
+            &[(50, "0+1", 100), (55, "0+1+2", 105), (56, "0+1+2+3+4", 106)],
+        ),
+    );
+}
+
+/// `testEarlyRecordsLargeInput`'s and `testEarlyNoGracePeriodLargeInput`'s input.
+const EARLY_LARGE: &[(&str, &str, i64)] = &[
+    ("E", "1", 0),
+    ("E", "3", 5),
+    ("E", "4", 6),
+    ("E", "2", 3),
+    ("E", "6", 13),
+    ("E", "5", 10),
+    ("E", "7", 4),
+    ("E", "8", 2),
+    ("E", "9", 15),
+];
+
+/// KStreamSlidingWindowAggregateTest.testEarlyRecordsLargeInput (ON_WINDOW_CLOSE):
+/// difference 10, grace 1.
+#[test]
+fn sliding_early_records_large_input_emit_final() {
+    check_sliding(
+        || sliding(10, 1, "aggregate"),
+        EARLY_LARGE,
+        &windows(
+            "E",
+            &[
+                (0, "0+1+3+4+2", 6),
+                (1, "0+3+4+2", 6),
+                (3, "0+3+4+2+6+5+7", 13),
+            ],
+        ),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testEarlyNoGracePeriodLargeInput (ON_WINDOW_CLOSE):
+/// difference 10, no grace.
+#[test]
+fn sliding_early_no_grace_period_large_input_emit_final() {
+    check_sliding(
+        || sliding(10, 0, "aggregate"),
+        EARLY_LARGE,
+        &windows(
+            "E",
+            &[
+                (0, "0+1+3+4+2", 6),
+                (1, "0+3+4+2", 6),
+                (3, "0+3+4+2+6+5+7", 13),
+                (4, "0+3+4+6+5+7", 13),
+            ],
+        ),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.testNoGracePeriodLargeInput (ON_WINDOW_CLOSE):
+/// difference 10, no grace.
+#[test]
+fn sliding_no_grace_period_large_input_emit_final() {
+    check_sliding(
+        || sliding(10, 0, "aggregate"),
+        &[
+            ("E", "1", 100),
+            ("E", "3", 105),
+            ("E", "4", 106),
+            ("E", "2", 103),
+            ("E", "6", 113),
+            ("E", "5", 110),
+            ("E", "7", 104),
+            ("E", "8", 102),
+            ("E", "9", 115),
+        ],
+        &windows(
+            "E",
+            &[
+                (90, "0+1", 100),
+                (95, "0+1+3", 105),
+                (96, "0+1+3+4+2", 106),
+                (101, "0+3+4+2", 106),
+                (103, "0+3+4+2+6+5+7", 113),
+                (104, "0+3+4+6+5+7", 113),
+            ],
+        ),
+    );
+}
+
+/// KStreamSlidingWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindowByGrace
+/// (ON_WINDOW_CLOSE): difference 10, grace 90; Kafka reads exactly these two records, in
+/// this order (the records at 100 … 105 and 15 count in no open window).
+#[test]
+fn sliding_should_skip_expired_window_by_grace_emit_final() {
+    let inputs = [
+        ("k", "100", 200),
+        ("k", "0", 100),
+        ("k", "1", 101),
+        ("k", "2", 102),
+        ("k", "3", 103),
+        ("k", "4", 104),
+        ("k", "5", 105),
+        ("k", "6", 15),
+        ("k", "101", 300),
+        ("k", "102", 400),
+    ];
+    let kafka = out(&[("k@190/201", "0+100", 200), ("k@290/301", "0+101", 300)]);
+    assert_eq!(
+        run(sliding(10, 90, "aggregate"), Batching::PerRecord, &inputs),
+        kafka
+    );
+    check_sliding(|| sliding(10, 90, "aggregate"), &inputs, &slid(&kafka));
 }

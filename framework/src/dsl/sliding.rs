@@ -47,11 +47,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::state_codec::StateCodec;
-use super::windowed::Windowed;
+use super::suppress::{FinalResults, alias_final, register_final};
+use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
-use crate::topology::context::Origin;
+use crate::state::ItemState;
+use crate::topology::context::{Ctx, Origin};
+use crate::topology::{CloseFn, Closing};
 
 /// Sliding windows: how far back a record's window reaches, and a grace period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,15 +113,123 @@ impl SlidingWindows {
     }
 }
 
+impl SlidingWindows {
+    /// When the window starting at `start` closes, as Kafka Streams' emit-on-close: once
+    /// the stream time is past its end + grace (`end < stream time - grace`).
+    fn close_time(&self, start: i64) -> i64 {
+        start
+            .saturating_add(self.difference)
+            .saturating_add(self.grace)
+            .saturating_add(1)
+    }
+}
+
+impl Records {
+    /// Emit-on-close: takes in the record `r` read at stream time `seen` as Kafka Streams'
+    /// sliding-window processor does, which keeps windows, not records: `r` counts in the
+    /// windows it falls in that exist and are still open; its left window, the right
+    /// window of the record before it and its own right window (when a later record is in
+    /// it) are created if they do not exist yet and are still open, holding the records in
+    /// them that Kafka Streams knows of (records that counted in a window when they were
+    /// read) and `r` if it falls in them. A record that counts in no window is one Kafka
+    /// Streams does not know of: it is in no window made later either.
+    fn arrive_final(&mut self, mut r: Buffered, windows: SlidingWindows) {
+        let seen = r.seen.unwrap_or(r.ts);
+        let seq = self.seq;
+        self.seq = self.seq.saturating_add(1);
+        let open = |start: i64| windows.close_time(start) > seen;
+        let holds =
+            |start: i64, ts: i64| start <= ts && ts <= start.saturating_add(windows.difference);
+        let mut known = self
+            .created
+            .iter()
+            .any(|(start, _)| holds(*start, r.ts) && open(*start));
+        let reach = windows.difference.saturating_add(1);
+        let mut new = vec![r.ts.saturating_sub(windows.difference).max(0)];
+        let later = self
+            .records
+            .iter()
+            .any(|x| x.known && x.ts > r.ts && x.ts <= r.ts.saturating_add(reach));
+        if later {
+            new.push(r.ts.saturating_add(1));
+        }
+        let before = self
+            .records
+            .iter()
+            .filter(|x| x.known && x.ts < r.ts)
+            .map(|x| x.ts)
+            .max();
+        if let Some(p) = before.filter(|p| r.ts <= p.saturating_add(reach)) {
+            new.push(p.saturating_add(1));
+        }
+        for start in new {
+            if open(start) && !self.created.iter().any(|(s, _)| *s == start) {
+                self.created.push((start, seq));
+                known |= holds(start, r.ts);
+            }
+        }
+        r.seq = seq;
+        r.known = known;
+        self.records.push(r);
+    }
+
+    /// Emit-on-close: the windows not emitted yet, by start, each with the records that
+    /// count in it (indices, in arrival order): the records Kafka Streams knew of when it
+    /// was created, then those read while it was open.
+    fn final_windows(&self, windows: SlidingWindows) -> Vec<(i64, Vec<usize>)> {
+        let closed = self.closed.unwrap_or(i64::MIN);
+        let mut created: Vec<(i64, u64)> = self
+            .created
+            .iter()
+            .copied()
+            .filter(|(start, _)| windows.close_time(*start) > closed)
+            .collect();
+        created.sort_unstable();
+        created
+            .into_iter()
+            .filter_map(|(start, at)| {
+                let close = windows.close_time(start);
+                let end = start.saturating_add(windows.difference);
+                let members: Vec<usize> = (0..self.records.len())
+                    .filter(|&i| {
+                        let r = &self.records[i];
+                        (start..=end).contains(&r.ts)
+                            && if r.seq < at {
+                                r.known
+                            } else {
+                                r.seen.is_none_or(|seen| close > seen)
+                            }
+                    })
+                    .collect();
+                (!members.is_empty()).then_some((start, members))
+            })
+            .collect()
+    }
+
+    /// Emit-on-close: when the item next closes (the earliest close time of a window not
+    /// emitted yet).
+    fn next_close(&self, windows: SlidingWindows) -> Option<i64> {
+        self.final_windows(windows)
+            .into_iter()
+            .map(|(start, _)| windows.close_time(start))
+            .min()
+    }
+}
+
 /// One buffered record: its timestamp, its value as the value serde wrote it (`None`: the
-/// serde wrote null, as `Nullable` does for `None`; `count` keeps no value), and where it
+/// serde wrote null, as `Nullable` does for `None`; `count` keeps no value), where it
 /// was read, `(topic-partition of the batch, offset)` (`None` in items written by earlier
-/// versions).
+/// versions), and, for emit-on-close, the stream time of its partition when it was read
+/// (its own timestamp included), its place in the item's arrival order, and whether it
+/// counted in a window when it was read (see [`Records::arrive_final`]).
 #[derive(Debug, Clone)]
 struct Buffered {
     ts: i64,
     value: Option<Vec<u8>>,
     at: Option<(String, i64)>,
+    seen: Option<i64>,
+    seq: u64,
+    known: bool,
 }
 
 /// A key's buffered records, in arrival order (items written by earlier versions: by
@@ -126,12 +237,18 @@ struct Buffered {
 /// is buffered (`None`: every record; earlier ones were dropped as too old). `floor` is the
 /// newest timestamp as stored before the batch, and `batch` the batch's partitions with
 /// their first offsets (both known during a write, not stored).
+/// Emit-on-close: `closed`, the windows that close at or before it were emitted by the
+/// closing pass; `created`, the windows Kafka Streams would hold (start, and the arrival
+/// number of the record that created it); `seq`, the next arrival number.
 #[derive(Debug, Clone, Default)]
 struct Records {
     records: Vec<Buffered>,
     from: Option<i64>,
     floor: Option<i64>,
     batch: Arc<Vec<(String, i64)>>,
+    closed: Option<i64>,
+    created: Vec<(i64, u64)>,
+    seq: u64,
 }
 
 impl Records {
@@ -168,10 +285,28 @@ const RECORDS: StateCodec = StateCodec::new("window records");
 /// A stored record: timestamp, value, where it was read.
 type StoredRecord = (i64, Option<String>, Option<(String, i64)>);
 
+/// A stored record of an emit-on-close item: as [`StoredRecord`], and the stream time it
+/// was read at, its arrival number, whether it counted in a window.
+type StoredFinal = (
+    i64,
+    Option<String>,
+    Option<(String, i64)>,
+    Option<i64>,
+    u64,
+    bool,
+);
+
 /// The stored form of [`Records`] (no item yet: no records).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 enum StoredRecords {
+    Final {
+        from: Option<i64>,
+        buffer: Vec<StoredFinal>,
+        closed: Option<i64>,
+        created: Vec<(i64, u64)>,
+        seq: u64,
+    },
     Sourced {
         from: Option<i64>,
         buffer: Vec<StoredRecord>,
@@ -195,6 +330,29 @@ impl Serde<Records> for RecordsSerde {
     }
 
     fn try_serialize(&self, value: &Records) -> Result<Option<Vec<u8>>, SerdeError> {
+        if value.closed.is_some() || value.seq > 0 {
+            let buffer = value
+                .records
+                .iter()
+                .map(|r| {
+                    (
+                        r.ts,
+                        r.value.as_deref().map(|v| RECORDS.encode_bytes(v)),
+                        r.at.clone(),
+                        r.seen,
+                        r.seq,
+                        r.known,
+                    )
+                })
+                .collect();
+            return RECORDS.encode(&StoredRecords::Final {
+                from: value.from,
+                buffer,
+                closed: value.closed,
+                created: value.created.clone(),
+                seq: value.seq,
+            });
+        }
         let buffer = value
             .records
             .iter()
@@ -215,30 +373,59 @@ impl Serde<Records> for RecordsSerde {
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let stored: StoredRecords = RECORDS.decode(data)?;
-        let (from, rows): (_, Vec<StoredRecord>) = match stored {
-            StoredRecords::Sourced { from, buffer } => (from, buffer),
+        let (from, rows, closed, created, seq): (_, Vec<StoredFinal>, _, _, _) = match stored {
+            StoredRecords::Final {
+                from,
+                buffer,
+                closed,
+                created,
+                seq,
+            } => (from, buffer, closed, created, seq),
+            StoredRecords::Sourced { from, buffer } => (
+                from,
+                buffer
+                    .into_iter()
+                    .map(|(t, v, at)| (t, v, at, None, 0, true))
+                    .collect(),
+                None,
+                Vec::new(),
+                0,
+            ),
             StoredRecords::Kept { from, records } => (
                 from,
                 records
                     .into_iter()
-                    .map(|(t, v)| (t, Some(v), None))
+                    .map(|(t, v)| (t, Some(v), None, None, 0, true))
                     .collect(),
+                None,
+                Vec::new(),
+                0,
             ),
             StoredRecords::Bare(records) => (
                 None,
                 records
                     .into_iter()
-                    .map(|(t, v)| (t, Some(v), None))
+                    .map(|(t, v)| (t, Some(v), None, None, 0, true))
                     .collect(),
+                None,
+                Vec::new(),
+                0,
             ),
         };
         let mut records = Vec::with_capacity(rows.len());
-        for (ts, value, at) in rows {
+        for (ts, value, at, seen, seq, known) in rows {
             let value = match value {
                 Some(text) => Some(RECORDS.decode_bytes(&text)?),
                 None => None,
             };
-            records.push(Buffered { ts, value, at });
+            records.push(Buffered {
+                ts,
+                value,
+                at,
+                seen,
+                seq,
+                known,
+            });
         }
         let floor = records.iter().map(|r| r.ts).max();
         Ok(Records {
@@ -246,6 +433,9 @@ impl Serde<Records> for RecordsSerde {
             from,
             floor,
             batch: Arc::default(),
+            closed,
+            created,
+            seq,
         })
     }
 }
@@ -254,6 +444,7 @@ impl Serde<Records> for RecordsSerde {
 pub struct SlidingWindowedKStream<K, V> {
     grouped: KGroupedStream<K, V>,
     windows: SlidingWindows,
+    emit: EmitStrategy,
 }
 
 impl<K, V> KGroupedStream<K, V>
@@ -270,6 +461,7 @@ where
                 Arc::clone(&self.key_serde),
             ),
             windows,
+            emit: EmitStrategy::default(),
         }
     }
 }
@@ -279,6 +471,60 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    /// When the aggregation emits, as Kafka Streams' `emitStrategy`: after every batch
+    /// that touched a key, every window of its buffered records (the default), or once per
+    /// window, its final value, when it closes ([`EmitStrategy::OnWindowClose`]): when the
+    /// low watermark (the lowest stream time of the partitions feeding the aggregation, with
+    /// the idle-partition timeout) passes its end + grace, as Kafka Streams' `end < stream
+    /// time - grace`. The final result carries the window's newest record time (Kafka
+    /// Streams'). As in Kafka Streams, a record counts only in the windows still open at its
+    /// partition's stream time when it is read (each buffered record keeps that time), and a
+    /// window no record counts in is not emitted, so the final values do not depend on batch
+    /// boundaries. A key that goes quiet still gets its final windows: its item is in the
+    /// table's `closing` index with the close time of its earliest window not emitted yet,
+    /// and the closing pass at the end of every batch emits the windows closed by then,
+    /// produced and acknowledged, then records in the item up to which time it emitted, on
+    /// the condition that its version is the one read (a crash in between emits them
+    /// again, with the same version). The item keeps the records of every window not
+    /// emitted yet.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::{EmitStrategy, SlidingWindows};
+    /// use lambda_streams::serdes::{DecimalI64, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let windows = SlidingWindows::of_time_difference_and_grace(
+    ///     Duration::from_secs(10),
+    ///     Duration::ZERO,
+    /// );
+    /// builder
+    ///     .stream("logins", Utf8, Utf8)
+    ///     .group_by_key(Utf8)
+    ///     .windowed_by_sliding(windows)
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count("recent-logins")
+    ///     .to_stream()
+    ///     .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+    ///     .to("login-bursts", Utf8, DecimalI64);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut logins = driver.input_topic("logins", Utf8, Utf8);
+    /// let mut out = driver.output_topic("login-bursts", Utf8, DecimalI64);
+    /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 20_000)?;
+    /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 25_000)?;
+    /// assert!(out.read_key_values()?.is_empty()); // both windows are open
+    /// logins.pipe_input_with_timestamp("u2", "ok".to_owned(), 25_001)?;
+    /// // [10 s, 20 s] has closed (20 s < 25.001 s), [15 s, 25 s] and [20.001 s, 30.001 s] not.
+    /// assert_eq!(out.read_key_values()?, [("u1@10000..=20000".to_owned(), 1)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
+        self.emit = emit;
+        self
+    }
+
     /// Counts the records of each key in each of its sliding windows.
     ///
     /// ```
@@ -366,8 +612,11 @@ where
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         value_serde: impl Serde<V>,
     ) -> KTable<Windowed<K>, V> {
-        self.aggregate(store, || None, super::reduce_adder(reducer), value_serde)
-            .flatten()
+        let table = self.aggregate(store, || None, super::reduce_adder(reducer), value_serde);
+        let (shared, updates) = (table.shared.clone(), table.updates().clone());
+        let flat = table.flatten();
+        alias_final(&shared, &updates, flat.updates());
+        flat
     }
 
     /// The aggregation, with the values kept as `encode` writes them (`None`: null) and
@@ -384,6 +633,13 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let windows = self.windows;
+        let finals = FinalResults::default();
+        let (reading, pruning, closing, emitting) = (
+            finals.clone(),
+            finals.clone(),
+            finals.clone(),
+            finals.clone(),
+        );
         // Lateness needs the partitions' stream times, loaded and persisted with the state.
         lock(&self.grouped.shared).windowed = true;
 
@@ -422,6 +678,9 @@ where
                     ts,
                     value: bytes,
                     at: Some((tp.to_string(), offset)),
+                    seen: reading.on().then(|| ctx.stream_time()),
+                    seq: 0,
+                    known: true,
                 };
                 out.forward(
                     ctx,
@@ -437,7 +696,7 @@ where
             timed,
             Arc::clone(&self.grouped.key_serde),
         );
-        let table = grouped.aggregate(
+        let table = grouped.aggregate_closing(
             store,
             Records::default,
             move |_, timed: Timed, mut buffer: Records| {
@@ -451,23 +710,69 @@ where
                         let reach = record.ts.saturating_sub(windows.difference);
                         oldest = oldest.min(reach.saturating_sub(1));
                     }
+                    // Emit-on-close: nor the records of a window not emitted yet (and the
+                    // record just before it, which decides whether a right window exists).
+                    if pruning.on() && buffer.records.iter().any(|r| r.ts < oldest) {
+                        for (start, _) in buffer.final_windows(windows) {
+                            oldest = oldest.min(start.saturating_sub(1));
+                        }
+                    }
                     buffer.records.retain(|r| r.ts >= oldest);
                     buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
                 // Kept in arrival order (the order the store folds the values in: by
                 // partition, then offset), which is the order Kafka Streams adds them to
                 // each window's aggregate.
-                buffer.records.push(timed.record);
+                if pruning.on() {
+                    buffer.arrive_final(timed.record, windows);
+                } else {
+                    buffer.records.push(timed.record);
+                }
                 buffer
             },
             RecordsSerde,
+            Some(Box::new(move |buffer: &Records| {
+                closing.on().then(|| buffer.next_close(windows))
+            })),
         );
+        let store_index = table.lookup.as_ref().map(|l| l.store);
+        let node = table.nodes.first().copied();
         let next = Downstream::<Windowed<K>, A>::new();
         let out = next.clone();
-        let (init, adder) = (Arc::new(init), Arc::new(adder));
+        let (init, adder, decode) = (Arc::new(init), Arc::new(adder), Arc::new(decode));
+        let fold = {
+            let (init, adder, decode) =
+                (Arc::clone(&init), Arc::clone(&adder), Arc::clone(&decode));
+            Arc::new(
+                move |key: &K,
+                      records: &mut dyn Iterator<Item = &Buffered>|
+                      -> Result<A, StreamError> {
+                    let mut aggregate = init();
+                    for record in records {
+                        let value = decode(record.value.as_deref()).map_err(|e| {
+                            StreamError::Config(format!(
+                                "a stored window record does not decode: {e}"
+                            ))
+                        })?;
+                        aggregate = adder(key, value, aggregate);
+                    }
+                    Ok(aggregate)
+                },
+            )
+        };
+        let close = closer(
+            Arc::clone(&self.grouped.key_serde),
+            windows,
+            fold,
+            next.clone(),
+        );
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, buffer: Records| {
+                if emitting.on() {
+                    // Emitted once per window, when it closes (the closing pass).
+                    return Ok(());
+                }
                 let mut times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
                 times.sort_unstable();
                 // The windows whose records are all buffered, as is the record just before
@@ -508,6 +813,91 @@ where
                 }
                 Ok(())
             }));
-        KTable::new(self.grouped.shared.clone(), next)
+        let table = KTable::new(self.grouped.shared.clone(), next);
+        if let (Some(index), Some(node)) = (store_index, node) {
+            let switch = Arc::new(move |inner: &mut crate::topology::TopologyInner| {
+                finals.set();
+                inner.stores[index].closing = Some(Closing {
+                    node,
+                    topics: Default::default(),
+                    close: Some(Arc::clone(&close)),
+                });
+            });
+            register_final(&self.grouped.shared, table.updates(), self.emit, switch);
+        }
+        table
     }
+}
+
+/// A window's aggregate of the records given, in that order.
+type FoldFn<K, A> =
+    Arc<dyn Fn(&K, &mut dyn Iterator<Item = &Buffered>) -> Result<A, StreamError> + Send + Sync>;
+
+/// The closing pass of an emit-on-close sliding-window item at the closing time `low`:
+/// emits each window not emitted yet whose close time has come (by start; its value from
+/// the records that count in it, in arrival order, with its newest such record's time, as
+/// Kafka Streams) through the aggregation's downstream operators, except those in the set
+/// of windows emitted already by an earlier try of this pass, and returns the item with its
+/// emitted time moved to `low` and its next closing time.
+fn closer<K, A>(
+    key_serde: Arc<dyn Serde<K>>,
+    windows: SlidingWindows,
+    fold: FoldFn<K, A>,
+    out: Downstream<Windowed<K>, A>,
+) -> CloseFn
+where
+    K: Clone + Send + Sync + 'static,
+    A: Clone + Send + Sync + 'static,
+{
+    Arc::new(
+        move |ctx: &mut Ctx, key_bytes: &[u8], state: &ItemState, low: i64, emitted| {
+            let corrupt = |what: &str, e: String| {
+                StreamError::Config(format!(
+                    "a sliding-window item's {what} does not decode: {e}"
+                ))
+            };
+            let mut buffer = RecordsSerde
+                .deserialize(state.aggregate.as_deref())
+                .map_err(|e| corrupt("records", e.0))?;
+            let closed: Vec<(i64, Vec<usize>)> = buffer
+                .final_windows(windows)
+                .into_iter()
+                .filter(|(start, _)| windows.close_time(*start) <= low)
+                .collect();
+            if !closed.is_empty() {
+                let key = key_serde
+                    .deserialize(Some(key_bytes))
+                    .map_err(|e| corrupt("key", e.0))?;
+                for (start, members) in closed {
+                    if !emitted.insert(start.to_be_bytes().to_vec()) {
+                        continue;
+                    }
+                    let records = &buffer.records;
+                    let aggregate = fold(&key, &mut members.iter().map(|&i| &records[i]))?;
+                    let newest = members
+                        .iter()
+                        .map(|&i| records[i].ts)
+                        .max()
+                        .unwrap_or(start);
+                    let window = Windowed {
+                        key: key.clone(),
+                        start,
+                        end: start.saturating_add(windows.difference).saturating_add(1),
+                    };
+                    ctx.with_timestamp(newest, |ctx| out.forward(ctx, window, aggregate))?;
+                }
+            }
+            let closed_at = buffer.closed.map_or(low, |c| c.max(low));
+            buffer.closed = Some(closed_at);
+            buffer
+                .created
+                .retain(|(start, _)| windows.close_time(*start) > closed_at);
+            let next = buffer.next_close(windows);
+            let bytes = RecordsSerde
+                .try_serialize(&buffer)
+                .map_err(|e| corrupt("records", e.0))?
+                .unwrap_or_default();
+            Ok(Some((bytes, next)))
+        },
+    )
 }
