@@ -19,7 +19,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use lambda_streams::driver::{Batching, TestDriver};
-use lambda_streams::dsl::{EmitStrategy, KTable, SessionWindows, SlidingWindows, Windowed};
+use lambda_streams::dsl::{
+    EmitStrategy, Grouped, KTable, SessionWindows, SlidingWindows, Suppressed, TimeWindows,
+    Windowed,
+};
 use lambda_streams::serdes::{Nullable, Utf8};
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -58,7 +61,10 @@ fn run(topology: Topology, batching: Batching, inputs: &[(&str, &str, i64)]) -> 
             .pipe_input_with_timestamp(k.to_string(), v.to_string(), *ts)
             .unwrap();
     }
-    driver.flush().unwrap();
+    // A manual batch's repartition records are a batch of their own, flushed next.
+    for _ in 0..3 {
+        driver.flush().unwrap();
+    }
     driver
         .output_topic("out", Utf8, Nullable(Utf8))
         .read_records()
@@ -683,4 +689,420 @@ fn sliding_should_skip_expired_window_by_grace_emit_final() {
         kafka
     );
     check_sliding(|| sliding(10, 90, "aggregate"), &inputs, &slid(&kafka));
+}
+
+// ---------------------------------------------------------------------------------------
+// suppress(untilWindowCloses): SuppressScenarioTest, KTableSuppressProcessorTest
+// ---------------------------------------------------------------------------------------
+
+/// `[<key>@<start>/<end>]`, as Kafka's `Windowed.toString` (a sliding window's end is its
+/// last millisecond there, its exclusive end here: `inclusive` takes one off).
+fn kafka_key(w: &Windowed<String>, inclusive: bool) -> String {
+    let end = if inclusive { w.end - 1 } else { w.end };
+    format!("[{}@{}/{}]", w.key, w.start, end)
+}
+
+/// Sends a windowed count's changelog to `topic`, keyed as Kafka prints it.
+fn counts_to(table: &KTable<Windowed<String>, i64>, topic: &str, inclusive: bool) {
+    table
+        .to_change_stream()
+        .map(move |w, v: Option<i64>| (kafka_key(&w, inclusive), v.map(|v| v.to_string())))
+        .to(topic, Utf8, Nullable(Utf8));
+}
+
+/// Runs `inputs` on `input` and returns what reached `topics`, in order.
+fn run_to(
+    topology: Topology,
+    batching: Batching,
+    inputs: &[(&str, &str, i64)],
+    topics: &[&str],
+) -> Vec<Vec<Out>> {
+    let driver = TestDriver::new(topology).with_batching(batching);
+    let mut input = driver.input_topic("input", Utf8, Utf8);
+    for (k, v, ts) in inputs {
+        input
+            .pipe_input_with_timestamp(k.to_string(), v.to_string(), *ts)
+            .unwrap();
+    }
+    // A manual batch's repartition records are a batch of their own, flushed next.
+    for _ in 0..3 {
+        driver.flush().unwrap();
+    }
+    topics
+        .iter()
+        .map(|topic| {
+            driver
+                .output_topic(topic, Utf8, Nullable(Utf8))
+                .read_records()
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.key, r.value, r.timestamp.unwrap()))
+                .collect()
+        })
+        .collect()
+}
+
+fn counted(records: &[(&str, Option<i64>, i64)]) -> Vec<Out> {
+    records
+        .iter()
+        .map(|(k, v, t)| (k.to_string(), v.map(|v| v.to_string()), *t))
+        .collect()
+}
+
+/// SuppressScenarioTest's shape: the windowed count of `input` suppressed to
+/// `output-suppressed`, and raw to `output-raw`. Kafka suppresses one count and reads it
+/// twice; here `suppress` is the aggregation's own emit strategy, so the raw reader counts
+/// into a second store (one suppressed count read raw too is refused: see
+/// [`suppress_is_refused_where_it_is_not_a_windowed_aggregations_own`]).
+fn suppress_scenario(windows: &str) -> Topology {
+    let builder = StreamsBuilder::new();
+    let grouped = builder
+        .stream("input", Utf8, Utf8)
+        .group_by(|k: &String, _| k.clone(), Grouped::with(Utf8, Utf8));
+    let (suppressed, raw, inclusive) = match windows {
+        "time-1" | "time-2" => {
+            let grace = if windows == "time-1" { 1 } else { 2 };
+            let w = TimeWindows::of_size(ms(2)).grace(ms(grace));
+            (
+                grouped.windowed_by(w).count("counts-final"),
+                grouped.windowed_by(w).count("counts"),
+                false,
+            )
+        }
+        "sliding" => {
+            let w = SlidingWindows::of_time_difference_and_grace(ms(5), ms(15));
+            (
+                grouped.windowed_by_sliding(w).count("counts-final"),
+                grouped.windowed_by_sliding(w).count("counts"),
+                true,
+            )
+        }
+        _ => {
+            let w = SessionWindows::with_inactivity_gap(ms(5));
+            (
+                grouped.windowed_by_session(w).count("counts-final"),
+                grouped.windowed_by_session(w).count("counts"),
+                false,
+            )
+        }
+    };
+    counts_to(
+        &suppressed.suppress(Suppressed::until_window_closes()),
+        "output-suppressed",
+        inclusive,
+    );
+    counts_to(&raw, "output-raw", inclusive);
+    builder.build()
+}
+
+/// Checks the suppressed output (and, one record per batch, the raw one when given) in
+/// every batching: the same final records each time.
+fn check_suppressed(
+    windows: &str,
+    inputs: &[(&str, &str, i64)],
+    raw: Option<&[Out]>,
+    suppressed: &[Out],
+) {
+    let topics = ["output-suppressed", "output-raw"];
+    let per_record = run_to(
+        suppress_scenario(windows),
+        Batching::PerRecord,
+        inputs,
+        &topics,
+    );
+    assert_eq!(per_record[0], suppressed);
+    if let Some(raw) = raw {
+        assert_eq!(per_record[1], raw);
+    }
+    let mut sorted = suppressed.to_vec();
+    sorted.sort();
+    for batching in [Batching::Size(2), Batching::Size(3), Batching::Manual] {
+        let mut got = run_to(suppress_scenario(windows), batching, inputs, &topics).remove(0);
+        got.sort();
+        assert_eq!(got, sorted, "{batching:?}");
+    }
+}
+
+/// SuppressScenarioTest.shouldSupportFinalResultsForTimeWindows: windows of 2 ms, grace 1;
+/// the last record (at 0, after 5) is late and dropped from both outputs.
+#[test]
+fn suppress_should_support_final_results_for_time_windows() {
+    check_suppressed(
+        "time-1",
+        &[
+            ("k1", "v1", 0),
+            ("k1", "v1", 1),
+            ("k1", "v1", 2),
+            ("k1", "v1", 1),
+            ("k1", "v1", 0),
+            ("k1", "v1", 5),
+            ("k1", "v1", 0),
+        ],
+        Some(&counted(&[
+            ("[k1@0/2]", Some(1), 0),
+            ("[k1@0/2]", Some(2), 1),
+            ("[k1@2/4]", Some(1), 2),
+            ("[k1@0/2]", Some(3), 1),
+            ("[k1@0/2]", Some(4), 1),
+            ("[k1@4/6]", Some(1), 5),
+        ])),
+        &counted(&[("[k1@0/2]", Some(4), 1), ("[k1@2/4]", Some(1), 2)]),
+    );
+}
+
+/// SuppressScenarioTest.shouldSupportFinalResultsForTimeWindowsWithLargeJump: grace 2.
+#[test]
+fn suppress_should_support_final_results_for_time_windows_with_large_jump() {
+    check_suppressed(
+        "time-2",
+        &[
+            ("k1", "v1", 0),
+            ("k1", "v1", 1),
+            ("k1", "v1", 2),
+            ("k1", "v1", 0),
+            ("k1", "v1", 3),
+            ("k1", "v1", 0),
+            ("k1", "v1", 4),
+            ("k1", "v1", 0),
+            ("k1", "v1", 30),
+        ],
+        Some(&counted(&[
+            ("[k1@0/2]", Some(1), 0),
+            ("[k1@0/2]", Some(2), 1),
+            ("[k1@2/4]", Some(1), 2),
+            ("[k1@0/2]", Some(3), 1),
+            ("[k1@2/4]", Some(2), 3),
+            ("[k1@0/2]", Some(4), 1),
+            ("[k1@4/6]", Some(1), 4),
+            ("[k1@30/32]", Some(1), 30),
+        ])),
+        &counted(&[
+            ("[k1@0/2]", Some(4), 1),
+            ("[k1@2/4]", Some(2), 3),
+            ("[k1@4/6]", Some(1), 4),
+        ]),
+    );
+}
+
+/// SuppressScenarioTest.shouldSupportFinalResultsForSlidingWindows: difference 5, grace
+/// 15 (the raw output is not compared: a sliding-window batch re-emits unchanged windows
+/// here, a documented difference of the update mode). Kafka's suppressed records come in
+/// its order; ours, one record per batch, in the closing pass's (by window start, all
+/// closed by the record at 90): the same records, sorted as Kafka lists them.
+#[test]
+fn suppress_should_support_final_results_for_sliding_windows() {
+    let inputs = [
+        ("k1", "v1", 10),
+        ("k1", "v1", 11),
+        ("k1", "v1", 10),
+        ("k1", "v1", 13),
+        ("k1", "v1", 10),
+        ("k1", "v1", 24),
+        ("k1", "v1", 5),
+        ("k1", "v1", 7),
+        ("k1", "v1", 90),
+    ];
+    check_suppressed(
+        "sliding",
+        &inputs,
+        None,
+        &counted(&[
+            ("[k1@5/10]", Some(5), 10),
+            ("[k1@6/11]", Some(5), 11),
+            ("[k1@8/13]", Some(5), 13),
+            ("[k1@11/16]", Some(2), 13),
+            ("[k1@12/17]", Some(1), 13),
+            ("[k1@19/24]", Some(1), 24),
+        ]),
+    );
+}
+
+/// SuppressScenarioTest.shouldSupportFinalResultsForSessionWindows: gap 5, no grace; the
+/// record of k2 at 11 closes `[0, 5]`, the late record at 5 is dropped from both.
+#[test]
+fn suppress_should_support_final_results_for_session_windows() {
+    check_suppressed(
+        "session",
+        &[
+            ("k1", "v1", 0),
+            ("k1", "v1", 5),
+            ("k1", "v1", 1),
+            ("k2", "v1", 11),
+            ("k1", "v1", 5),
+            ("k1", "v1", 30),
+        ],
+        Some(&counted(&[
+            ("[k1@0/0]", Some(1), 0),
+            ("[k1@0/0]", None, 0),
+            ("[k1@0/5]", Some(2), 5),
+            ("[k1@0/5]", None, 5),
+            ("[k1@0/5]", Some(3), 5),
+            ("[k2@11/11]", Some(1), 11),
+            ("[k1@30/30]", Some(1), 30),
+        ])),
+        &counted(&[("[k1@0/5]", Some(3), 5), ("[k2@11/11]", Some(1), 11)]),
+    );
+}
+
+/// A suppressed tumbling count of `input` (windows of `size`, grace `grace`) to `out`.
+fn suppressed_count(size: u64, grace: u64) -> Topology {
+    let builder = StreamsBuilder::new();
+    counts_to(
+        &builder
+            .stream("input", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by(TimeWindows::of_size(ms(size)).grace(ms(grace)))
+            .count("counts")
+            .suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    builder.build()
+}
+
+/// KTableSuppressProcessorTest.finalResultsSuppressionShouldBufferAndEmitAtGraceExpiration,
+/// on a windowed count: windows of 1 ms, grace 1; `hey` at 99 (window `[99, 100)`) is not
+/// emitted at stream time 100, and is at 101, with its own timestamp.
+#[test]
+fn suppress_final_results_should_buffer_and_emit_at_grace_expiration() {
+    let inputs = [("hey", "v", 99), ("dummyKey1", "v", 100)];
+    let none = run_to(
+        suppressed_count(1, 1),
+        Batching::PerRecord,
+        &inputs,
+        &["out"],
+    );
+    assert_eq!(none[0], []);
+    let inputs = [inputs[0], inputs[1], ("dummyKey2", "v", 101)];
+    let got = run_to(
+        suppressed_count(1, 1),
+        Batching::PerRecord,
+        &inputs,
+        &["out"],
+    );
+    assert_eq!(got[0], counted(&[("[hey@99/100]", Some(1), 99)]));
+}
+
+/// KTableSuppressProcessorTest.finalResultsWithZeroGraceShouldStillBufferUntilTheWindowEnd,
+/// on a windowed count: windows of 100 ms, no grace; a record at 5 waits for stream time
+/// 100, then `[0, 100)` is emitted with its timestamp, 5.
+#[test]
+fn suppress_final_results_with_zero_grace_buffer_until_the_window_end() {
+    let inputs = [("hey", "v", 5), ("dummyKey", "v", 99)];
+    let got = run_to(
+        suppressed_count(100, 0),
+        Batching::PerRecord,
+        &inputs,
+        &["out"],
+    );
+    assert_eq!(got[0], []);
+    let inputs = [inputs[0], ("dummyKey", "v", 100)];
+    let got = run_to(
+        suppressed_count(100, 0),
+        Batching::PerRecord,
+        &inputs,
+        &["out"],
+    );
+    assert_eq!(got[0], counted(&[("[hey@0/100]", Some(1), 5)]));
+}
+
+/// KTableSuppressProcessorTest.finalResultsShouldDropTombstonesForSessionWindows: a
+/// suppressed session count emits no tombstone for the sessions a record merges away.
+#[test]
+fn suppress_final_results_drop_tombstones_for_session_windows() {
+    let builder = StreamsBuilder::new();
+    counts_to(
+        &builder
+            .stream("input", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by_session(SessionWindows::with_inactivity_gap(ms(5)))
+            .count("counts")
+            .suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    let inputs = [("hey", "v", 0), ("hey", "v", 4), ("other", "v", 100)];
+    let got = run_to(builder.build(), Batching::PerRecord, &inputs, &["out"]);
+    assert_eq!(got[0], counted(&[("[hey@0/4]", Some(2), 4)]));
+}
+
+/// A suppressed windowed reduce gives its final values too.
+#[test]
+fn suppress_final_results_of_a_windowed_reduce() {
+    let builder = StreamsBuilder::new();
+    to_out(
+        builder
+            .stream("input", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by(TimeWindows::of_size(ms(10)))
+            .reduce("r", |a, b| format!("{a}+{b}"), Utf8)
+            .suppress(Suppressed::until_window_closes()),
+    );
+    let got = run(
+        builder.build(),
+        Batching::PerRecord,
+        &[("a", "1", 1), ("a", "2", 2), ("a", "3", 12)],
+    );
+    assert_eq!(got, out(&[("a@0/10", "1+2", 2)]));
+}
+
+/// `suppress` anywhere but directly on a windowed aggregation's table, or on one whose
+/// updates are read unsuppressed too, is refused by `build()`, naming the suppress node.
+#[test]
+fn suppress_is_refused_where_it_is_not_a_windowed_aggregations_own() {
+    let windowed = |builder: &StreamsBuilder| {
+        builder
+            .stream("input", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by(TimeWindows::of_size(ms(10)))
+            .count("c")
+    };
+    // A derived table.
+    let builder = StreamsBuilder::new();
+    counts_to(
+        &windowed(&builder)
+            .filter(|_, n| *n > 1)
+            .suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    let refused = builder.try_build().err().unwrap();
+    assert!(
+        refused.operator.starts_with("KTABLE-SUPPRESS-"),
+        "{refused}"
+    );
+    assert!(
+        refused.reason.contains("not a windowed aggregation's own"),
+        "{refused}"
+    );
+    // Read raw before the suppression.
+    let builder = StreamsBuilder::new();
+    let counts = windowed(&builder);
+    counts_to(&counts, "raw", false);
+    counts_to(
+        &counts.suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    let refused = builder.try_build().err().unwrap();
+    assert!(refused.reason.contains("also read without it"), "{refused}");
+    // Read raw after the suppression.
+    let builder = StreamsBuilder::new();
+    let counts = windowed(&builder);
+    counts_to(
+        &counts.suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    counts_to(&counts, "raw", false);
+    let refused = builder.try_build().err().unwrap();
+    assert!(refused.reason.contains("also read without it"), "{refused}");
+    // Suppressed once, read once: accepted.
+    let builder = StreamsBuilder::new();
+    counts_to(
+        &windowed(&builder).suppress(Suppressed::until_window_closes()),
+        "out",
+        false,
+    );
+    assert!(builder.try_build().is_ok());
 }

@@ -324,9 +324,18 @@ where
         table: &KTable<Windowed<K>, T>,
     ) {
         let (finals, size) = (spec.emit.clone(), self.windows.size);
+        let node = table.nodes.first().copied();
         let switch = Arc::new(move |inner: &mut crate::topology::TopologyInner| {
             finals.set();
             inner.stores[index].emit_on_close = Some(size);
+            // Its windows close on the stream times of the topics feeding it.
+            if let Some(node) = node {
+                inner.stores[index].closing = Some(crate::topology::Closing {
+                    node,
+                    topics: Default::default(),
+                    close: None,
+                });
+            }
         });
         register_final(&self.grouped.shared, table.updates(), self.emit, switch);
     }
