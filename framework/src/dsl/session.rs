@@ -12,6 +12,13 @@
 //! here a batch emits each session once, with its value after the batch, so a session that
 //! is created and merged away within one batch gets only its tombstone.
 //!
+//! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
+//! batch: each session is emitted once, its final value with its end as timestamp, when the
+//! low watermark passes its end + gap + grace, by the closing pass over the table's
+//! `closing` index (the item re-enters it at the close time of its earliest session not
+//! emitted yet), and the item marks it emitted; see
+//! [`SessionWindowedKStream::emit_strategy`].
+//!
 //! Exactly once under redelivery: each session keeps the record that last changed it, and
 //! the item the sessions merged away by records of the batch, with the merging record. A
 //! batch emits the sessions and tombstones of records read at or after its partitions' first

@@ -28,6 +28,13 @@
 //! the records already dropped. A record with a negative timestamp (none, for Kafka) is a
 //! poison record.
 //!
+//! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
+//! batch: each window is emitted once, its final value with its newest record's time, when
+//! the low watermark passes its end + grace, by the closing pass over the table's `closing`
+//! index; a record then counts only in the windows open when it was read, and windows are
+//! created as Kafka Streams creates them, so that the final values are Kafka Streams'
+//! whatever the batch boundaries. See [`SlidingWindowedKStream::emit_strategy`].
+//!
 //! Records that a failed attempt of the current batch may have written (read at or after
 //! the first offset of one of the batch's partitions, so not committed by the event source)
 //! are never dropped as too old, nor the records their windows hold: their windows were

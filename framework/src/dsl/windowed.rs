@@ -112,9 +112,12 @@ pub enum EmitStrategy {
     /// window, updated as records arrive.
     #[default]
     OnWindowUpdate,
-    /// Once per window, its final value, when the window closes (stream time passes its
-    /// end plus grace), as Kafka Streams' `EmitStrategy.onWindowClose()` or
-    /// `suppress(untilWindowCloses)`. See [`TimeWindowedKStream::emit_strategy`].
+    /// Once per window, its final value, when the window closes (the low watermark passes
+    /// its end plus grace; a session's end plus gap plus grace), as Kafka Streams'
+    /// `EmitStrategy.onWindowClose()` or `suppress(untilWindowCloses)`
+    /// ([`KTable::suppress`]). For time windows see [`TimeWindowedKStream::emit_strategy`],
+    /// for sessions [`SessionWindowedKStream::emit_strategy`](super::SessionWindowedKStream::emit_strategy),
+    /// for sliding windows [`SlidingWindowedKStream::emit_strategy`](super::SlidingWindowedKStream::emit_strategy).
     OnWindowClose,
 }
 
