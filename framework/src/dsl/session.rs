@@ -275,8 +275,8 @@ where
     /// that changed a session (the default), or once per session, its final value, when
     /// it closes ([`EmitStrategy::OnWindowClose`]): when the low watermark (the lowest
     /// stream time of the partitions feeding the aggregation, with the idle-partition
-    /// timeout) passes its end + gap + grace, as Kafka Streams' `end < stream time - grace
-    /// - gap`. No tombstones then: a merged-away session was never emitted. The final
+    /// timeout) passes its end + gap + grace, as Kafka Streams' rule, `end < stream time -
+    /// grace - gap`. No tombstones then: a merged-away session was never emitted. The final
     /// result carries the session's end as timestamp (Kafka Streams'). A key that goes
     /// quiet still gets its final sessions: its item is in the table's `closing` index with
     /// the close time of its earliest open session, and the closing pass at the end of

@@ -520,11 +520,14 @@ where
     /// let mut logins = driver.input_topic("logins", Utf8, Utf8);
     /// let mut out = driver.output_topic("login-bursts", Utf8, DecimalI64);
     /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 20_000)?;
+    /// assert!(out.read_key_values()?.is_empty()); // [10 s, 20 s] is open
     /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 25_000)?;
-    /// assert!(out.read_key_values()?.is_empty()); // both windows are open
-    /// logins.pipe_input_with_timestamp("u2", "ok".to_owned(), 25_001)?;
-    /// // [10 s, 20 s] has closed (20 s < 25.001 s), [15 s, 25 s] and [20.001 s, 30.001 s] not.
+    /// // [10 s, 20 s] has closed (20 s < 25 s); [15 s, 25 s] and [20.001 s, 30.001 s] not.
     /// assert_eq!(out.read_key_values()?, [("u1@10000..=20000".to_owned(), 1)]);
+    /// // Another key moves the stream time past 30.001 s: u1's last two windows close.
+    /// logins.pipe_input_with_timestamp("u2", "ok".to_owned(), 40_002)?;
+    /// let closed = [("u1@15000..=25000".to_owned(), 2), ("u1@20001..=30001".to_owned(), 1)];
+    /// assert_eq!(out.read_key_values()?, closed);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
