@@ -1106,3 +1106,30 @@ fn suppress_is_refused_where_it_is_not_a_windowed_aggregations_own() {
     );
     assert!(builder.try_build().is_ok());
 }
+
+/// A re-keyed session or sliding aggregation emitting on close stays direct by default, as
+/// emit-on-close time windows do (one emission per window, versioned): no repartition
+/// topic, though its results go to a topic.
+#[test]
+fn re_keyed_final_results_stay_direct() {
+    for kind in ["session", "sliding"] {
+        let builder = StreamsBuilder::new();
+        let grouped = builder
+            .stream("input", Utf8, Utf8)
+            .group_by(|_, v: &String| v.clone(), Grouped::with(Utf8, Utf8));
+        let table = if kind == "session" {
+            grouped
+                .windowed_by_session(SessionWindows::with_inactivity_gap(ms(10)))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("c")
+        } else {
+            grouped
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(ms(10), ms(0)))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("c")
+        };
+        counts_to(&table, "out", false);
+        let topology = builder.build();
+        assert!(topology.repartition_topics().is_empty(), "{kind}");
+    }
+}
