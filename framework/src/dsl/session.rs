@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::state_codec::StateCodec;
-use super::suppress::{FinalResults, alias_final, register_final};
+use super::suppress::{FinalResults, alias_final, emit_final, register_final};
 use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
@@ -654,8 +654,11 @@ where
                         start: s.start,
                         end: s.end,
                     };
-                    let aggregate = s.aggregate.clone();
-                    ctx.with_timestamp(s.end, |ctx| out.forward(ctx, window, aggregate))?;
+                    let (aggregate, end, at) = (s.aggregate.clone(), s.end, s.at.clone());
+                    let stored = serde.0.try_serialize(&aggregate).ok().flatten();
+                    emit_final(ctx, at.as_ref(), key_bytes, stored, end, |ctx| {
+                        ctx.with_timestamp(end, |ctx| out.forward(ctx, window, aggregate))
+                    })?;
                 }
             }
             let next = all.next_close(windows);

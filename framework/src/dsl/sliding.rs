@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::state_codec::StateCodec;
-use super::suppress::{FinalResults, alias_final, register_final};
+use super::suppress::{FinalResults, alias_final, emit_final, register_final};
 use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
@@ -894,7 +894,16 @@ where
                         start,
                         end: start.saturating_add(windows.difference).saturating_add(1),
                     };
-                    ctx.with_timestamp(newest, |ctx| out.forward(ctx, window, aggregate))?;
+                    // Blamed on a failure downstream: the window's newest record.
+                    let blamed = members
+                        .iter()
+                        .map(|&i| &records[i])
+                        .max_by_key(|r| (r.ts, r.seq));
+                    let at = blamed.and_then(|r| r.at.clone());
+                    let stored = blamed.and_then(|r| r.value.clone());
+                    emit_final(ctx, at.as_ref(), key_bytes, stored, newest, |ctx| {
+                        ctx.with_timestamp(newest, |ctx| out.forward(ctx, window, aggregate))
+                    })?;
                 }
             }
             let closed_at = buffer.closed.map_or(low, |c| c.max(low));

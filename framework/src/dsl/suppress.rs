@@ -12,12 +12,16 @@
 //! anywhere else (a table derived with `filter` or `map_values`, a table that is not
 //! windowed, or an aggregation whose updates are also read unsuppressed).
 
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KTable, Shared, lock};
-use crate::error::TopologyError;
+use crate::error::{StreamError, TopologyError};
+use crate::event::TopicPartition;
+use crate::runtime::poison::{failure, panic_message};
+use crate::topology::context::{ClosingPoison, Ctx};
 use crate::topology::describe::NodeKind;
 use crate::topology::{FinalSwitch, TopologyInner};
 
@@ -199,6 +203,49 @@ pub(crate) fn check(inner: &TopologyInner) -> Result<(), TopologyError> {
         if readers() > 1 {
             return Err(read_twice(inner.description.name(*node).to_owned()));
         }
+    }
+    Ok(())
+}
+
+/// Emits one final result in a closing pass (`emit`: through the aggregation's downstream
+/// operators). A failure of user code there (a panic, a user error) is a poison record of
+/// `at`, the record that last changed the session or window (`(topic-partition, offset)`):
+/// its outputs are taken back and the batch's poison policy decides (`Ctx::closing_poison`:
+/// `fail` fails the batch naming it; `skip` and `dead-letter` go on, the dead letter holding
+/// `key` and `value`), so that no key's final result stops every batch. Without a record to
+/// blame (an item written before records were kept), the batch fails.
+pub(crate) fn emit_final(
+    ctx: &mut Ctx,
+    at: Option<&(String, i64)>,
+    key: &[u8],
+    value: Option<Vec<u8>>,
+    timestamp: i64,
+    emit: impl FnOnce(&mut Ctx) -> Result<(), StreamError>,
+) -> Result<(), StreamError> {
+    let before = ctx.outputs.len();
+    let result = catch_unwind(AssertUnwindSafe(|| emit(ctx)));
+    let blamed = at.and_then(|(tp, offset)| {
+        let (topic, partition) = tp.rsplit_once('-')?;
+        Some((TopicPartition::new(topic, partition.parse().ok()?), *offset))
+    });
+    let Some((tp, offset)) = blamed else {
+        return result.unwrap_or_else(|panic| {
+            Err(StreamError::Config(format!(
+                "user code panicked on a final result: {}",
+                panic_message(panic.as_ref())
+            )))
+        });
+    };
+    if let Some(error) = failure(result, &tp, offset)? {
+        ctx.outputs.truncate(before);
+        ctx.closing_poison.push(ClosingPoison {
+            error,
+            tp,
+            offset,
+            key: key.to_vec(),
+            value,
+            timestamp,
+        });
     }
     Ok(())
 }
