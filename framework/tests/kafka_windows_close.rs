@@ -1163,7 +1163,7 @@ fn sliding_join_tables_emit_final() {
         driver.output_topic("out1", Utf8, Utf8),
         driver.output_topic("out2", Utf8, Utf8),
     );
-    let mut read = |o: &mut lambda_streams::driver::TestOutputTopic<String, String>| {
+    let read = |o: &mut lambda_streams::driver::TestOutputTopic<String, String>| {
         o.read_records()
             .unwrap()
             .into_iter()
