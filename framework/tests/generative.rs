@@ -55,6 +55,10 @@ pub const FAMILIES: &[&str] = &[
     "sliding",
     "sliding_late",
     "sliding_null_values",
+    // Session and sliding windows emitting on close: each session or window once, when
+    // the low watermark of the partitions feeding them passes its end + grace.
+    "session_close",
+    "sliding_close",
     "emit_on_close",
     "stream_stream_join",
     // Left and outer joins with windows that close before the end: records that joined
@@ -108,6 +112,8 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "sliding",
     "sliding_late",
     "sliding_null_values",
+    "session_close",
+    "sliding_close",
     "emit_on_close",
     "stream_stream_join",
     "stream_stream_join_close",

@@ -232,3 +232,30 @@ fn a_grace_join_is_refused_under_exactly_once_output() {
         "{error}"
     );
 }
+
+/// Final results of session windows come from the closing pass, with no source record of
+/// the batch: refused under exactly_once output, naming the store; accepted at least once.
+#[test]
+fn final_sessions_are_refused_under_exactly_once_output() {
+    use lambda_streams::dsl::SessionWindows;
+    let topology = |guarantee: OutputGuarantee| {
+        let builder = StreamsBuilder::new();
+        builder.output_guarantee(guarantee);
+        builder
+            .stream("clicks", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
+            .emit_strategy(EmitStrategy::OnWindowClose)
+            .count("sessions")
+            .to_stream()
+            .map(|w, n| (w.key, n))
+            .to("session-counts", Utf8, BigEndianI64);
+        builder.try_build()
+    };
+    assert!(topology(OutputGuarantee::AtLeastOnce).is_ok());
+    let error = topology(OutputGuarantee::ExactlyOnce)
+        .err()
+        .expect("refused under exactly_once")
+        .to_string();
+    assert!(error.contains("sessions"), "{error}");
+}

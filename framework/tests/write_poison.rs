@@ -715,3 +715,76 @@ async fn a_record_the_closing_pass_cannot_emit_is_dead_lettered_or_fails_the_bat
         "the error names the record: {text}"
     );
 }
+
+/// Session counts (gap 5) emitting on close, through a `map` that panics on key `boom`.
+fn final_sessions_panicking_on_boom() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("in", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_session(lambda_streams::dsl::SessionWindows::with_inactivity_gap(
+            std::time::Duration::from_millis(5),
+        ))
+        .emit_strategy(lambda_streams::dsl::EmitStrategy::OnWindowClose)
+        .count("sessions")
+        .to_stream()
+        .map(|w, n| {
+            assert!(w.key != "boom", "the map panics on boom's final session");
+            (w.key, n)
+        })
+        .to("final", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// An operator failing on a session's final result in the closing pass is a poison record
+/// of the record that last changed the session (boom@0, `in-0` offset 0), not of every batch:
+/// `skip` goes on (ok's session is emitted, boom's leaves the item, a redelivery decides
+/// nothing again), `dead-letter` produces it, `fail` fails the batch naming it.
+#[tokio::test]
+async fn an_operator_failing_on_a_final_session_is_a_poison_record_of_its_last_record() {
+    let topology = final_sessions_panicking_on_boom();
+    // At stream time 100 both sessions have closed (0 + 5 < 100, 1 + 5 < 100).
+    let batch = event(&[(0, 0, "boom", "x"), (0, 1, "ok", "x"), (0, 100, "z", "x")]);
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let outcome = topology
+        .process_with(&batch, &store, &sink, &options(PoisonPolicy::Skip))
+        .await
+        .expect("the closing pass goes on without the poison record");
+    assert_eq!(outcome.report.poison_records, 1);
+    let finals: Vec<Vec<u8>> = sink
+        .records()
+        .into_iter()
+        .filter(|r| r.topic == "final")
+        .filter_map(|r| r.key)
+        .collect();
+    assert_eq!(finals, [b"ok".to_vec()]);
+    let again = topology
+        .process_with(&batch, &store, &sink, &options(PoisonPolicy::Skip))
+        .await
+        .expect("the redelivery succeeds");
+    assert_eq!(again.report.poison_records, 0);
+
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let outcome = topology
+        .process_with(&batch, &store, &sink, &options(dead_letter()))
+        .await
+        .expect("the batch goes on");
+    assert_eq!(outcome.report.dead_lettered, 1);
+    let dead = dead_letters(&sink);
+    assert_eq!(dead[0].key.as_deref(), Some(&b"boom"[..]));
+    assert_eq!(
+        dead[0].header("lambda-streams-source"),
+        Some(&b"in:0:0"[..])
+    );
+
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let error = topology
+        .process_with(&batch, &store, &sink, &options(PoisonPolicy::Fail))
+        .await
+        .expect_err("fail stops at the record");
+    let text = error.to_string();
+    assert!(
+        text.contains("in-0") && text.contains("offset 0") && text.contains("boom"),
+        "the error names the record: {text}"
+    );
+}

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+use lambda_streams::dsl::{EmitStrategy, SessionWindows, SlidingWindows, TimeWindows};
 use lambda_streams::event::{
     EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
@@ -195,5 +195,146 @@ async fn final_results_carry_the_windows_newest_timestamp_on_dynamodb() {
         let records = run(&topology, &events(&inputs, size)).await;
         assert_eq!(records.len(), 3, "batches of {size}: one result per window");
         assert_eq!(last_per_window(&records), kafka, "batches of {size}");
+    }
+}
+
+/// A session-windowed count emitting on close (gap 10, grace 5) to `out`.
+fn final_sessions() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("input", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_session(
+            SessionWindows::with_inactivity_gap(Duration::from_millis(10))
+                .grace(Duration::from_millis(5)),
+        )
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count("sessions")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}/{}", w.key, w.start, w.end), n.to_string()))
+        .to("out", Utf8, Utf8);
+    builder.build()
+}
+
+/// A key that goes quiet gets its final session from the closing pass over the table's
+/// `closing` index on DynamoDB, once: every batch delivered twice, and at the end the whole
+/// input delivered again (an old range), emit nothing more. The quiet key's session `[1, 3]`
+/// closes once another key moves the stream time past 3 + 10 + 5 (Kafka Streams:
+/// `end < stream time - grace - gap`), with its end as timestamp.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_keys_final_session_is_emitted_once_on_dynamodb() {
+    require_services();
+    let topology = final_sessions();
+    let mut inputs = vec![("quiet", "x", 1), ("quiet", "x", 3)];
+    // The busy key's records every 4 ms: one session that stays open.
+    for t in 0..12 {
+        inputs.push(("busy", "x", 4 * t));
+    }
+    for size in [1, 3, inputs.len()] {
+        let client = emulator_client(&dynamo_endpoint());
+        let table = unique("final-sessions");
+        create_table(&client, &table).await.expect("table");
+        let store = DynamoStore::new(client, table, Guarantee::ExactlyOnce);
+        let all = events(&inputs, size);
+        let mut out: Vec<Out> = Vec::new();
+        for event in all.iter().chain(all.iter()) {
+            for _ in 0..2 {
+                let sink = MemorySink::new();
+                topology.process(event, &store, &sink).await.expect("batch");
+                out.extend(sink.records().into_iter().map(|r| {
+                    (
+                        String::from_utf8(r.key.unwrap().to_vec()).unwrap(),
+                        String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+                        r.timestamp.unwrap(),
+                    )
+                }));
+            }
+        }
+        assert_eq!(
+            out,
+            [("quiet@1/3".to_owned(), "2".to_owned(), 3)],
+            "batches of {size}"
+        );
+    }
+}
+
+/// SessionWindowedKStreamImplTest.shouldCountSessionWindowedWithCachingDisabled
+/// (ON_WINDOW_CLOSE) on DynamoDB, every batch delivered twice: the one final session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkas_final_session_on_dynamodb() {
+    require_services();
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("input", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_millis(
+            500,
+        )))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count("store")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}/{}", w.key, w.start, w.end), n.to_string()))
+        .to("out", Utf8, Utf8);
+    let topology = builder.build();
+    let inputs = [
+        ("1", "1", 10),
+        ("1", "2", 15),
+        ("1", "3", 600),
+        ("2", "1", 600),
+        ("2", "2", 599),
+    ];
+    for size in [1, 2, 5] {
+        assert_eq!(
+            run(&topology, &events(&inputs, size)).await,
+            [("1@10/15".to_owned(), "2".to_owned(), 15)],
+            "batches of {size}"
+        );
+    }
+}
+
+/// KStreamSlidingWindowAggregateTest.testNoGracePeriodSmallInput (ON_WINDOW_CLOSE) on
+/// DynamoDB, every batch delivered twice: Kafka's three final windows, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafkas_final_sliding_windows_on_dynamodb() {
+    require_services();
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("input", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(50),
+            Duration::ZERO,
+        ))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .aggregate(
+            "store",
+            || "0".to_owned(),
+            |_, v: String, agg: String| format!("{agg}+{v}"),
+            Utf8,
+        )
+        .to_stream()
+        .map(|w, v| (format!("{}@{}/{}", w.key, w.start, w.end - 1), v))
+        .to("out", Utf8, Utf8);
+    let topology = builder.build();
+    let inputs = [
+        ("A", "1", 100),
+        ("A", "2", 105),
+        ("A", "3", 106),
+        ("A", "4", 103),
+        ("A", "5", 113),
+        ("A", "6", 110),
+    ];
+    let kafka: Vec<Out> = [
+        ("A@50/100", "0+1", 100),
+        ("A@55/105", "0+1+2", 105),
+        ("A@56/106", "0+1+2+3+4", 106),
+    ]
+    .into_iter()
+    .map(|(k, v, t)| (k.to_owned(), v.to_owned(), t))
+    .collect();
+    for size in [1, 4, 6] {
+        let mut records = run(&topology, &events(&inputs, size)).await;
+        records.sort();
+        assert_eq!(records, kafka, "batches of {size}");
     }
 }

@@ -31,13 +31,15 @@ pub(crate) struct Aggregation<K, V, A> {
     pub(crate) init: Box<dyn Fn() -> A + Send + Sync>,
     pub(crate) adder: Adder<K, V, A>,
     pub(crate) serde: Arc<dyn Serde<A>>,
-    /// For a store that closes on its content (a left or outer stream–stream join's): when
-    /// an aggregate next closes (`None`: nothing in it closes).
+    /// For a store that closes on its content (a left or outer stream–stream join's, an
+    /// emit-on-close session or sliding window's): when an aggregate next closes.
     pub(crate) closes: Option<ClosesFn<A>>,
 }
 
-/// When an aggregate next closes (see [`Aggregation::closes`]).
-pub(crate) type ClosesFn<A> = Box<dyn Fn(&A) -> Option<i64> + Send + Sync>;
+/// When an aggregate next closes (see [`Aggregation::closes`]): `Some(None)` when nothing
+/// in it closes, `None` when the store does not close on its content (an aggregation
+/// whose final results are off).
+pub(crate) type ClosesFn<A> = Box<dyn Fn(&A) -> Option<Option<i64>> + Send + Sync>;
 
 /// One item's values of a general aggregation in one batch, typed.
 struct TypedFold<K, V, A> {
@@ -85,7 +87,7 @@ where
     fn close_at(&self, aggregate: &[u8]) -> Option<Option<i64>> {
         let closes = self.aggregation.closes.as_ref()?;
         let acc = self.aggregation.serde.deserialize(Some(aggregate)).ok()?;
-        Some(closes(&acc))
+        closes(&acc)
     }
 }
 

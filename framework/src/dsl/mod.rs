@@ -34,9 +34,11 @@ mod session;
 mod sliding;
 mod state_codec;
 mod stream_join;
+mod suppress;
 pub use session::{SessionWindowedKStream, SessionWindows};
 pub use sliding::{SlidingWindowedKStream, SlidingWindows};
 pub use stream_join::JoinWindows;
+pub use suppress::Suppressed;
 pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 
 use crate::error::{StreamError, TopologyError};
@@ -211,7 +213,7 @@ impl StreamsBuilder {
     /// exactly once: a table's update stream aggregated (`to_stream().group_by_key()
     /// .count()`, `to_stream().to_table()`), repartitioned or buffered by a stream–stream
     /// join; a join of an emit-on-close window's updates; a store that would feed itself
-    /// within one batch. As Kafka Streams' `TopologyException` at build: a programming
+    /// within one batch; a `suppress` that is not directly on a windowed aggregation's table. As Kafka Streams' `TopologyException` at build: a programming
     /// error, found before any record.
     ///
     /// It also fixes the order of each batch's steps: every store is written once, after
@@ -238,6 +240,7 @@ impl StreamsBuilder {
         if let Some(refused) = inner.refused.drain(..).next() {
             return Err(refused);
         }
+        suppress::check(&inner)?;
         // A left or outer join closes on the stream times of the partitions feeding it.
         for index in 0..inner.stores.len() {
             if let Some(node) = inner.stores[index].closing.as_ref().map(|c| c.node) {

@@ -99,10 +99,11 @@ pub(crate) fn resolve_all(shared: &Shared) {
             let stores = graph.child_stores(rekey.node);
             let on_close = !stores.is_empty()
                 && stores.iter().all(|name| {
-                    inner
-                        .stores
-                        .iter()
-                        .any(|s| &s.name == name && s.emit_on_close.is_some())
+                    inner.stores.iter().any(|s| {
+                        // Time windows, or sessions and sliding windows, emitting on close.
+                        let closes = s.closing.as_ref().is_some_and(|c| c.close.is_some());
+                        &s.name == name && (s.emit_on_close.is_some() || closes)
+                    })
                 });
             let repartition = match rekey.rekeying {
                 Rekeying::Direct => false,

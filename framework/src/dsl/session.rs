@@ -12,6 +12,13 @@
 //! here a batch emits each session once, with its value after the batch, so a session that
 //! is created and merged away within one batch gets only its tombstone.
 //!
+//! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
+//! batch: each session is emitted once, its final value with its end as timestamp, when the
+//! low watermark passes its end + gap + grace, by the closing pass over the table's
+//! `closing` index (the item re-enters it at the close time of its earliest session not
+//! emitted yet), and the item marks it emitted; see
+//! [`SessionWindowedKStream::emit_strategy`].
+//!
 //! Exactly once under redelivery: each session keeps the record that last changed it, and
 //! the item the sessions merged away by records of the batch, with the merging record. A
 //! batch emits the sessions and tombstones of records read at or after its partitions' first
@@ -41,11 +48,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::state_codec::StateCodec;
-use super::windowed::Windowed;
+use super::suppress::{FinalResults, alias_final, emit_final, register_final};
+use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
-use crate::topology::context::Origin;
+use crate::state::ItemState;
+use crate::topology::context::{Ctx, Origin};
+use crate::topology::{CloseFn, Closing};
 
 /// Session windows: an inactivity gap, and a grace period for out-of-order records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,14 +83,16 @@ impl SessionWindows {
 /// Where a record was read: `(topic-partition of the batch, offset)`.
 type ReadAt = (String, i64);
 
-/// One session: first and last record times, its aggregate, and the record that last
-/// changed it (`None` in items written by earlier versions).
+/// One session: first and last record times, its aggregate, the record that last
+/// changed it (`None` in items written by earlier versions), and whether its final result
+/// was emitted (emit-on-close only; a session that changes is a new one, not emitted).
 #[derive(Debug, Clone, PartialEq)]
 struct Session<A> {
     start: i64,
     end: i64,
     aggregate: A,
     at: Option<ReadAt>,
+    emitted: bool,
 }
 
 /// A key's sessions, by start, and the sessions merged away by records that may not have
@@ -133,6 +145,9 @@ enum StoredSessions {
     Tracked {
         sessions: Vec<StoredSession>,
         removed: Vec<(i64, i64, ReadAt)>,
+        /// The sessions (start, end) whose final result was emitted.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        emitted: Vec<(i64, i64)>,
     },
     Bare(Vec<(i64, i64, String)>),
 }
@@ -157,17 +172,29 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
             let bytes = self.0.try_serialize(&s.aggregate)?.unwrap_or_default();
             sessions.push((s.start, s.end, SESSIONS.encode_bytes(&bytes), s.at.clone()));
         }
+        let emitted = value
+            .sessions
+            .iter()
+            .filter(|s| s.emitted)
+            .map(|s| (s.start, s.end))
+            .collect();
         SESSIONS.encode(&StoredSessions::Tracked {
             sessions,
             removed: value.removed.clone(),
+            emitted,
         })
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let (rows, removed) = match SESSIONS.decode(data)? {
-            StoredSessions::Tracked { sessions, removed } => (sessions, removed),
+        let (rows, removed, emitted) = match SESSIONS.decode(data)? {
+            StoredSessions::Tracked {
+                sessions,
+                removed,
+                emitted,
+            } => (sessions, removed, emitted),
             StoredSessions::Bare(rows) => (
                 rows.into_iter().map(|(s, e, a)| (s, e, a, None)).collect(),
+                Vec::new(),
                 Vec::new(),
             ),
         };
@@ -179,6 +206,7 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
                 end,
                 aggregate: self.0.deserialize(Some(&bytes))?,
                 at,
+                emitted: emitted.contains(&(start, end)),
             });
         }
         let floor = sessions.iter().map(|s| s.end).max();
@@ -191,10 +219,32 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
     }
 }
 
+impl SessionWindows {
+    /// When a session ending at `end` closes, as Kafka Streams' emit-on-close: once the
+    /// stream time is past its end + gap + grace (`end < stream time - grace - gap`).
+    fn close_time(&self, end: i64) -> i64 {
+        end.saturating_add(self.gap)
+            .saturating_add(self.grace)
+            .saturating_add(1)
+    }
+}
+
+impl<A> Sessions<A> {
+    /// When the item next closes: the earliest close time of a session not emitted yet.
+    fn next_close(&self, windows: SessionWindows) -> Option<i64> {
+        self.sessions
+            .iter()
+            .filter(|s| !s.emitted)
+            .map(|s| windows.close_time(s.end))
+            .min()
+    }
+}
+
 /// A grouped stream in session windows, ready for an aggregation.
 pub struct SessionWindowedKStream<K, V> {
     grouped: KGroupedStream<K, V>,
     windows: SessionWindows,
+    emit: EmitStrategy,
 }
 
 impl<K, V> KGroupedStream<K, V>
@@ -211,6 +261,7 @@ where
                 Arc::clone(&self.key_serde),
             ),
             windows,
+            emit: EmitStrategy::default(),
         }
     }
 }
@@ -220,6 +271,54 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    /// When the aggregation emits, as Kafka Streams' `emitStrategy`: after every batch
+    /// that changed a session (the default), or once per session, its final value, when
+    /// it closes ([`EmitStrategy::OnWindowClose`]): when the low watermark (the lowest
+    /// stream time of the partitions feeding the aggregation, with the idle-partition
+    /// timeout) passes its end + gap + grace, as Kafka Streams' rule, `end < stream time -
+    /// grace - gap`. No tombstones then: a merged-away session was never emitted. The final
+    /// result carries the session's end as timestamp (Kafka Streams'). A key that goes
+    /// quiet still gets its final sessions: its item is in the table's `closing` index with
+    /// the close time of its earliest open session, and the closing pass at the end of
+    /// every batch emits the sessions closed by then, produced and acknowledged, then marks
+    /// them emitted in the item on the condition that its version is the one read (a crash
+    /// in between emits them again, with the same version). As in Kafka Streams, an
+    /// emitted session stays in the item while a record on time may still merge with it
+    /// (the merged session is a new one, emitted when it closes).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::{EmitStrategy, SessionWindows};
+    /// use lambda_streams::serdes::{DecimalI64, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("clicks", Utf8, Utf8)
+    ///     .group_by_key(Utf8)
+    ///     .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count("sessions")
+    ///     .to_stream()
+    ///     .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+    ///     .to("final-sessions", Utf8, DecimalI64);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut clicks = driver.input_topic("clicks", Utf8, Utf8);
+    /// let mut out = driver.output_topic("final-sessions", Utf8, DecimalI64);
+    /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 0)?;
+    /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 10_000)?;
+    /// assert!(out.read_key_values()?.is_empty()); // still open
+    /// // Another key moves the stream time past 10 s + 30 s: u1's session closes.
+    /// clicks.pipe_input_with_timestamp("u2", "/".to_owned(), 40_001)?;
+    /// assert_eq!(out.read_key_values()?, [("u1@0-10000".to_owned(), 2)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
+        self.emit = emit;
+        self
+    }
+
     /// Counts the records per key and session.
     ///
     /// ```
@@ -276,7 +375,7 @@ where
     ) -> KTable<Windowed<K>, V> {
         let reducer = Arc::new(reducer);
         let merge = Arc::clone(&reducer);
-        self.aggregate(
+        let table = self.aggregate(
             store,
             || None,
             super::reduce_adder(move |a, b| reducer(a, b)),
@@ -286,8 +385,11 @@ where
                 (None, b) => b,
             },
             crate::serdes::Nullable(value_serde),
-        )
-        .flatten()
+        );
+        let (shared, updates) = (table.shared.clone(), table.updates().clone());
+        let flat = table.flatten();
+        alias_final(&shared, &updates, flat.updates());
+        flat
     }
 
     /// Aggregates the records per key and session: a session starts as `init()`, each
@@ -353,7 +455,10 @@ where
             Arc::clone(&self.grouped.key_serde),
         );
         let init = Arc::new(init);
-        let table = grouped.aggregate(
+        let finals = FinalResults::default();
+        let (pruning, closing) = (finals.clone(), finals.clone());
+        let aggregate_serde: Arc<dyn Serde<A>> = Arc::new(aggregate_serde);
+        let table = grouped.aggregate_closing(
             store,
             || Sessions {
                 sessions: Vec::new(),
@@ -377,9 +482,12 @@ where
                     .collect();
                 // Kept: the sessions that a record which is not late can merge with.
                 let kept = windows.gap.saturating_mul(2).saturating_add(windows.grace);
+                // Emit-on-close: a session is kept until its final result is emitted.
                 if let Some(floor) = all.floor {
                     let oldest = floor.saturating_sub(kept);
-                    all.sessions.retain(|s| s.end >= oldest);
+                    let open = pruning.on();
+                    all.sessions
+                        .retain(|s| s.end >= oldest || (open && !s.emitted));
                 }
                 // The sessions within the gap of `ts` merge with the record.
                 let (near, far): (Vec<Session<A>>, Vec<Session<A>>) =
@@ -409,20 +517,31 @@ where
                     end,
                     aggregate: adder(key, value, aggregate),
                     at: Some(at),
+                    emitted: false,
                 };
                 all.sessions = far;
                 all.sessions.push(merged);
                 all.sessions.sort_by_key(|s| s.start);
                 all
             },
-            SessionsSerde(Arc::new(aggregate_serde) as Arc<dyn Serde<A>>),
+            SessionsSerde(Arc::clone(&aggregate_serde)),
+            Some(Box::new(move |all: &Sessions<A>| {
+                closing.on().then(|| all.next_close(windows))
+            })),
         );
+        let store_index = table.lookup.as_ref().map(|l| l.store);
+        let node = table.nodes.first().copied();
         let next = Downstream::<Windowed<K>, A>::new();
         let deletes = Downstream::<Windowed<K>, ()>::new();
         let (out, removed) = (next.clone(), deletes.clone());
+        let emitting = finals.clone();
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, mut all: Sessions<A>| {
+                if emitting.on() {
+                    // Emitted once per session, when it closes (the closing pass).
+                    return Ok(());
+                }
                 all.batch = Arc::new(
                     ctx.partitions
                         .iter()
@@ -467,6 +586,93 @@ where
                 }
                 Ok(())
             }));
-        KTable::new(self.grouped.shared.clone(), next).with_deletes(deletes)
+        let close = closer(
+            Arc::clone(&self.grouped.key_serde),
+            SessionsSerde(aggregate_serde),
+            windows,
+            next.clone(),
+        );
+        let table = KTable::new(self.grouped.shared.clone(), next).with_deletes(deletes);
+        if let (Some(index), Some(node)) = (store_index, node) {
+            let switch = Arc::new(move |inner: &mut crate::topology::TopologyInner| {
+                finals.set();
+                inner.stores[index].closing = Some(Closing {
+                    node,
+                    topics: Default::default(),
+                    close: Some(Arc::clone(&close)),
+                    reads: None,
+                });
+            });
+            register_final(&self.grouped.shared, table.updates(), self.emit, switch);
+        }
+        table
     }
+}
+
+/// The closing pass of an emit-on-close session item at the closing time `low`: emits
+/// each session not emitted yet whose close time has come (by end, then start; with the
+/// session's end as timestamp, as Kafka Streams) through the aggregation's downstream
+/// operators, except those in the set of sessions emitted already by an earlier try of
+/// this pass, and returns the item marking them emitted, with its next closing time.
+fn closer<K, A>(
+    key_serde: Arc<dyn Serde<K>>,
+    serde: SessionsSerde<A>,
+    windows: SessionWindows,
+    out: Downstream<Windowed<K>, A>,
+) -> CloseFn
+where
+    K: Clone + Send + Sync + 'static,
+    A: Clone + Send + Sync + 'static,
+{
+    Arc::new(
+        move |ctx: &mut Ctx,
+              key_bytes: &[u8],
+              state: &ItemState,
+              _read: Option<&ItemState>,
+              low: i64,
+              emitted| {
+            let corrupt = |what: &str, e: String| {
+                StreamError::Config(format!("a session item's {what} does not decode: {e}"))
+            };
+            let mut all = serde
+                .deserialize(state.aggregate.as_deref())
+                .map_err(|e| corrupt("sessions", e.0))?;
+            let mut closed: Vec<usize> = (0..all.sessions.len())
+                .filter(|&i| {
+                    let s = &all.sessions[i];
+                    !s.emitted && windows.close_time(s.end) <= low
+                })
+                .collect();
+            closed.sort_by_key(|&i| (all.sessions[i].end, all.sessions[i].start));
+            if !closed.is_empty() {
+                let key = key_serde
+                    .deserialize(Some(key_bytes))
+                    .map_err(|e| corrupt("key", e.0))?;
+                for i in closed {
+                    let s = &mut all.sessions[i];
+                    s.emitted = true;
+                    let identity = [s.start.to_be_bytes(), s.end.to_be_bytes()].concat();
+                    if !emitted.insert(identity) {
+                        continue;
+                    }
+                    let window = Windowed {
+                        key: key.clone(),
+                        start: s.start,
+                        end: s.end,
+                    };
+                    let (aggregate, end, at) = (s.aggregate.clone(), s.end, s.at.clone());
+                    let stored = serde.0.try_serialize(&aggregate).ok().flatten();
+                    emit_final(ctx, at.as_ref(), key_bytes, stored, end, |ctx| {
+                        ctx.with_timestamp(end, |ctx| out.forward(ctx, window, aggregate))
+                    })?;
+                }
+            }
+            let next = all.next_close(windows);
+            let bytes = serde
+                .try_serialize(&all)
+                .map_err(|e| corrupt("sessions", e.0))?
+                .unwrap_or_default();
+            Ok(Some((bytes, next)))
+        },
+    )
 }

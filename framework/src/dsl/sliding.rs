@@ -28,6 +28,13 @@
 //! the records already dropped. A record with a negative timestamp (none, for Kafka) is a
 //! poison record.
 //!
+//! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
+//! batch: each window is emitted once, its final value with its newest record's time, when
+//! the low watermark passes its end + grace, by the closing pass over the table's `closing`
+//! index; a record then counts only in the windows open when it was read, and windows are
+//! created as Kafka Streams creates them, so that the final values are Kafka Streams'
+//! whatever the batch boundaries. See [`SlidingWindowedKStream::emit_strategy`].
+//!
 //! Records that a failed attempt of the current batch may have written (read at or after
 //! the first offset of one of the batch's partitions, so not committed by the event source)
 //! are never dropped as too old, nor the records their windows hold: their windows were
@@ -46,11 +53,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+mod closing;
+
+use closing::closer;
+
 use super::state_codec::StateCodec;
-use super::windowed::Windowed;
+use super::suppress::{FinalResults, alias_final, register_final};
+use super::windowed::{EmitStrategy, Windowed};
 use super::{Downstream, KGroupedStream, KTable, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
+use crate::topology::Closing;
 use crate::topology::context::Origin;
 
 /// Sliding windows: how far back a record's window reaches, and a grace period.
@@ -111,14 +124,19 @@ impl SlidingWindows {
 }
 
 /// One buffered record: its timestamp, its value as the value serde wrote it (`None`: the
-/// serde wrote null, as `Nullable` does for `None`; `count` keeps no value), and where it
+/// serde wrote null, as `Nullable` does for `None`; `count` keeps no value), where it
 /// was read, `(topic-partition of the batch, offset)` (`None` in items written by earlier
-/// versions).
+/// versions), and, for emit-on-close, the stream time of its partition when it was read
+/// (its own timestamp included), its place in the item's arrival order, and whether it
+/// counted in a window when it was read (see [`Records::arrive_final`]).
 #[derive(Debug, Clone)]
 struct Buffered {
     ts: i64,
     value: Option<Vec<u8>>,
     at: Option<(String, i64)>,
+    seen: Option<i64>,
+    seq: u64,
+    known: bool,
 }
 
 /// A key's buffered records, in arrival order (items written by earlier versions: by
@@ -126,12 +144,18 @@ struct Buffered {
 /// is buffered (`None`: every record; earlier ones were dropped as too old). `floor` is the
 /// newest timestamp as stored before the batch, and `batch` the batch's partitions with
 /// their first offsets (both known during a write, not stored).
+/// Emit-on-close: `closed`, the windows that close at or before it were emitted by the
+/// closing pass; `created`, the windows Kafka Streams would hold (start, and the arrival
+/// number of the record that created it); `seq`, the next arrival number.
 #[derive(Debug, Clone, Default)]
 struct Records {
     records: Vec<Buffered>,
     from: Option<i64>,
     floor: Option<i64>,
     batch: Arc<Vec<(String, i64)>>,
+    closed: Option<i64>,
+    created: Vec<(i64, u64)>,
+    seq: u64,
 }
 
 impl Records {
@@ -168,10 +192,28 @@ const RECORDS: StateCodec = StateCodec::new("window records");
 /// A stored record: timestamp, value, where it was read.
 type StoredRecord = (i64, Option<String>, Option<(String, i64)>);
 
+/// A stored record of an emit-on-close item: as [`StoredRecord`], and the stream time it
+/// was read at, its arrival number, whether it counted in a window.
+type StoredFinal = (
+    i64,
+    Option<String>,
+    Option<(String, i64)>,
+    Option<i64>,
+    u64,
+    bool,
+);
+
 /// The stored form of [`Records`] (no item yet: no records).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 enum StoredRecords {
+    Final {
+        from: Option<i64>,
+        buffer: Vec<StoredFinal>,
+        closed: Option<i64>,
+        created: Vec<(i64, u64)>,
+        seq: u64,
+    },
     Sourced {
         from: Option<i64>,
         buffer: Vec<StoredRecord>,
@@ -195,6 +237,29 @@ impl Serde<Records> for RecordsSerde {
     }
 
     fn try_serialize(&self, value: &Records) -> Result<Option<Vec<u8>>, SerdeError> {
+        if value.closed.is_some() || value.seq > 0 {
+            let buffer = value
+                .records
+                .iter()
+                .map(|r| {
+                    (
+                        r.ts,
+                        r.value.as_deref().map(|v| RECORDS.encode_bytes(v)),
+                        r.at.clone(),
+                        r.seen,
+                        r.seq,
+                        r.known,
+                    )
+                })
+                .collect();
+            return RECORDS.encode(&StoredRecords::Final {
+                from: value.from,
+                buffer,
+                closed: value.closed,
+                created: value.created.clone(),
+                seq: value.seq,
+            });
+        }
         let buffer = value
             .records
             .iter()
@@ -215,30 +280,59 @@ impl Serde<Records> for RecordsSerde {
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let stored: StoredRecords = RECORDS.decode(data)?;
-        let (from, rows): (_, Vec<StoredRecord>) = match stored {
-            StoredRecords::Sourced { from, buffer } => (from, buffer),
+        let (from, rows, closed, created, seq): (_, Vec<StoredFinal>, _, _, _) = match stored {
+            StoredRecords::Final {
+                from,
+                buffer,
+                closed,
+                created,
+                seq,
+            } => (from, buffer, closed, created, seq),
+            StoredRecords::Sourced { from, buffer } => (
+                from,
+                buffer
+                    .into_iter()
+                    .map(|(t, v, at)| (t, v, at, None, 0, true))
+                    .collect(),
+                None,
+                Vec::new(),
+                0,
+            ),
             StoredRecords::Kept { from, records } => (
                 from,
                 records
                     .into_iter()
-                    .map(|(t, v)| (t, Some(v), None))
+                    .map(|(t, v)| (t, Some(v), None, None, 0, true))
                     .collect(),
+                None,
+                Vec::new(),
+                0,
             ),
             StoredRecords::Bare(records) => (
                 None,
                 records
                     .into_iter()
-                    .map(|(t, v)| (t, Some(v), None))
+                    .map(|(t, v)| (t, Some(v), None, None, 0, true))
                     .collect(),
+                None,
+                Vec::new(),
+                0,
             ),
         };
         let mut records = Vec::with_capacity(rows.len());
-        for (ts, value, at) in rows {
+        for (ts, value, at, seen, seq, known) in rows {
             let value = match value {
                 Some(text) => Some(RECORDS.decode_bytes(&text)?),
                 None => None,
             };
-            records.push(Buffered { ts, value, at });
+            records.push(Buffered {
+                ts,
+                value,
+                at,
+                seen,
+                seq,
+                known,
+            });
         }
         let floor = records.iter().map(|r| r.ts).max();
         Ok(Records {
@@ -246,6 +340,9 @@ impl Serde<Records> for RecordsSerde {
             from,
             floor,
             batch: Arc::default(),
+            closed,
+            created,
+            seq,
         })
     }
 }
@@ -254,6 +351,7 @@ impl Serde<Records> for RecordsSerde {
 pub struct SlidingWindowedKStream<K, V> {
     grouped: KGroupedStream<K, V>,
     windows: SlidingWindows,
+    emit: EmitStrategy,
 }
 
 impl<K, V> KGroupedStream<K, V>
@@ -270,6 +368,7 @@ where
                 Arc::clone(&self.key_serde),
             ),
             windows,
+            emit: EmitStrategy::default(),
         }
     }
 }
@@ -279,6 +378,63 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
+    /// When the aggregation emits, as Kafka Streams' `emitStrategy`: after every batch
+    /// that touched a key, every window of its buffered records (the default), or once per
+    /// window, its final value, when it closes ([`EmitStrategy::OnWindowClose`]): when the
+    /// low watermark (the lowest stream time of the partitions feeding the aggregation, with
+    /// the idle-partition timeout) passes its end + grace, as Kafka Streams' `end < stream
+    /// time - grace`. The final result carries the window's newest record time (Kafka
+    /// Streams'). As in Kafka Streams, a record counts only in the windows still open at its
+    /// partition's stream time when it is read (each buffered record keeps that time), and a
+    /// window no record counts in is not emitted, so the final values do not depend on batch
+    /// boundaries. A key that goes quiet still gets its final windows: its item is in the
+    /// table's `closing` index with the close time of its earliest window not emitted yet,
+    /// and the closing pass at the end of every batch emits the windows closed by then,
+    /// produced and acknowledged, then records in the item up to which time it emitted, on
+    /// the condition that its version is the one read (a crash in between emits them
+    /// again, with the same version). The item keeps the records of every window not
+    /// emitted yet.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use lambda_streams::driver::TestDriver;
+    /// use lambda_streams::dsl::{EmitStrategy, SlidingWindows};
+    /// use lambda_streams::serdes::{DecimalI64, Utf8};
+    /// use lambda_streams::StreamsBuilder;
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let windows = SlidingWindows::of_time_difference_and_grace(
+    ///     Duration::from_secs(10),
+    ///     Duration::ZERO,
+    /// );
+    /// builder
+    ///     .stream("logins", Utf8, Utf8)
+    ///     .group_by_key(Utf8)
+    ///     .windowed_by_sliding(windows)
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count("recent-logins")
+    ///     .to_stream()
+    ///     .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+    ///     .to("login-bursts", Utf8, DecimalI64);
+    /// let driver = TestDriver::new(builder.build());
+    /// let mut logins = driver.input_topic("logins", Utf8, Utf8);
+    /// let mut out = driver.output_topic("login-bursts", Utf8, DecimalI64);
+    /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 20_000)?;
+    /// assert!(out.read_key_values()?.is_empty()); // [10 s, 20 s] is open
+    /// logins.pipe_input_with_timestamp("u1", "ok".to_owned(), 25_000)?;
+    /// // [10 s, 20 s] has closed (20 s < 25 s); [15 s, 25 s] and [20.001 s, 30.001 s] not.
+    /// assert_eq!(out.read_key_values()?, [("u1@10000..=20000".to_owned(), 1)]);
+    /// // Another key moves the stream time past 30.001 s: u1's last two windows close.
+    /// logins.pipe_input_with_timestamp("u2", "ok".to_owned(), 40_002)?;
+    /// let closed = [("u1@15000..=25000".to_owned(), 2), ("u1@20001..=30001".to_owned(), 1)];
+    /// assert_eq!(out.read_key_values()?, closed);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
+        self.emit = emit;
+        self
+    }
+
     /// Counts the records of each key in each of its sliding windows.
     ///
     /// ```
@@ -366,8 +522,11 @@ where
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         value_serde: impl Serde<V>,
     ) -> KTable<Windowed<K>, V> {
-        self.aggregate(store, || None, super::reduce_adder(reducer), value_serde)
-            .flatten()
+        let table = self.aggregate(store, || None, super::reduce_adder(reducer), value_serde);
+        let (shared, updates) = (table.shared.clone(), table.updates().clone());
+        let flat = table.flatten();
+        alias_final(&shared, &updates, flat.updates());
+        flat
     }
 
     /// The aggregation, with the values kept as `encode` writes them (`None`: null) and
@@ -384,6 +543,13 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let windows = self.windows;
+        let finals = FinalResults::default();
+        let (reading, pruning, closing, emitting) = (
+            finals.clone(),
+            finals.clone(),
+            finals.clone(),
+            finals.clone(),
+        );
         // Lateness needs the partitions' stream times, loaded and persisted with the state.
         lock(&self.grouped.shared).windowed = true;
 
@@ -422,6 +588,9 @@ where
                     ts,
                     value: bytes,
                     at: Some((tp.to_string(), offset)),
+                    seen: reading.on().then(|| ctx.stream_time()),
+                    seq: 0,
+                    known: true,
                 };
                 out.forward(
                     ctx,
@@ -437,7 +606,7 @@ where
             timed,
             Arc::clone(&self.grouped.key_serde),
         );
-        let table = grouped.aggregate(
+        let table = grouped.aggregate_closing(
             store,
             Records::default,
             move |_, timed: Timed, mut buffer: Records| {
@@ -451,23 +620,69 @@ where
                         let reach = record.ts.saturating_sub(windows.difference);
                         oldest = oldest.min(reach.saturating_sub(1));
                     }
+                    // Emit-on-close: nor the records of a window not emitted yet (and the
+                    // record just before it, which decides whether a right window exists).
+                    if pruning.on() && buffer.records.iter().any(|r| r.ts < oldest) {
+                        for (start, _) in buffer.final_windows(windows) {
+                            oldest = oldest.min(start.saturating_sub(1));
+                        }
+                    }
                     buffer.records.retain(|r| r.ts >= oldest);
                     buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
                 // Kept in arrival order (the order the store folds the values in: by
                 // partition, then offset), which is the order Kafka Streams adds them to
                 // each window's aggregate.
-                buffer.records.push(timed.record);
+                if pruning.on() {
+                    buffer.arrive_final(timed.record, windows);
+                } else {
+                    buffer.records.push(timed.record);
+                }
                 buffer
             },
             RecordsSerde,
+            Some(Box::new(move |buffer: &Records| {
+                closing.on().then(|| buffer.next_close(windows))
+            })),
         );
+        let store_index = table.lookup.as_ref().map(|l| l.store);
+        let node = table.nodes.first().copied();
         let next = Downstream::<Windowed<K>, A>::new();
         let out = next.clone();
-        let (init, adder) = (Arc::new(init), Arc::new(adder));
+        let (init, adder, decode) = (Arc::new(init), Arc::new(adder), Arc::new(decode));
+        let fold = {
+            let (init, adder, decode) =
+                (Arc::clone(&init), Arc::clone(&adder), Arc::clone(&decode));
+            Arc::new(
+                move |key: &K,
+                      records: &mut dyn Iterator<Item = &Buffered>|
+                      -> Result<A, StreamError> {
+                    let mut aggregate = init();
+                    for record in records {
+                        let value = decode(record.value.as_deref()).map_err(|e| {
+                            StreamError::Config(format!(
+                                "a stored window record does not decode: {e}"
+                            ))
+                        })?;
+                        aggregate = adder(key, value, aggregate);
+                    }
+                    Ok(aggregate)
+                },
+            )
+        };
+        let close = closer(
+            Arc::clone(&self.grouped.key_serde),
+            windows,
+            fold,
+            next.clone(),
+        );
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, buffer: Records| {
+                if emitting.on() {
+                    // Emitted once per window, when it closes (the closing pass).
+                    return Ok(());
+                }
                 let mut times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
                 times.sort_unstable();
                 // The windows whose records are all buffered, as is the record just before
@@ -508,6 +723,19 @@ where
                 }
                 Ok(())
             }));
-        KTable::new(self.grouped.shared.clone(), next)
+        let table = KTable::new(self.grouped.shared.clone(), next);
+        if let (Some(index), Some(node)) = (store_index, node) {
+            let switch = Arc::new(move |inner: &mut crate::topology::TopologyInner| {
+                finals.set();
+                inner.stores[index].closing = Some(Closing {
+                    node,
+                    topics: Default::default(),
+                    close: Some(Arc::clone(&close)),
+                    reads: None,
+                });
+            });
+            register_final(&self.grouped.shared, table.updates(), self.emit, switch);
+        }
+        table
     }
 }

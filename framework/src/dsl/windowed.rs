@@ -16,8 +16,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::KTable;
 use super::grouped::{Aggregation, KGroupedStream, decode_aggregate};
-use super::{KTable, lock};
+use super::suppress::{FinalResults, alias_final, register_final};
 use crate::error::StreamError;
 use crate::serdes::Serde;
 use crate::topology::context::{Ctx, ItemWindow};
@@ -111,17 +112,20 @@ pub enum EmitStrategy {
     /// window, updated as records arrive.
     #[default]
     OnWindowUpdate,
-    /// Once per window, its final value, when the window closes (stream time passes its
-    /// end plus grace), as Kafka Streams' `EmitStrategy.onWindowClose()` or
-    /// `suppress(untilWindowCloses)`. See [`TimeWindowedKStream::emit_strategy`].
+    /// Once per window, its final value, when the window closes (the low watermark passes
+    /// its end plus grace; a session's end plus gap plus grace), as Kafka Streams'
+    /// `EmitStrategy.onWindowClose()` or `suppress(untilWindowCloses)`
+    /// ([`KTable::suppress`]). For time windows see [`TimeWindowedKStream::emit_strategy`],
+    /// for sessions [`SessionWindowedKStream::emit_strategy`](super::SessionWindowedKStream::emit_strategy),
+    /// for sliding windows [`SlidingWindowedKStream::emit_strategy`](super::SlidingWindowedKStream::emit_strategy).
     OnWindowClose,
 }
 
-/// The windows of a windowed aggregation and how it emits.
-#[derive(Debug, Clone, Copy)]
+/// The windows of a windowed aggregation and whether it emits final results only.
+#[derive(Clone)]
 pub(crate) struct WindowSpec {
     pub(crate) windows: TimeWindows,
-    pub(crate) emit: EmitStrategy,
+    pub(crate) emit: FinalResults,
 }
 
 impl WindowSpec {
@@ -157,7 +161,7 @@ impl WindowSpec {
                 open.push(ItemWindow {
                     start,
                     expires_at: expires_at(close, windows.retention, wall_ms),
-                    close_at: (self.emit == EmitStrategy::OnWindowClose).then_some(close),
+                    close_at: self.emit.on().then_some(close),
                 });
             }
         }
@@ -306,19 +310,38 @@ where
         self
     }
 
+    /// The windows of a new aggregation, with its own final-results switch.
     fn spec(&self) -> WindowSpec {
         WindowSpec {
             windows: self.windows,
-            emit: self.emit,
+            emit: FinalResults::default(),
         }
     }
 
-    /// Marks store `index` emit-on-close when the strategy says so.
-    fn set_emit(&self, index: usize) {
-        if self.emit == EmitStrategy::OnWindowClose {
-            let mut inner = lock(&self.grouped.shared);
-            inner.stores[index].emit_on_close = Some(self.windows.size);
-        }
+    /// Registers how store `index` (of `table`) switches to emit-on-close, and switches it
+    /// when the strategy says so.
+    fn set_emit<T: Clone + Send + Sync + 'static>(
+        &self,
+        index: usize,
+        spec: &WindowSpec,
+        table: &KTable<Windowed<K>, T>,
+    ) {
+        let (finals, size) = (spec.emit.clone(), self.windows.size);
+        let node = table.nodes.first().copied();
+        let switch = Arc::new(move |inner: &mut crate::topology::TopologyInner| {
+            finals.set();
+            inner.stores[index].emit_on_close = Some(size);
+            // Its windows close on the stream times of the topics feeding it.
+            if let Some(node) = node {
+                inner.stores[index].closing = Some(crate::topology::Closing {
+                    node,
+                    topics: Default::default(),
+                    close: None,
+                    reads: None,
+                });
+            }
+        });
+        register_final(&self.grouped.shared, table.updates(), self.emit, switch);
     }
 
     fn table_key(&self) -> impl Fn(K, Option<i64>) -> Windowed<K> + Send + Sync + 'static {
@@ -341,8 +364,9 @@ where
                 .register(store, "windowed count", true, self.table_key(), |s| {
                     Ok(s.value)
                 });
-        self.grouped.add_count(index, Some(self.spec()));
-        self.set_emit(index);
+        let spec = self.spec();
+        self.grouped.add_count(index, Some(spec.clone()));
+        self.set_emit(index, &spec, &table);
         table
     }
 
@@ -372,8 +396,10 @@ where
             self.table_key(),
             move |state| decode_aggregate(&*serde, state),
         );
-        self.grouped.add_fold(index, aggregation, Some(self.spec()));
-        self.set_emit(index);
+        let spec = self.spec();
+        self.grouped
+            .add_fold(index, aggregation, Some(spec.clone()));
+        self.set_emit(index, &spec, &table);
         table
     }
 
@@ -386,13 +412,17 @@ where
         reducer: impl Fn(V, V) -> V + Send + Sync + 'static,
         value_serde: impl Serde<V>,
     ) -> KTable<Windowed<K>, V> {
-        self.aggregate(
+        let table = self.aggregate(
             store,
             || None,
             super::reduce_adder(reducer),
             crate::serdes::Nullable(value_serde),
-        )
-        .flatten()
+        );
+        let shared = table.shared.clone();
+        let updates = table.updates().clone();
+        let flat = table.flatten();
+        alias_final(&shared, &updates, flat.updates());
+        flat
     }
 }
 

@@ -274,8 +274,14 @@ impl Topology {
                 let clock = store.clock().await?;
                 if self.inner.stores.iter().any(|s| s.emit_on_close.is_some()) {
                     let all = self.inner.sources.keys().cloned().collect();
-                    let low = self.low_watermark(&clock, &advanced, now_ms, options, &all);
-                    self.close_windows(low, &mut ctx, store, sink, &mut outcome.report)
+                    // Each store closes on the low watermark of the topics feeding it (a
+                    // repartitioned aggregation's: its repartition topic).
+                    let lows = self.inner.stores.iter().map(|spec| {
+                        let topics = spec.closing.as_ref().map_or(&all, |c| &c.topics);
+                        self.low_watermark(&clock, &advanced, now_ms, options, topics)
+                    });
+                    let lows: Vec<Option<i64>> = lows.collect();
+                    self.close_windows(&lows, &mut ctx, store, sink, &mut outcome.report)
                         .await?;
                 }
                 for (index, spec) in self.inner.stores.iter().enumerate() {
@@ -509,23 +515,20 @@ impl Topology {
             .filter(|low| *low > i64::MIN)
     }
 
-    /// Emits the windows of emit-on-close stores that close at or before `low`, once each:
-    /// their final values through the store's downstream operators, produced and
-    /// acknowledged, then the windows marked closed (a crash in between emits them again,
-    /// with the same versions).
+    /// Emits the windows of emit-on-close stores that close at or before their low
+    /// watermark (`lows`, by store), once each: their final values through the store's
+    /// downstream operators, produced and acknowledged, then the windows marked closed (a
+    /// crash in between emits them again, with the same versions).
     async fn close_windows(
         &self,
-        low: Option<i64>,
+        lows: &[Option<i64>],
         ctx: &mut Ctx,
         store: &dyn Store,
         sink: &dyn Sink,
         report: &mut BatchReport,
     ) -> Result<(), StreamError> {
-        let Some(low) = low else {
-            return Ok(());
-        };
-        for spec in &self.inner.stores {
-            let Some(size) = spec.emit_on_close else {
+        for (spec, low) in self.inner.stores.iter().zip(lows) {
+            let (Some(size), Some(low)) = (spec.emit_on_close, *low) else {
                 continue;
             };
             let windows = store.closed_windows(&spec.name, low).await?;

@@ -40,6 +40,16 @@ impl<K: Clone, V: Clone> Downstream<K, V> {
             .push(processor);
     }
 
+    /// An identity of this node's children list (the same for every clone of it).
+    pub(crate) fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const () as usize
+    }
+
+    /// How many children it has.
+    pub(crate) fn readers(&self) -> usize {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
     /// Sends one record to every child (cloning for all but the last).
     pub(crate) fn forward(&self, ctx: &mut Ctx, key: K, value: V) -> Result<(), StreamError> {
         let children = self.0.read().unwrap_or_else(PoisonError::into_inner);
@@ -92,17 +102,20 @@ pub(crate) type CloseFn = Arc<
         + Sync,
 >;
 
-/// How a stream–stream join's store closes: its records can meet no partner once the
-/// join's closing time passes their window and grace.
+/// How a store closes on its content: a stream–stream join's records can meet no partner
+/// once the join's closing time passes their window and grace; an emit-on-close session or
+/// sliding window's item emits each session or window once it closes.
 #[derive(Clone)]
 pub(crate) struct Closing {
-    /// The join's node: the source topics upstream of it give its closing time.
+    /// The join's (or aggregation's) node: the source topics upstream of it give its
+    /// closing time.
     pub(crate) node: NodeId,
     /// The topics whose partitions' stream times close the join (set at build: the
     /// source topics upstream of `node`).
     pub(crate) topics: BTreeSet<String>,
-    /// A left or outer join's closing pass (`None`: an inner join's buffer, which prunes as
-    /// records arrive and emits nothing alone).
+    /// The closing pass of a left or outer join's or of an emit-on-close session or
+    /// sliding window's items (`None`: an inner join's buffer, which prunes as records
+    /// arrive and emits nothing alone).
     pub(crate) close: Option<CloseFn>,
     /// The store (by index) whose item of each closing key the pass reads and gives the
     /// close function (a stream–table join's table, read as of each released record's
@@ -142,13 +155,25 @@ pub(crate) struct TopologyInner {
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
     pub(crate) output: crate::sink::OutputGuarantee,
+    /// The windowed aggregations' switches to final results, by the id of their table's
+    /// updates ([`Downstream::id`]): what `KTable::suppress(untilWindowCloses)` turns on.
+    pub(crate) finals: HashMap<usize, FinalSwitch>,
+    /// The suppressed tables: the suppress node, and how many operators read the
+    /// aggregation's own updates (exactly one, the suppression, or the build refuses).
+    pub(crate) suppressions: Vec<(NodeId, Readers)>,
     /// Compositions the DSL accepted when written but the build refuses (a grace period on
-    /// a table that is not versioned): the first one is [`StreamsBuilder::try_build`]'s
-    /// error.
+    /// a table that is not versioned, a suppression it cannot serve): the first one is
+    /// [`StreamsBuilder::try_build`]'s error.
     ///
     /// [`StreamsBuilder::try_build`]: crate::StreamsBuilder::try_build
     pub(crate) refused: Vec<crate::error::TopologyError>,
 }
+
+/// Switches a windowed aggregation to emit once per window, when it closes.
+pub(crate) type FinalSwitch = Arc<dyn Fn(&mut TopologyInner) + Send + Sync>;
+
+/// How many operators read a table's updates.
+pub(crate) type Readers = Box<dyn Fn() -> usize + Send + Sync>;
 
 impl TopologyInner {
     /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.

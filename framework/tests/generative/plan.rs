@@ -339,6 +339,8 @@ pub struct DynW {
     pub windows: Dyn,
     pub grace: i64,
     pub agg: Agg,
+    /// `EmitStrategy::OnWindowClose`: one final value per session or window.
+    pub emit_on_close: bool,
 }
 
 /// What goes to output topic `o<i>`.
@@ -670,8 +672,17 @@ impl Plan {
                     inner,
                 )))))]
             }
-            "session" | "session_late" | "sliding" | "sliding_late" | "sliding_null_values" => {
+            "session"
+            | "session_late"
+            | "sliding"
+            | "sliding_late"
+            | "sliding_null_values"
+            | "session_close"
+            | "sliding_close" => {
                 let late = family.ends_with("_late");
+                // Emit on close: a grace of at least the inputs' disorder (8 s), so no
+                // record is late and no session or window closes before its last record.
+                let close = family.ends_with("_close");
                 let windows = if family.starts_with("session") {
                     Dyn::Session(rng.pick(&[500, 1_500, 4_000]))
                 } else {
@@ -698,10 +709,13 @@ impl Plan {
                     windows,
                     grace: if late {
                         rng.pick(&[0, 1_000, 3_000])
+                    } else if close {
+                        rng.pick(&[8_000, 9_000])
                     } else {
                         NO_LATENESS
                     },
                     agg: agg(rng),
+                    emit_on_close: close,
                 })]
             }
             "emit_on_close" => {
@@ -1310,9 +1324,12 @@ impl Builder<'_> {
         let max = |_: &K, v: V, a: i64| a.max(v.unwrap_or(i64::MIN));
         match w.windows {
             Dyn::Session(gap) => {
-                let sg = g.windowed_by_session(
+                let mut sg = g.windowed_by_session(
                     SessionWindows::with_inactivity_gap(ms(gap)).grace(ms(w.grace)),
                 );
+                if w.emit_on_close {
+                    sg = sg.emit_strategy(EmitStrategy::OnWindowClose);
+                }
                 match w.agg {
                     Agg::Count => sg.count(&store),
                     Agg::Sum => sg.aggregate(&store, || 0i64, sum, |_, a, b| a + b, DecimalI64),
@@ -1326,10 +1343,13 @@ impl Builder<'_> {
                 }
             }
             Dyn::Sliding(difference) => {
-                let sg = g.windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                let mut sg = g.windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
                     ms(difference),
                     ms(w.grace),
                 ));
+                if w.emit_on_close {
+                    sg = sg.emit_strategy(EmitStrategy::OnWindowClose);
+                }
                 match w.agg {
                     Agg::Count => sg.count(&store),
                     Agg::Sum => sg.aggregate(&store, || 0i64, sum, Nullable(DecimalI64)),

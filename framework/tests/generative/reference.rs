@@ -83,6 +83,10 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 values: windowed(w, inputs),
                 times: windowed_times(w, inputs),
             },
+            Out::Dyn(w) if w.emit_on_close => {
+                let (values, times) = dyn_finals(w, inputs);
+                Expected::Finals { values, times }
+            }
             Out::Dyn(
                 w @ DynW {
                     windows: Dyn::Session(_),
@@ -770,6 +774,61 @@ fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Strin
         }
     }
     (out, horizon)
+}
+
+/// Emit on close for sessions and sliding windows (Kafka Streams' `emitStrategy(
+/// onWindowClose())`): each session or window once, with its final value, once the stream
+/// time is past its end + grace (`end < stream time - grace`, minus the gap for sessions:
+/// `KStreamSessionWindowAggregate`, `KStreamSlidingWindowAggregate`), with Kafka Streams'
+/// timestamp (a session's end, a sliding window's newest record). The stream time that
+/// closes them is the low watermark of the partitions feeding the aggregation, as for
+/// time windows ([`finals`]). The plans' grace exceeds the inputs' disorder: no record is
+/// late, none reaches a session or window after it closed, so the final values are those
+/// of all the records ([`sessions`], [`sliding`]).
+fn dyn_finals(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+    let mut read = BTreeSet::new();
+    sources(&w.stream, &mut read);
+    let (mut values, mut times) = (BTreeMap::new(), BTreeMap::new());
+    let Some(low) = low_watermark(&read, inputs) else {
+        return (values, times);
+    };
+    match w.windows {
+        Dyn::Session(gap) => {
+            for (key, value) in sessions(w, inputs).0 {
+                let end: i64 = key
+                    .rsplit_once('-')
+                    .and_then(|(_, e)| e.parse().ok())
+                    .unwrap_or(i64::MAX);
+                if end < low.saturating_sub(w.grace).saturating_sub(gap) {
+                    values.insert(key.clone(), value);
+                    times.insert(key, end);
+                }
+            }
+        }
+        Dyn::Sliding(d) => {
+            let records = grouped(&w.stream, w.group, w.agg, inputs);
+            for (key, value) in sliding(w, inputs) {
+                let Some((k, start)) = key
+                    .rsplit_once('@')
+                    .and_then(|(k, s)| Some((k.to_owned(), s.parse::<i64>().ok()?)))
+                else {
+                    continue;
+                };
+                let end = start.saturating_add(d);
+                if end < low.saturating_sub(w.grace) {
+                    let top = records
+                        .iter()
+                        .filter(|(rk, r)| *rk == k && r.ts >= start && r.ts <= end)
+                        .map(|(_, r)| r.ts)
+                        .max()
+                        .unwrap_or(start);
+                    values.insert(key.clone(), value);
+                    times.insert(key, top);
+                }
+            }
+        }
+    }
+    (values, times)
 }
 
 /// Kafka Streams' sliding windows (`SlidingWindows`, `KStreamSlidingWindowAggregate`):

@@ -302,7 +302,9 @@ where
                     state
                 },
                 GraceStateSerde,
-                Some(Box::new(move |state: &GraceState| state.next_close(grace))),
+                Some(Box::new(move |state: &GraceState| {
+                    Some(state.next_close(grace))
+                })),
             );
         let Some(buffer_lookup) = buffer.lookup else {
             unreachable!("a key's aggregate can be looked up")

@@ -511,7 +511,7 @@ where
                 move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
                 JoinStateSerde,
                 Some(Box::new(move |state: &JoinState| {
-                    state.next_close(windows, outer)
+                    Some(state.next_close(windows, outer))
                 })),
             );
         let Some(lookup) = table.lookup else {
