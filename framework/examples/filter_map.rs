@@ -110,8 +110,8 @@ mod tests {
 
     #[test]
     fn one_batch_gives_the_same_records_in_the_same_order() {
-        let driver = TestDriver::new(topology())
-            .with_batching(lambda_streams::driver::Batching::Manual);
+        let driver =
+            TestDriver::new(topology()).with_batching(lambda_streams::driver::Batching::Manual);
         let mut log = driver.input_topic(INPUT, Utf8, Utf8);
         for (client, line) in REQUESTS {
             log.pipe_input(client, line).expect("piped");

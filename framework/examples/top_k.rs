@@ -105,7 +105,11 @@ mod tests {
     fn reference(results: &[(&str, &str, i64)]) -> BTreeMap<String, Podium> {
         let mut best: HashMap<&str, HashMap<&str, i64>> = HashMap::new();
         for (game, player, points) in results {
-            let entry = best.entry(game).or_default().entry(player).or_insert(*points);
+            let entry = best
+                .entry(game)
+                .or_default()
+                .entry(player)
+                .or_insert(*points);
             *entry = (*entry).max(*points);
         }
         best.into_iter()
@@ -148,7 +152,9 @@ mod tests {
         let driver = TestDriver::new(topology());
         let mut scores = driver.input_topic(INPUT, Utf8, Json::<Score>::new());
         for (game, player, points) in RESULTS {
-            scores.pipe_input(game, score(player, points)).expect("piped");
+            scores
+                .pipe_input(game, score(player, points))
+                .expect("piped");
         }
         assert_eq!(podiums(&driver), expected);
     }
@@ -160,7 +166,9 @@ mod tests {
             let driver = TestDriver::new(topology()).with_batching(Batching::Size(size));
             let mut scores = driver.input_topic(INPUT, Utf8, Json::<Score>::new());
             for (game, player, points) in RESULTS {
-                scores.pipe_input(game, score(player, points)).expect("piped");
+                scores
+                    .pipe_input(game, score(player, points))
+                    .expect("piped");
                 // Every batch delivered twice: the second delivery adds nothing.
                 if driver.pending() == 0 {
                     driver.redeliver_last_batch().expect("redelivered");
@@ -178,7 +186,9 @@ mod tests {
         let driver = TestDriver::new(topology());
         let mut scores = driver.input_topic(INPUT, Utf8, Json::<Score>::new());
         for (game, player, points) in results {
-            scores.pipe_input(game, score(player, points)).expect("piped");
+            scores
+                .pipe_input(game, score(player, points))
+                .expect("piped");
         }
         let last = podiums(&driver);
         assert_eq!(last, reference(&results));

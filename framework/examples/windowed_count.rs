@@ -120,7 +120,9 @@ mod tests {
         let mut clicks = driver.input_topic(INPUT, Utf8, Unit);
         let mut late = 0;
         for (user, at) in CLICKS {
-            clicks.pipe_input_with_timestamp(user, (), at).expect("piped");
+            clicks
+                .pipe_input_with_timestamp(user, (), at)
+                .expect("piped");
             late += driver.last_report().map_or(0, |r| r.late_records);
         }
         let emitted = driver
@@ -161,11 +163,17 @@ mod tests {
         let driver = TestDriver::new(topology());
         let mut clicks = driver.input_topic(INPUT, Utf8, Unit);
         let output = driver.output_topic(OUTPUT, Utf8, DecimalI64);
-        clicks.pipe_input_with_timestamp("ann", (), 1_000).expect("piped");
+        clicks
+            .pipe_input_with_timestamp("ann", (), 1_000)
+            .expect("piped");
         // 69.999 s: end (60 s) + grace (10 s) not reached yet.
-        clicks.pipe_input_with_timestamp("bob", (), 69_999).expect("piped");
+        clicks
+            .pipe_input_with_timestamp("bob", (), 69_999)
+            .expect("piped");
         assert!(output.is_empty());
-        clicks.pipe_input_with_timestamp("bob", (), 70_000).expect("piped");
+        clicks
+            .pipe_input_with_timestamp("bob", (), 70_000)
+            .expect("piped");
         assert_eq!(
             output.read_key_values().expect("decoded"),
             [("ann@0".to_owned(), 1)]
@@ -179,7 +187,9 @@ mod tests {
         let driver = TestDriver::new(topology()).with_batching(Batching::Manual);
         let mut clicks = driver.input_topic(INPUT, Utf8, Unit);
         for (user, at) in CLICKS {
-            clicks.pipe_input_with_timestamp(user, (), at).expect("piped");
+            clicks
+                .pipe_input_with_timestamp(user, (), at)
+                .expect("piped");
         }
         driver.flush().expect("the batch");
         let store_before = driver.store(STORE);

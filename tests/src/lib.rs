@@ -722,10 +722,9 @@ impl ThrottlingProxy {
                     seen.clone(),
                 );
                 tokio::spawn(async move {
-                    let _ = serve_throttling(
-                        client, &target, &*throttle, &requests, &counted, &seen,
-                    )
-                    .await;
+                    let _ =
+                        serve_throttling(client, &target, &*throttle, &requests, &counted, &seen)
+                            .await;
                 });
             }
         });
@@ -759,9 +758,14 @@ fn operation_of(request: &[u8]) -> Option<String> {
         .take_while(|line| !line.is_empty())
         .find_map(|line| {
             let (name, value) = line.split_once(':')?;
-            name.trim()
-                .eq_ignore_ascii_case("x-amz-target")
-                .then(|| value.trim().rsplit('.').next().unwrap_or_default().to_owned())
+            name.trim().eq_ignore_ascii_case("x-amz-target").then(|| {
+                value
+                    .trim()
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
         })
 }
 

@@ -55,8 +55,8 @@ async fn counted_store(guarantee: Guarantee) -> (DynamoStore, ThrottlingProxy, S
     create_table(&emulator_client(&dynamo_endpoint()), &table)
         .await
         .expect("table");
-    let proxy = ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), |_| false)
-        .await;
+    let proxy =
+        ThrottlingProxy::start(dynamo_endpoint().trim_start_matches("http://"), |_| false).await;
     let store = DynamoStore::new(
         emulator_client(&format!("http://127.0.0.1:{}", proxy.port)),
         table.clone(),
@@ -297,12 +297,23 @@ async fn a_join_reads_its_distinct_keys_in_one_batch_get() {
     let names = builder.table("customers", Utf8, Utf8, "names");
     builder
         .stream("orders", Utf8, Utf8)
-        .join(&names, |_, order: String, name: String| format!("{order} {name}"))
+        .join(&names, |_, order: String, name: String| {
+            format!("{order} {name}")
+        })
         .to("named-orders", Utf8, Utf8);
     let topology = builder.build();
-    let customers = [("c1", "Ada", BASE), ("c2", "Grace", BASE), ("c3", "Alan", BASE)];
-    let (report, sent) = batch(&topology, &event("customers", 0, 0, &customers), &store, &proxy)
-        .await;
+    let customers = [
+        ("c1", "Ada", BASE),
+        ("c2", "Grace", BASE),
+        ("c3", "Alan", BASE),
+    ];
+    let (report, sent) = batch(
+        &topology,
+        &event("customers", 0, 0, &customers),
+        &store,
+        &proxy,
+    )
+    .await;
     assert_eq!(report.items_touched, 3);
     assert_eq!(sent, ops(&[("UpdateItem", 3)]));
     // Five orders of three customers (c4 unknown).

@@ -235,11 +235,16 @@ fn reference(on_time: &[Input], after: &[Input]) -> BTreeMap<String, i64> {
         counted.iter().copied().min().expect("names counted"),
         counted.iter().copied().max().expect("names counted"),
     );
-    assert!(high - low < GRACE_MS, "the first run spans less than the grace");
+    assert!(
+        high - low < GRACE_MS,
+        "the first run spans less than the grace"
+    );
     let mut counts = BTreeMap::new();
     for (_, value, ts) in on_time {
         if let Some(name) = name_of(value) {
-            *counts.entry(format!("{name}@{}", window_start(*ts))).or_insert(0) += 1;
+            *counts
+                .entry(format!("{name}@{}", window_start(*ts)))
+                .or_insert(0) += 1;
         }
     }
     for (_, value, ts) in after {
@@ -247,7 +252,9 @@ fn reference(on_time: &[Input], after: &[Input]) -> BTreeMap<String, i64> {
         if window_start(*ts) + WINDOW_MS + GRACE_MS <= low {
             continue; // late: dropped
         }
-        *counts.entry(format!("{name}@{}", window_start(*ts))).or_insert(0) += 1;
+        *counts
+            .entry(format!("{name}@{}", window_start(*ts)))
+            .or_insert(0) += 1;
     }
     counts
 }
