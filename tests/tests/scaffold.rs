@@ -514,7 +514,10 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
             let item: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
             let key = item["key"].as_str().expect("key");
             let start = item["window_start"].as_i64().expect("window_start");
-            (format!("{key}@{start}"), item["value"].as_i64().expect("value"))
+            (
+                format!("{key}@{start}"),
+                item["value"].as_i64().expect("value"),
+            )
         })
         .collect();
     assert_eq!(stored, expected, "the state table holds the counts");
