@@ -492,7 +492,6 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
         assert!(count >= previous, "{key}: {count} after {previous}");
     }
     assert_eq!(last, expected, "the last update per window is its count");
-
     let _ = std::fs::remove_dir_all(&copy);
 }
 
