@@ -6,11 +6,10 @@
 //! --all-targets -- -D warnings` of it, `cfn-lint` of the template with the new block,
 //! `cargo lambda watch` of the new function, and the local runner over the Invoke API
 //! against the real broker and the DynamoDB emulator, its windowed counts checked against a
-//! count computed here from the input topic as read back, with a late record (beyond window
-//! + grace) that the count must leave out. A second test
-//! builds it with `cargo lambda build` (a debug build: a release build takes ~9 minutes on
-//! these machines; CI's `.ci/run` builds every default member, this one included, with
-//! `--release`).
+//! count computed here from the input topic as read back, with a late record (beyond the
+//! window and its grace) that the count must leave out. A second test builds it with
+//! `cargo lambda build` (a debug build: a release build takes ~9 minutes on these machines;
+//! CI's `.ci/run` builds every default member, this one included, with `--release`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
