@@ -59,8 +59,39 @@
 //! );
 //! # });
 //! ```
+//!
+//! # Examples
+//!
+//! Programs to copy from, one per main pattern, each running its topology through the
+//! [`driver::TestDriver`] and tested against values worked out by hand or by brute force
+//! (`cargo run -p lambda-streams --example NAME`, `cargo test -p lambda-streams --example NAME`):
+//!
+//! - [`filter_map`](https://docs.rs/crate/lambda-streams/latest/source/examples/filter_map.rs):
+//!   stateless filter and map, no state;
+//! - [`windowed_count`](https://docs.rs/crate/lambda-streams/latest/source/examples/windowed_count.rs):
+//!   a count per key and minute, emitted once per window when it closes
+//!   ([`EmitStrategy::OnWindowClose`](dsl::EmitStrategy::OnWindowClose)), late records dropped
+//!   and counted;
+//! - [`enrichment_join`](https://docs.rs/crate/lambda-streams/latest/source/examples/enrichment_join.rs):
+//!   a stream left-joined with a table ([`KStream::left_join`](dsl::KStream::left_join));
+//! - [`top_k`](https://docs.rs/crate/lambda-streams/latest/source/examples/top_k.rs): the `k`
+//!   best members per key ([`KGroupedStream::top_k`](dsl::KGroupedStream::top_k)).
+//!
+//! # Guarantees
+//!
+//! State is exact under everything the Kafka event source does (redeliveries, retries with
+//! other boundaries, zombies, crashes part-way through a batch); outputs are at least once,
+//! each aggregate update with its item's version. What holds for each state and output kind,
+//! under which faults, at what cost in DynamoDB requests per batch, and the test that proves
+//! each claim:
+//! [docs/guarantees.md](https://github.com/lambda-streams/lambda-streams/blob/main/docs/guarantees.md).
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
+
+/// The crate's README (its examples run as doctests).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub mod aws;
 mod config;

@@ -688,7 +688,11 @@ pub struct ThrottlingProxy {
     /// The proxy's loopback port.
     pub port: u16,
     throttled: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    operations: Operations,
 }
+
+/// Requests seen by a [`ThrottlingProxy`], per DynamoDB operation (`UpdateItem`, `Query`, ...).
+type Operations = std::sync::Arc<std::sync::Mutex<BTreeMap<String, u64>>>;
 
 impl ThrottlingProxy {
     /// Starts a proxy to `target` (`host:port`); `throttle(n)` decides whether the n-th
@@ -705,29 +709,64 @@ impl ThrottlingProxy {
         let port = listener.local_addr().expect("addr").port();
         let throttled = Arc::new(AtomicU64::new(0));
         let requests = Arc::new(AtomicU64::new(0));
+        let operations = Operations::default();
         let throttle = Arc::new(throttle);
-        let (target, counted) = (target.to_owned(), throttled.clone());
+        let (target, counted, seen) = (target.to_owned(), throttled.clone(), operations.clone());
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let (target, throttle, requests, counted) = (
+                let (target, throttle, requests, counted, seen) = (
                     target.clone(),
                     throttle.clone(),
                     requests.clone(),
                     counted.clone(),
+                    seen.clone(),
                 );
                 tokio::spawn(async move {
                     let _ =
-                        serve_throttling(client, &target, &*throttle, &requests, &counted).await;
+                        serve_throttling(client, &target, &*throttle, &requests, &counted, &seen)
+                            .await;
                 });
             }
         });
-        ThrottlingProxy { port, throttled }
+        ThrottlingProxy {
+            port,
+            throttled,
+            operations,
+        }
     }
 
     /// How many requests the proxy refused.
     pub fn throttled(&self) -> u64 {
         self.throttled.load(Ordering::SeqCst)
     }
+
+    /// How many requests the proxy received so far (refused ones included), per DynamoDB
+    /// operation, from each request's `X-Amz-Target` header (`UpdateItem`, `GetItem`, ...).
+    pub fn operations(&self) -> BTreeMap<String, u64> {
+        self.operations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The DynamoDB operation an HTTP request names in its `X-Amz-Target` header
+/// (`DynamoDB_20120810.UpdateItem` → `UpdateItem`).
+fn operation_of(request: &[u8]) -> Option<String> {
+    let head = String::from_utf8_lossy(request);
+    head.lines()
+        .take_while(|line| !line.is_empty())
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.trim().eq_ignore_ascii_case("x-amz-target").then(|| {
+                value
+                    .trim()
+                    .rsplit('.')
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned()
+            })
+        })
 }
 
 /// Reads one HTTP/1.1 message (head and `Content-Length` body) from `stream`; `None` at
@@ -768,11 +807,19 @@ async fn serve_throttling(
     throttle: &(dyn Fn(u64) -> bool + Send + Sync),
     requests: &std::sync::atomic::AtomicU64,
     throttled: &std::sync::atomic::AtomicU64,
+    operations: &Operations,
 ) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt;
     let mut client = tokio::io::BufReader::new(client);
     let mut upstream: Option<tokio::io::BufReader<tokio::net::TcpStream>> = None;
     while let Some(request) = read_http_message(&mut client).await? {
+        if let Some(operation) = operation_of(&request) {
+            *operations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(operation)
+                .or_insert(0) += 1;
+        }
         if throttle(requests.fetch_add(1, Ordering::SeqCst)) {
             throttled.fetch_add(1, Ordering::SeqCst);
             let body = r#"{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}"#;

@@ -2,13 +2,14 @@
 //! function in five steps" run as written there: `local-runner new` in a copy of this
 //! workspace (the copy holds what `git ls-files` lists; it shares this process's
 //! `CARGO_TARGET_DIR`, and its framework is a copy at another path, so cargo compiles the
-//! framework once more for it), the generated crate's own tests, `cfn-lint` of the template
-//! with the new block, `cargo lambda watch` of the new function, and the local runner over
-//! the Invoke API against the real broker and the DynamoDB emulator, its windowed counts
-//! checked against a count computed here from the input topic as read back. A second test
-//! builds it with `cargo lambda build` (a debug build: a release build takes ~9 minutes on
-//! these machines; CI's `.ci/run` builds every default member, this one included, with
-//! `--release`).
+//! framework once more for it), the generated crate's own tests and `cargo clippy
+//! --all-targets -- -D warnings` of it, `cfn-lint` of the template with the new block,
+//! `cargo lambda watch` of the new function, and the local runner over the Invoke API
+//! against the real broker and the DynamoDB emulator, its windowed counts checked against a
+//! count computed here from the input topic as read back, with a late record (beyond the
+//! window and its grace) that the count must leave out. A second test builds it with
+//! `cargo lambda build` (a debug build: a release build takes ~9 minutes on these machines;
+//! CI's `.ci/run` builds every default member, this one included, with `--release`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -156,9 +157,12 @@ fn lock_packages(lock: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every record of `topic` as `(value, timestamp)`, read with a plain assigned consumer:
-/// the input as the function received it, for the reference count.
-fn read_values_with_timestamps(topic: &str, partitions: i32) -> Vec<(Option<String>, i64)> {
+/// A record of the input topic as read back: `(partition, value, timestamp)`.
+type Input = (i32, Option<String>, i64);
+
+/// Every record of `topic` as `(partition, value, timestamp)`, read with a plain assigned
+/// consumer: the input as the function received it, for the reference count.
+fn read_values_with_timestamps(topic: &str, partitions: i32) -> Vec<Input> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", bootstrap())
         .set("group.id", unique("scaffold-reader"))
@@ -189,23 +193,67 @@ fn read_values_with_timestamps(topic: &str, partitions: i32) -> Vec<(Option<Stri
             let value = message
                 .payload()
                 .map(|v| String::from_utf8(v.to_vec()).expect("utf-8"));
-            out.push((value, message.timestamp().to_millis().expect("timestamp")));
+            let timestamp = message.timestamp().to_millis().expect("timestamp");
+            out.push((message.partition(), value, timestamp));
         }
     }
     out
 }
 
-/// The reference: per `<name>@<window start>`, the records of that trimmed, non-blank name
-/// in the 1-minute window `[start, start + 60 s)` (record at a time, by definition; no
-/// record is late here: the input's timestamps span less than the 10 s grace).
-fn reference(records: &[(Option<String>, i64)]) -> BTreeMap<String, i64> {
+/// The generated function's window and grace, in ms (its `WINDOW` and `GRACE`).
+const WINDOW_MS: i64 = 60_000;
+const GRACE_MS: i64 = 10_000;
+
+/// The trimmed name of a record the generated filter keeps (not a tombstone, not blank).
+fn name_of(value: &Option<String>) -> Option<&str> {
+    value.as_deref().map(str::trim).filter(|n| !n.is_empty())
+}
+
+/// The start of the window holding `ts`.
+fn window_start(ts: i64) -> i64 {
+    ts - ts.rem_euclid(WINDOW_MS)
+}
+
+/// The reference, by definition: per `<name>@<window start>`, the records of that trimmed,
+/// non-blank name in the 1-minute window `[start, start + 60 s)`, over the records of the
+/// first run (`on_time`) and those of the second (`after`) that are not late.
+///
+/// No record of the first run is late: their timestamps span less than the grace (asserted).
+/// A record of the second run is late when its window's end + grace is at or before the
+/// lowest timestamp of the first run's counted records: by then every stream time that can
+/// judge it (its source partition's, which counted records of the first run, and the
+/// repartition partition's of its name, which did too; both asserted by the caller) is at
+/// least that high, so the window has closed and the record must be dropped.
+fn reference(on_time: &[Input], after: &[Input]) -> BTreeMap<String, i64> {
+    let counted: Vec<i64> = on_time
+        .iter()
+        .filter(|(_, value, _)| name_of(value).is_some())
+        .map(|(_, _, ts)| *ts)
+        .collect();
+    let (low, high) = (
+        counted.iter().copied().min().expect("names counted"),
+        counted.iter().copied().max().expect("names counted"),
+    );
+    assert!(
+        high - low < GRACE_MS,
+        "the first run spans less than the grace"
+    );
     let mut counts = BTreeMap::new();
-    for (value, ts) in records {
-        let Some(name) = value.as_deref().map(str::trim).filter(|n| !n.is_empty()) else {
-            continue;
-        };
-        let start = ts - ts.rem_euclid(60_000);
-        *counts.entry(format!("{name}@{start}")).or_insert(0) += 1;
+    for (_, value, ts) in on_time {
+        if let Some(name) = name_of(value) {
+            *counts
+                .entry(format!("{name}@{}", window_start(*ts)))
+                .or_insert(0) += 1;
+        }
+    }
+    for (_, value, ts) in after {
+        let Some(name) = name_of(value) else { continue };
+        if window_start(*ts) + WINDOW_MS + GRACE_MS <= low {
+            continue; // late: dropped
+        }
+        *counts
+            .entry(format!("{name}@{}", window_start(*ts)))
+            .or_insert(0) += 1;
     }
     counts
 }
@@ -247,6 +295,21 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
     run_ok(
         cargo(&copy).args(["test", "-p", name, "--offline", "--locked", "--no-run"]),
         "cargo test --locked",
+    );
+    // The generated crate is clippy-clean with the workspace's lints, its tests included.
+    run_ok(
+        cargo(&copy).args([
+            "clippy",
+            "-p",
+            name,
+            "--all-targets",
+            "--offline",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+        "cargo clippy of the generated crate",
     );
 
     // The template with the new block passes cfn-lint.
@@ -325,7 +388,7 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
     }
     let records = read_values_with_timestamps(&input, PARTITIONS);
     assert_eq!(records.len(), events.len() + 2 * PARTITIONS as usize);
-    let expected = reference(&records);
+    let on_time = reference(&records, &[]);
 
     let mut env = emulator_env();
     env.extend([
@@ -336,37 +399,84 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
     ]);
     let port = free_port();
     let watch = LambdaWatch::start_in(&copy, name, port, &env);
-    let out = run_ok(
-        local_runner(&copy).args([
-            "run",
-            "--function-url",
-            &format!("http://127.0.0.1:{port}"),
-            "--function-name",
-            name,
-            "--topic",
-            &input,
-            "--topic",
-            &repartition,
-            "--group-id",
-            &unique("scaffold-group"),
-            "--until-idle",
-            "--idle-timeout-ms",
-            "2000",
-            "--quiet",
-            "--bootstrap-servers",
-            &bootstrap(),
-        ]),
-        "local-runner run over the Invoke API",
-    );
-    drop(watch);
-    let printed = String::from_utf8_lossy(&out.stdout);
-    let names_counted: i64 = expected.values().sum();
+    let group = unique("scaffold-group");
+    let run = || {
+        let out = run_ok(
+            local_runner(&copy).args([
+                "run",
+                "--function-url",
+                &format!("http://127.0.0.1:{port}"),
+                "--function-name",
+                name,
+                "--topic",
+                &input,
+                "--topic",
+                &repartition,
+                "--group-id",
+                &group,
+                "--until-idle",
+                "--idle-timeout-ms",
+                "2000",
+                "--quiet",
+                "--bootstrap-servers",
+                &bootstrap(),
+            ]),
+            "local-runner run over the Invoke API",
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let printed = run();
+    let names_counted: i64 = on_time.values().sum();
     assert!(
         printed.contains(&format!(
             "processed {} records",
             records.len() as i64 + names_counted
         )),
         "every input record, then every non-blank name through the repartition topic: {printed}"
+    );
+
+    // A late record: a click five windows before the first run's earliest counted record,
+    // to a partition that counted records, produced once the first run is done (so every
+    // stream time that judges it has passed its window's end + grace). The same group
+    // resumes from its commits and reads it (and its copy in the repartition topic).
+    let low = records
+        .iter()
+        .filter(|(_, value, _)| name_of(value).is_some())
+        .map(|(_, _, ts)| *ts)
+        .min()
+        .expect("names counted");
+    let late_partition = records
+        .iter()
+        .find(|(_, value, _)| name_of(value) == Some("click"))
+        .map(|(p, _, _)| *p)
+        .expect("a partition with clicks");
+    let late_at = window_start(low) - 5 * WINDOW_MS;
+    producer
+        .send(
+            FutureRecord::<(), str>::to(&input)
+                .partition(late_partition)
+                .payload("click")
+                .timestamp(late_at),
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("produced");
+    let all = read_values_with_timestamps(&input, PARTITIONS);
+    let after: Vec<Input> = all
+        .iter()
+        .filter(|record| !records.contains(record))
+        .cloned()
+        .collect();
+    assert_eq!(after, [(late_partition, Some("click".to_owned()), late_at)]);
+    let expected = reference(&records, &after);
+    let late_key = format!("click@{}", window_start(late_at));
+    assert_eq!(expected, on_time, "the reference drops the late record");
+    assert!(!expected.contains_key(&late_key));
+    let printed = run();
+    drop(watch);
+    assert!(
+        printed.contains("processed 2 records"),
+        "the late record and its copy in the repartition topic: {printed}"
     );
 
     // One writer per name: its updates reach the output in order, the last one its count.
