@@ -491,6 +491,35 @@ async fn a_scaffolded_function_tests_lints_and_runs_on_the_broker() {
         assert!(count >= previous, "{key}: {count} after {previous}");
     }
     assert_eq!(last, expected, "the last update per window is its count");
+
+    // The README's look at the state: `query --top`, one JSON line per window.
+    let out = run_ok(
+        local_runner(&copy).args([
+            "query",
+            "--store",
+            &format!("{name}-counts"),
+            "--table",
+            &table,
+            "--top",
+            "1000",
+            "--dynamodb-endpoint",
+            &dynamo_endpoint(),
+        ]),
+        "local-runner query",
+    );
+    let stored: BTreeMap<String, i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let item: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            let key = item["key"].as_str().expect("key");
+            let start = item["window_start"].as_i64().expect("window_start");
+            (
+                format!("{key}@{start}"),
+                item["value"].as_i64().expect("value"),
+            )
+        })
+        .collect();
+    assert_eq!(stored, expected, "the state table holds the counts");
     let _ = std::fs::remove_dir_all(&copy);
 }
 
