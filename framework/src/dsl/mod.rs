@@ -255,6 +255,7 @@ impl StreamsBuilder {
         inner.write_order = order.stores;
         inner.sort_hops = order.sort_hops;
         inner.unsourced_sinks = order.unsourced_sinks;
+        inner.outboxed = order.outboxed;
         let topology = Topology {
             inner: Arc::new(inner),
         };

@@ -317,7 +317,7 @@ impl ExactlyOnceOutput {
         let mut eos_options = options.clone();
         eos_options.output = OutputGuarantee::ExactlyOnce;
         let result = topology
-            .process_with(event, store, &sink, &eos_options)
+            .process_transactional(event, store, &sink, &eos_options, Some(&shadow))
             .await;
         report.skipped_outputs = sink.skipped.load(Ordering::Relaxed);
         let outcome = match result {

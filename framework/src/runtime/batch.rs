@@ -69,6 +69,23 @@ impl Topology {
         sink: &dyn Sink,
         options: &BatchOptions,
     ) -> Result<BatchOutcome, StreamError> {
+        self.process_transactional(event, store, sink, options, None)
+            .await
+    }
+
+    /// [`process_with`](Self::process_with); under exactly-once output with `shadow`, per
+    /// event partition, the offset up to which its outputs are committed (`i64::MIN`:
+    /// none): the stores whose updates reach a sink keep the outbox of updates
+    /// (`state::outbox`) and emit from it, each update in the transaction of the record
+    /// it is kept under.
+    pub(crate) async fn process_transactional(
+        &self,
+        event: &KafkaEvent,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        options: &BatchOptions,
+        shadow: Option<&[i64]>,
+    ) -> Result<BatchOutcome, StreamError> {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
@@ -181,6 +198,17 @@ impl Topology {
                     PoisonPolicy::Fail => return Err(error),
                 }
             }
+        }
+        if let Some(shadow) = shadow {
+            // The outputs this batch commits per partition: up to a partial batch
+            // response's failed record, exclusive (its retry emits from there).
+            let mut ranges = ctx.ranges.clone();
+            for (tp, offset) in &outcome.failures {
+                if let Some(i) = ctx.partitions.iter().position(|p| p == tp) {
+                    ranges[i].1 = ranges[i].1.min(offset - 1);
+                }
+            }
+            ctx.transactions = Some((shadow.to_vec(), ranges));
         }
         // Each store once, in the order the build derived (every store after the stores
         // whose updates or joins feed it); before each write, the records waiting at joins
@@ -343,11 +371,26 @@ impl Topology {
             written.extend(
                 updates
                     .iter()
-                    .filter(|((_, window), _, _)| window.is_none())
-                    .map(|((key, _), _, _)| key.clone()),
+                    .filter(|((_, window), _, _, _)| window.is_none())
+                    .map(|((key, _), _, _, _)| key.clone()),
             );
         }
-        for ((key, window), timestamp, state) in updates {
+        for ((key, window), timestamp, state, emissions) in updates {
+            if let Some(emissions) = emissions {
+                // Exactly-once output: the updates of the item's outbox this batch commits,
+                // each in the transaction of the record it is kept under.
+                for emission in emissions {
+                    ctx.origin = Origin::Update {
+                        version: emission.entry.state.version,
+                        timestamp: emission.entry.time,
+                    };
+                    let mark = ctx.outputs.len();
+                    guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state))?;
+                    let tp = ctx.partitions[emission.tp as usize].clone();
+                    tag_transaction(&mut ctx.outputs[mark..], &tp, emission.entry.offset);
+                }
+                continue;
+            }
             // A time window's update carries its newest record time (Kafka Streams'
             // window timestamp: a late record does not move it back; the item holds it
             // after the write); other items the newest of the batch's records.
@@ -701,9 +744,11 @@ impl Topology {
         ctx: &Ctx,
         writing: &Writing<'_>,
         report: &mut BatchReport,
-    ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
+    ) -> Result<Vec<Written>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
+        let outboxed = self.inner.outboxed.contains(&index);
+        let transactions = ctx.transactions.as_ref().filter(|_| outboxed);
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|((key, window), mut item)| async move {
                 let mut stats = WriteStats::default();
@@ -731,10 +776,31 @@ impl Topology {
                         close_at: item.close_at,
                         fold,
                     };
-                    let (records, printable) = match writing.store.apply(write).await {
-                        Ok((state, item_stats)) => {
+                    let applied = match transactions {
+                        Some((shadow, ranges)) => {
+                            let outbox = crate::state::outbox::Outbox {
+                                partitions: &ctx.partitions,
+                                shadow,
+                                ranges,
+                                hopped: &ctx.hopped,
+                                time: item.max_timestamp,
+                            };
+                            writing
+                                .store
+                                .apply_outboxed(write, &outbox)
+                                .await
+                                .map(|(state, emissions, stats)| (state, Some(emissions), stats))
+                        }
+                        None => writing
+                            .store
+                            .apply(write)
+                            .await
+                            .map(|(state, stats)| (state, None, stats)),
+                    };
+                    let (records, printable) = match applied {
+                        Ok((state, emissions, item_stats)) => {
                             stats.add(&item_stats);
-                            let written = ((key, window), item.max_timestamp, state);
+                            let written = ((key, window), item.max_timestamp, state, emissions);
                             return Ok((Some(written), stats, rejections));
                         }
                         Err(StateError {
@@ -826,6 +892,15 @@ impl Topology {
         Ok(results)
     }
 }
+
+/// An item a batch wrote: its key, the batch's newest record time for it, its state, and
+/// under exactly-once output the updates of its outbox to emit.
+type Written = (
+    PendingKey,
+    i64,
+    ItemState,
+    Option<Vec<crate::state::outbox::Emission>>,
+);
 
 /// The poison records one item's write met.
 #[derive(Debug, Default)]

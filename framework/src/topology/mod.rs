@@ -151,6 +151,9 @@ pub(crate) struct TopologyInner {
     /// The sinks exactly-once output cannot serve yet (see `order::WriteOrder`). Set when
     /// the topology is built.
     pub(crate) unsourced_sinks: Vec<crate::error::TopologyError>,
+    /// The stores that keep the outbox of updates under exactly-once output
+    /// (`order::WriteOrder::outboxed`).
+    pub(crate) outboxed: std::collections::BTreeSet<usize>,
     /// The output guarantee the builder asked for ([`StreamsBuilder::output_guarantee`]).
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
