@@ -776,27 +776,26 @@ impl Topology {
                         close_at: item.close_at,
                         fold,
                     };
-                    let applied = match transactions {
-                        Some((shadow, ranges)) => {
-                            let outbox = crate::state::outbox::Outbox {
-                                partitions: &ctx.partitions,
-                                shadow,
-                                ranges,
-                                hopped: &ctx.hopped,
-                                time: item.max_timestamp,
-                            };
-                            writing
+                    let applied =
+                        match transactions {
+                            Some((shadow, ranges)) => {
+                                let outbox = crate::state::outbox::Outbox {
+                                    partitions: &ctx.partitions,
+                                    shadow,
+                                    ranges,
+                                    hopped: &ctx.hopped,
+                                    time: item.max_timestamp,
+                                };
+                                writing.store.apply_outboxed(write, &outbox).await.map(
+                                    |(state, emissions, stats)| (state, Some(emissions), stats),
+                                )
+                            }
+                            None => writing
                                 .store
-                                .apply_outboxed(write, &outbox)
+                                .apply(write)
                                 .await
-                                .map(|(state, emissions, stats)| (state, Some(emissions), stats))
-                        }
-                        None => writing
-                            .store
-                            .apply(write)
-                            .await
-                            .map(|(state, stats)| (state, None, stats)),
-                    };
+                                .map(|(state, stats)| (state, None, stats)),
+                        };
                     let (records, printable) = match applied {
                         Ok((state, emissions, item_stats)) => {
                             stats.add(&item_stats);

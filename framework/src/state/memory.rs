@@ -9,11 +9,11 @@ use async_trait::async_trait;
 
 use crate::event::TopicPartition;
 
+use super::outbox::{self, Emission, Entry, Outbox};
 use super::{
     Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store,
     WriteStats, above_watermarks, limits,
 };
-use super::outbox::{self, Emission, Entry, Outbox};
 
 #[derive(Debug, Clone, Default)]
 struct Item {
@@ -126,9 +126,8 @@ impl MemoryStore {
             requests: 1,
             ..WriteStats::default()
         };
-        let mut emissions = ob.map_or_else(Vec::new, |ob| {
-            outbox::stored_emissions(ob, &stored.outbox)
-        });
+        let mut emissions =
+            ob.map_or_else(Vec::new, |ob| outbox::stored_emissions(ob, &stored.outbox));
         if marks.is_empty() {
             stats.conditional_failures = 1;
             return Ok((stored.state(), emissions, stats));

@@ -110,13 +110,18 @@ pub struct Emission {
 /// aggregate follows), the record time (8) and the aggregate (4-byte length, bytes).
 pub fn encode(entries: &[Entry]) -> Vec<u8> {
     let mut out = Vec::with_capacity(encoded_len(entries));
-    out.extend_from_slice(&u32::try_from(entries.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(
+        &u32::try_from(entries.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
     for e in entries {
         out.extend_from_slice(&e.offset.to_be_bytes());
         out.extend_from_slice(&e.state.version.to_be_bytes());
         out.extend_from_slice(&e.state.value.to_be_bytes());
         out.extend_from_slice(&e.time.to_be_bytes());
-        let flags = u8::from(e.state.timestamp.is_some()) | (u8::from(e.state.aggregate.is_some()) << 1);
+        let flags =
+            u8::from(e.state.timestamp.is_some()) | (u8::from(e.state.aggregate.is_some()) << 1);
         out.push(flags);
         if let Some(t) = e.state.timestamp {
             out.extend_from_slice(&t.to_be_bytes());

@@ -44,6 +44,7 @@ use super::{
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
+use crate::state::outbox::{self, Emission, Entry, Outbox};
 pub use admin::{create_table, emulator_client, emulator_client_with, emulator_lean_client};
 use cache::Cache;
 pub use cache::DEFAULT_CACHE_BYTES;
@@ -51,9 +52,8 @@ pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, NEWEST_TIME, STREAM_TIME_KEY,
     ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
-use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
-use crate::state::outbox::{self, Emission, Entry, Outbox};
+use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
 use retry::describe_request;
@@ -315,9 +315,8 @@ impl DynamoStore {
                 Some(_) => parse_outbox(&item).map_err(|e| Self::corrupt(write, e))?,
                 None => HashMap::new(),
             };
-            let mut emissions = ob.map_or_else(Vec::new, |ob| {
-                outbox::stored_emissions(ob, &stored_outbox)
-            });
+            let mut emissions =
+                ob.map_or_else(Vec::new, |ob| outbox::stored_emissions(ob, &stored_outbox));
             if marks.is_empty() {
                 // The item holds every contribution already (a redelivery).
                 return Ok((stored.unwrap_or(ItemState::number(0, 0)), emissions));
@@ -469,8 +468,10 @@ impl DynamoStore {
                         entries.push(entry.clone());
                         own = Some(Emission { tp: i, entry });
                     }
-                    request = request
-                        .expression_attribute_names(format!("#ob{n}"), format!("{OUTBOX_PREFIX}{tp}"));
+                    request = request.expression_attribute_names(
+                        format!("#ob{n}"),
+                        format!("{OUTBOX_PREFIX}{tp}"),
+                    );
                     if entries.is_empty() {
                         remove.push(format!("#ob{n}"));
                     } else {
@@ -544,7 +545,8 @@ impl DynamoStore {
             let time = write.timestamp.unwrap_or(ob.time);
             own = Some((i, offset, time));
             for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
-                request = request.expression_attribute_names(format!("#os{j}"), format!("{prefix}{tp}"));
+                request =
+                    request.expression_attribute_names(format!("#os{j}"), format!("{prefix}{tp}"));
             }
             request = request
                 .expression_attribute_names("#ob", format!("{OUTBOX_PREFIX}{tp}"))
