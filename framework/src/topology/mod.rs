@@ -82,6 +82,11 @@ pub(crate) struct StoreSpec {
     pub(crate) emit_on_close: Option<i64>,
     /// For a stream–stream join's store: how its items close.
     pub(crate) closing: Option<Closing>,
+    /// Whether its updates fan out into records chosen from the batch's ranges (session
+    /// and sliding windows: the sessions or windows the batch's uncommitted records
+    /// changed), rather than one record per item version: such a store cannot emit from
+    /// the outbox, and its sinks stay refused under exactly-once output.
+    pub(crate) fans_out: bool,
 }
 
 /// Closes a left or outer join's item (key, state read) at a closing time: emits into the

@@ -355,11 +355,23 @@ impl Walk<'_> {
                     (Some(store), _)
                         if !input.updates_via_join
                             && input.update_stores.len() == 1
-                            && input.closing_of.is_none() =>
+                            && input.closing_of.is_none()
+                            && self.stores[store].closing.is_none()
+                            && !self.stores[store].fans_out =>
                     {
                         self.outboxed.insert(store);
                         None
                     }
+                    (Some(store), _) if self.stores[store].closing.is_some() => Some(format!(
+                        "the closing pass of store {:?} (sessions or sliding windows emitted \
+                         when they close, or a stream–stream join's buffer)",
+                        store_name(store)
+                    )),
+                    (Some(store), _) if self.stores[store].fans_out => Some(format!(
+                        "the sessions or sliding windows of store {:?} that a batch's \
+                         records changed",
+                        store_name(store)
+                    )),
                     (Some(store), _) => Some(format!(
                         "the updates of the table in store {:?} after a join, or merged with \
                          another store's updates",
