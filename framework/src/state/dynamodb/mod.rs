@@ -459,19 +459,58 @@ impl DynamoStore {
                 };
                 for (n, (i, mut entries, slot)) in kept.into_iter().enumerate() {
                     let tp = &ob.partitions[i as usize];
+                    request = request.expression_attribute_names(
+                        format!("#ob{n}"),
+                        format!("{OUTBOX_PREFIX}{tp}"),
+                    );
                     if let Some((_, offset)) = origin.filter(|o| o.0 == i) {
                         let entry = Entry {
                             offset,
                             time: state.timestamp.unwrap_or(ob.time),
                             state: state.clone(),
                         };
-                        entries.push(entry.clone());
-                        own = Some(Emission { tp: i, entry });
+                        own = Some(Emission {
+                            tp: i,
+                            entry: entry.clone(),
+                        });
+                        if write.fold.is_none() && entries.is_empty() {
+                            // An additive item with nothing else uncommitted: the entry in
+                            // the fast path's slot, so that the next batch's fast path
+                            // holds (one request) rather than finding a list.
+                            let numbers = [
+                                entry.offset,
+                                entry.state.value,
+                                i64::try_from(entry.state.version).unwrap_or(i64::MAX),
+                                entry.time,
+                            ];
+                            for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
+                                request = request.expression_attribute_names(
+                                    format!("#os{n}x{j}"),
+                                    format!("{prefix}{tp}"),
+                                );
+                            }
+                            for (j, number) in numbers.iter().enumerate() {
+                                request = request.expression_attribute_values(
+                                    format!(":os{n}x{j}"),
+                                    AttributeValue::N(number.to_string()),
+                                );
+                                set.push(format!("#os{n}x{j} = :os{n}x{j}"));
+                            }
+                            match entry.state.timestamp {
+                                Some(at) => {
+                                    request = request.expression_attribute_values(
+                                        format!(":os{n}x4"),
+                                        AttributeValue::N(at.to_string()),
+                                    );
+                                    set.push(format!("#os{n}x4 = :os{n}x4"));
+                                }
+                                None => remove.push(format!("#os{n}x4")),
+                            }
+                            remove.push(format!("#ob{n}"));
+                            continue;
+                        }
+                        entries.push(entry);
                     }
-                    request = request.expression_attribute_names(
-                        format!("#ob{n}"),
-                        format!("{OUTBOX_PREFIX}{tp}"),
-                    );
                     if entries.is_empty() {
                         remove.push(format!("#ob{n}"));
                     } else {
