@@ -15,8 +15,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::lambda::Handler;
 use lambda_streams::dsl::Grouped;
+use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
@@ -47,13 +47,22 @@ const SUMS: &str = "sums";
 
 /// The key of a value `v<p>-<i>` in the sums: `i mod 3`, from every partition.
 fn sum_key(value: &str) -> String {
-    let i: i64 = value.rsplit('-').next().and_then(|i| i.parse().ok()).unwrap_or(0);
+    let i: i64 = value
+        .rsplit('-')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
     format!("s{}", i % 3)
 }
 
 /// What a value `v<p>-<i>` adds to its sum: `i + 1` (so every update grows it).
 fn sum_term(value: &str) -> i64 {
-    value.rsplit('-').next().and_then(|i| i.parse::<i64>().ok()).unwrap_or(0) + 1
+    value
+        .rsplit('-')
+        .next()
+        .and_then(|i| i.parse::<i64>().ok())
+        .unwrap_or(0)
+        + 1
 }
 
 /// Per record: two stateless outputs to `out` (a fan-out), a repartition record to `rep`
@@ -77,7 +86,12 @@ fn topology(t: &Topics) -> Topology {
         .to(&t.counts, Utf8, DecimalI64);
     checked
         .group_by(|_, v: &String| sum_key(v), Grouped::direct(Utf8))
-        .aggregate(SUMS, || 0i64, |_, v: String, sum| sum + sum_term(&v), DecimalI64)
+        .aggregate(
+            SUMS,
+            || 0i64,
+            |_, v: String, sum| sum + sum_term(&v),
+            DecimalI64,
+        )
         .to_stream()
         .to(&t.sums, Utf8, DecimalI64);
     builder.build()
@@ -324,7 +338,10 @@ async fn check_updates(t: &Topics, table: &str, isolation_level: &str) -> Vec<St
         }
     }
     let mut violations = Vec::new();
-    for (n, (topic, store)) in [(&t.counts, STORE), (&t.sums, SUMS)].into_iter().enumerate() {
+    for (n, (topic, store)) in [(&t.counts, STORE), (&t.sums, SUMS)]
+        .into_iter()
+        .enumerate()
+    {
         violations
             .extend(check_update_topic(topic, table, store, &reference[n], isolation_level).await);
     }
@@ -885,8 +902,14 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
             *per_origin.entry(value[..2].to_owned()).or_default() += 1;
         }
     }
-    let violations =
-        check_update_topic(&t.counts, &table, ORIGIN_STORE, &per_origin, "read_committed").await;
+    let violations = check_update_topic(
+        &t.counts,
+        &table,
+        ORIGIN_STORE,
+        &per_origin,
+        "read_committed",
+    )
+    .await;
     assert!(
         violations.is_empty(),
         "read_committed updates after the hop: {violations:#?}"

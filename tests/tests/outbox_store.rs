@@ -7,11 +7,11 @@
 
 use std::collections::HashMap;
 
+use lambda_streams::Guarantee;
 use lambda_streams::event::TopicPartition;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
 use lambda_streams::state::outbox::{Emission, Outbox};
 use lambda_streams::state::{Contribution, Fold, ItemWrite, StateErrorKind, Store, WriteStats};
-use lambda_streams::Guarantee;
 use lambda_streams_e2e::*;
 
 async fn store() -> (DynamoStore, String) {
@@ -214,9 +214,29 @@ async fn a_general_aggregate_s_outbox_doubles_its_bytes_and_counts_towards_400_k
             Some(&Sized(bytes)),
         )
         .await;
+        // The same aggregate without the outbox (at-least-once output), for comparison.
+        let plain = {
+            let partitions = partitions();
+            let contributions = contributions(&[(0, 2)]);
+            let fold = Sized(bytes);
+            let key = format!("plain-{bytes}");
+            let write = ItemWrite {
+                store: "counts",
+                key: key.as_bytes(),
+                window: None,
+                expires_at: None,
+                timestamp: None,
+                contributions: &contributions,
+                partitions: &partitions,
+                close_at: None,
+                fold: Some(&fold),
+            };
+            store.apply(write).await.expect("write").1
+        };
         eprintln!(
-            "general aggregate of {bytes} bytes under exactly-once output: first write {} \
-             request(s), {:.1} WCU; next batch's write {} request(s), {:.1} WCU",
+            "general aggregate of {bytes} bytes: without the outbox {:.1} WCU a write; with it, \
+             first write {} request(s), {:.1} WCU; next batch's write {} request(s), {:.1} WCU",
+            plain.consumed_write_units,
             first.requests,
             first.consumed_write_units,
             next.requests,
@@ -288,7 +308,14 @@ async fn a_count_s_outbox_costs_a_slot_of_numbers() {
         };
         store.apply(write).await.expect("write")
     };
-    let (_, outboxed) = count(&store, b"outboxed", &[(0, 1)], [NONE, NONE], [(0, 1), empty]).await;
+    let (_, outboxed) = count(
+        &store,
+        b"outboxed",
+        &[(0, 1)],
+        [NONE, NONE],
+        [(0, 1), empty],
+    )
+    .await;
     let sizes = item_sizes(&table).await;
     eprintln!(
         "count item without outbox: {} bytes, {:.1} WCU; with: {} bytes, {:.1} WCU",

@@ -583,7 +583,9 @@ impl DynamoStore {
             let tp = &ob.partitions[i as usize];
             let time = write.timestamp.unwrap_or(ob.time);
             own = Some((i, offset, time));
-            for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
+            // The record time only with a window's (`om`, as `mt`).
+            let named = if write.timestamp.is_some() { 5 } else { 4 };
+            for (j, prefix) in SLOT_PREFIXES.iter().enumerate().take(named) {
                 request =
                     request.expression_attribute_names(format!("#os{j}"), format!("{prefix}{tp}"));
             }
