@@ -1049,3 +1049,204 @@ async fn aborted_repartition_records_are_not_processed_under_read_uncommitted() 
         }
     }
 }
+
+/// The event of partition 0's records `range` of the input.
+fn event_of_partition_0(
+    input: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> lambda_streams::event::KafkaEvent {
+    let mut event = event_of_all(input);
+    event.partitions.truncate(1);
+    let records = std::mem::take(&mut event.partitions[0].records);
+    event.partitions[0].records = records
+        .into_iter()
+        .filter(|r| range.contains(&(r.offset as usize)))
+        .collect();
+    event
+}
+
+/// The DynamoDB store without an outbox: under exactly-once output it re-derives each
+/// touched item's update from its current state (what a batch did before the outbox), in
+/// the transaction of the write's first record. The control of
+/// [`a_crashed_batch_retried_longer_emits_every_version_once`].
+struct NoOutbox(DynamoStore);
+
+#[async_trait::async_trait]
+impl Store for NoOutbox {
+    async fn apply(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.apply(write).await
+    }
+    async fn apply_outboxed(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+        outbox: &lambda_streams::state::outbox::Outbox<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            Vec<lambda_streams::state::outbox::Emission>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        use lambda_streams::state::outbox::{Emission, Entry};
+        let origin = outbox.entry_origin(write.contributions);
+        let (state, stats) = self.0.apply(write).await?;
+        let emissions = origin
+            .map(|(tp, offset)| Emission {
+                tp,
+                entry: Entry {
+                    offset,
+                    state: state.clone(),
+                    time: outbox.time,
+                },
+            })
+            .into_iter()
+            .collect();
+        Ok((state, emissions, stats))
+    }
+    async fn get(
+        &self,
+        store: &str,
+        key: &[u8],
+    ) -> Result<Option<lambda_streams::state::ItemState>, lambda_streams::state::StateError> {
+        self.0.get(store, key).await
+    }
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<
+        std::collections::HashMap<Vec<u8>, lambda_streams::state::ItemState>,
+        lambda_streams::state::StateError,
+    > {
+        self.0.get_many(store, keys).await
+    }
+    async fn windows(
+        &self,
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, lambda_streams::state::ItemState)>, lambda_streams::state::StateError>
+    {
+        self.0.windows(store, key, from, to).await
+    }
+    async fn clock(
+        &self,
+    ) -> Result<lambda_streams::state::Clock, lambda_streams::state::StateError> {
+        self.0.clock().await
+    }
+    async fn advance_stream_times(
+        &self,
+        times: &[(lambda_streams::event::TopicPartition, i64)],
+        now_ms: i64,
+    ) -> Result<(), lambda_streams::state::StateError> {
+        self.0.advance_stream_times(times, now_ms).await
+    }
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosedWindow>, lambda_streams::state::StateError> {
+        self.0.closed_windows(store, up_to).await
+    }
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[lambda_streams::state::ClosedWindow],
+        up_to: i64,
+    ) -> Result<lambda_streams::state::WriteStats, lambda_streams::state::StateError> {
+        self.0.mark_closed(store, windows, up_to).await
+    }
+    async fn closing_items(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosingItem>, lambda_streams::state::StateError> {
+        self.0.closing_items(store, up_to).await
+    }
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &lambda_streams::state::ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<
+        (
+            Option<lambda_streams::state::ItemState>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.close_item(store, item, aggregate, close_at).await
+    }
+}
+
+/// A batch of partition 0 (records 0..=9) writes its counts, then crashes at its first
+/// write of the sums (its transaction aborts, so none of its updates is visible); the
+/// retry is longer (0..=14), as the event source may deliver it. A `read_committed` reader
+/// must see each count's version 1 (the crashed batch's update, from the outbox) and
+/// version 2 (the retry's own) once each. The control, the same store without the outbox,
+/// re-derives only version 2: version 1 is never committed (a gap), which the same check
+/// finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_batch_retried_longer_emits_every_version_once() {
+    for outbox in [true, false] {
+        let name = if outbox {
+            "eos-outbox"
+        } else {
+            "eos-no-outbox"
+        };
+        let (t, table, app) = setup(name).await;
+        let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+        // The counts' four items (k0..k3) are written, the first write of the sums fails.
+        let store: Arc<dyn Store> = if outbox {
+            Arc::new(FaultyStore::fail_once_after(dynamo, 4))
+        } else {
+            Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo), 4))
+        };
+        let h = handler(&t, store, &app, OutputGuarantee::ExactlyOnce);
+        h.handle_event(&event_of_partition_0(&t.input, 0..=9))
+            .await
+            .expect_err("the injected crash");
+        h.handle_event(&event_of_partition_0(&t.input, 0..=14))
+            .await
+            .expect("the longer retry");
+        let mut reference: BTreeMap<String, i64> = BTreeMap::new();
+        for (key, value) in &input_records()[0][..15] {
+            if value.as_deref() != Some("poison") {
+                *reference.entry(key.clone()).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            item_versions(&table, STORE)
+                .await
+                .values()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![2; 4],
+            "each count written twice"
+        );
+        let violations =
+            check_update_topic(&t.counts, &table, STORE, &reference, "read_committed").await;
+        if outbox {
+            assert!(violations.is_empty(), "{violations:#?}");
+        } else {
+            assert!(
+                violations
+                    .iter()
+                    .any(|v| v.contains("versions [2], expected 1..=2")),
+                "without the outbox, version 1 is lost: {violations:#?}"
+            );
+        }
+    }
+}
