@@ -177,8 +177,12 @@ pub(crate) struct Ctx {
     pub(crate) closing_times: Vec<i64>,
     /// Under exactly-once output: per partition of the batch, the shadow offset (its
     /// outputs committed below it) and the range whose outputs this batch commits.
-    pub(crate) transactions: Option<(Vec<i64>, Vec<(i64, i64)>)>,
+    pub(crate) transactions: Option<Transactions>,
 }
+
+/// Per partition of a batch under exactly-once output: the shadow offsets, and the offset
+/// ranges whose outputs the batch commits (see [`Ctx::transactions`]).
+pub(crate) type Transactions = (Vec<i64>, Vec<(i64, i64)>);
 
 /// A record a join's closing pass could not emit alone, named for the poison policy: its
 /// error (naming its topic-partition and offset), and what its dead letter holds.
