@@ -18,7 +18,8 @@
 //!
 //! A `read_committed` reader of the log then sees every stateless output (two per record,
 //! a fan-out), every repartition record and every dead letter of a source record exactly
-//! once, and never the framework's internal transaction header; the state (a count per key
+//! once (poison in the user's function, or rejected by a store at write time), every
+//! aggregate update `(key, version)` once with complete versions, and never the framework's internal transaction header; the state (a count per key
 //! in the memory store) is exact. Every schedule is seeded and deterministic (one thread).
 
 #![allow(clippy::unwrap_used)]
@@ -379,7 +380,11 @@ fn topology() -> Topology {
         .aggregate(
             "lengths",
             || 0i64,
-            |_, v: String, sum| sum + v.len() as i64 + 1,
+            |_, v: String, sum| {
+                // Fails at write time, in the store's fold: a poison record of the write.
+                assert!(v != "boom", "the adder refuses {v}");
+                sum + v.len() as i64 + 1
+            },
             DecimalI64,
         )
         .to_stream()
@@ -446,6 +451,10 @@ fn source(rng: &mut StdRng) -> Source {
                     let key = ["a", "b", "c"][rng.random_range(0..3)].to_owned();
                     let value = if rng.random_bool(0.15) {
                         "poison".to_owned()
+                    } else if rng.random_bool(0.08) {
+                        long_value()
+                    } else if rng.random_bool(0.08) {
+                        "boom".to_owned()
                     } else {
                         ["x", "y"][rng.random_range(0..2)].to_owned()
                     };
@@ -455,6 +464,14 @@ fn source(rng: &mut StdRng) -> Source {
             (TopicPartition::new("in", p), records)
         })
         .collect()
+}
+
+/// A value the directly re-keyed aggregate cannot hold: as its key it takes the item's
+/// partition key past DynamoDB's 2,048 bytes, so the store rejects the record at write time
+/// (a poison record of the write, dead-lettered), while its other outputs and the count go
+/// on.
+fn long_value() -> String {
+    "w".repeat(1600)
 }
 
 fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent {
@@ -778,7 +795,9 @@ async fn check(broker: &Broker, source: &Source, store: &dyn Store, complete: bo
             let mut rep = src.clone();
             rep.extend_from_slice(b"#0");
             expect.push((("by-value", rep), usize::from(!poison)));
-            expect.push((("dlq", src.clone()), usize::from(poison)));
+            // Dead-lettered: poison in the user's function, or rejected at the state write.
+            let dead = poison || *value == long_value() || value == "boom";
+            expect.push((("dlq", src.clone()), usize::from(dead)));
             for ((topic, id), want) in expect {
                 let got = counts.remove(&(topic.to_owned(), id.clone())).unwrap_or(0);
                 if got > want || (complete && got != want) {
@@ -833,7 +852,9 @@ async fn check_updates(
                 continue;
             }
             *reference[0].entry(key.clone()).or_default() += 1;
-            *reference[1].entry(value.clone()).or_default() += value.len() as i64 + 1;
+            if *value != long_value() && value != "boom" {
+                *reference[1].entry(value.clone()).or_default() += value.len() as i64 + 1;
+            }
         }
     }
     let mut violations = Vec::new();
@@ -1256,4 +1277,82 @@ fn aggregate_updates_without_the_outbox_are_duplicated_or_lost() {
             .any(|v| v.contains("-updates: ") && (v.contains("times") || v.contains("versions"))),
         "{violations:#?}"
     );
+}
+
+/// A record the store rejects at write time (the aggregate's adder fails on `boom`) is
+/// dead-lettered in its partition's transaction, and the item is written without it (its
+/// watermark past it). When the invocation then fails (a later store's write crashes), the
+/// transaction aborts with the dead letter; the retry finds the record held by the item and
+/// does not decide again, so the dead letter must come from what the item kept: a
+/// `read_committed` reader sees it once.
+#[test]
+fn a_write_time_dead_letter_survives_an_aborted_transaction() {
+    use lambda_streams::state::fault::FaultyStore;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let builder = StreamsBuilder::new();
+    let input = builder.stream("in", Utf8, Utf8);
+    input
+        .group_by_key(Utf8)
+        .aggregate(
+            "lengths",
+            || 0i64,
+            |_, v: String, sum| {
+                assert!(v != "boom", "the adder refuses {v}");
+                sum + v.len() as i64
+            },
+            DecimalI64,
+        )
+        .to_stream()
+        .to("length-updates", Utf8, DecimalI64);
+    input.group_by_key(Utf8).count("counts");
+    let topology = builder.build();
+    let broker = Broker::default();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    // The lengths' item: a first write rejects `boom`, the second writes it without; the
+    // third (the count's) fails.
+    let store = FaultyStore::fail_once_after(MemoryStore::new(), 2);
+    let tp = TopicPartition::new("in", 0);
+    let mut source = Source::new();
+    source.insert(
+        tp.clone(),
+        ["x", "boom", "y"]
+            .iter()
+            .map(|v| ("k".to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    let e = event(&source, &BTreeMap::from([(tp.clone(), (0, 2))]));
+    let settle = |broker: &Broker| {
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+    };
+    let crash = rt
+        .block_on(output.process(&topology, &e, &store, &options()))
+        .expect_err("the count's write crashes");
+    assert!(crash.to_string().contains("injected"), "{crash}");
+    assert_eq!(
+        rt.block_on(store.get("lengths", b"k")).unwrap().map(|s| s.version),
+        Some(1),
+        "the lengths' item was written, without boom"
+    );
+    settle(&broker);
+    rt.block_on(output.process(&topology, &e, &store, &options()))
+        .expect("the retry succeeds");
+    settle(&broker);
+    let log = broker.log();
+    let letters: Vec<String> = log
+        .committed_view("dlq")
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.header(SOURCE_HEADER).unwrap_or_default()).into_owned())
+        .collect();
+    assert_eq!(letters, ["in:0:1"], "the dead letter of in-0@1, once");
+    let updates = log.committed_view("length-updates").len();
+    assert_eq!(updates, 1, "one update of the lengths, once");
 }
