@@ -1196,6 +1196,7 @@ impl Store for NoOutbox {
                     offset,
                     state: state.clone(),
                     time: outbox.time,
+                    dead_letter: None,
                 },
             })
             .into_iter()
@@ -1338,7 +1339,9 @@ fn a_write_time_dead_letter_survives_an_aborted_transaction() {
         .expect_err("the count's write crashes");
     assert!(crash.to_string().contains("injected"), "{crash}");
     assert_eq!(
-        rt.block_on(store.get("lengths", b"k")).unwrap().map(|s| s.version),
+        rt.block_on(store.get("lengths", b"k"))
+            .unwrap()
+            .map(|s| s.version),
         Some(1),
         "the lengths' item was written, without boom"
     );

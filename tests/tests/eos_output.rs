@@ -1107,6 +1107,7 @@ impl Store for NoOutbox {
                     offset,
                     state: state.clone(),
                     time: outbox.time,
+                    dead_letter: None,
                 },
             })
             .into_iter()

@@ -69,6 +69,8 @@ async fn write(
         ranges: &ranges,
         hopped: &hopped,
         time: 5,
+        updates: true,
+        rejected: &[],
     };
     let write = ItemWrite {
         store: "counts",
@@ -254,6 +256,8 @@ async fn a_general_aggregate_s_outbox_doubles_its_bytes_and_counts_towards_400_k
         ranges: &[(0, 1), empty],
         hopped: &hopped,
         time: 5,
+        updates: true,
+        rejected: &[],
     };
     let fold = Sized(250 * 1024);
     let write = ItemWrite {
@@ -359,4 +363,73 @@ async fn item_sizes(table: &str) -> HashMap<String, usize> {
             (pk.clone(), size)
         })
         .collect()
+}
+
+/// A record rejected at write time is kept in the item as a dead-letter entry at its own
+/// record (not an update): the write returns it to produce, a retry that finds the record
+/// held returns it again, until the progress passes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_record_s_dead_letter_is_kept_until_committed() {
+    let (store, _) = store().await;
+    let partitions = partitions();
+    let hopped = HashMap::new();
+    let rejected = vec![(0u32, 1i64, "the adder failed".to_owned())];
+    // Records 0 and 2 count; record 1 was rejected (kept in the write with no effect).
+    let mut contributions = contributions(&[(0, 0), (0, 1), (0, 2)]);
+    contributions[1].delta = 0;
+    let letters = |emissions: &[Emission]| -> Vec<(u32, i64, String)> {
+        emissions
+            .iter()
+            .filter_map(|e| {
+                e.entry
+                    .dead_letter
+                    .clone()
+                    .map(|r| (e.tp, e.entry.offset, r))
+            })
+            .collect()
+    };
+    for (shadow, rejected, want_letters, want_updates) in [
+        // The write: its update and the dead letter of record 1.
+        ([NONE, NONE], rejected.as_slice(), 1, vec![(0, 2, 1, 2)]),
+        // Its retry, the transaction aborted: both again.
+        ([NONE, NONE], &[][..], 1, vec![(0, 2, 1, 2)]),
+        // Committed past record 1, not past 2: the update only.
+        ([2, NONE], &[][..], 0, vec![(0, 2, 1, 2)]),
+        // Committed: nothing.
+        ([3, NONE], &[][..], 0, vec![]),
+    ] {
+        let outbox = Outbox {
+            partitions: &partitions,
+            shadow: &shadow,
+            ranges: &[(0, 2), (0, -1)],
+            hopped: &hopped,
+            time: 5,
+            updates: true,
+            rejected,
+        };
+        let write = ItemWrite {
+            store: "counts",
+            key: b"k",
+            window: None,
+            expires_at: None,
+            timestamp: None,
+            contributions: &contributions,
+            partitions: &partitions,
+            close_at: None,
+            fold: None,
+        };
+        let (_, emissions, _) = store.apply_outboxed(write, &outbox).await.expect("write");
+        let found = letters(&emissions);
+        assert_eq!(found.len(), want_letters, "{shadow:?}: {emissions:?}");
+        if want_letters == 1 {
+            assert_eq!(found[0], (0, 1, "the adder failed".to_owned()));
+        }
+        let updates: Vec<_> = summary(&emissions)
+            .into_iter()
+            .zip(&emissions)
+            .filter(|(_, e)| e.entry.dead_letter.is_none())
+            .map(|(s, _)| s)
+            .collect();
+        assert_eq!(updates, want_updates, "{shadow:?}");
+    }
 }

@@ -747,14 +747,24 @@ impl Topology {
     ) -> Result<Vec<Written>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
+        // Under exactly-once output: the stores whose updates reach a sink keep the outbox
+        // of updates; with dead letters, every store keeps its write-time dead letters there.
         let outboxed = self.inner.outboxed.contains(&index);
-        let transactions = ctx.transactions.as_ref().filter(|_| outboxed);
+        let dead_letters = matches!(writing.options.poison, PoisonPolicy::DeadLetter { .. });
+        let transactions = ctx
+            .transactions
+            .as_ref()
+            .filter(|_| outboxed || dead_letters);
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|((key, window), mut item)| async move {
                 let mut stats = WriteStats::default();
                 let mut rejections = Rejections::default();
                 // The item's records rejected so far (partition index, offset).
                 let mut rejected: HashSet<(u32, i64)> = HashSet::new();
+                // Under the outbox: the records to dead-letter with why, kept by the write
+                // and produced from what it returns; their letters, for an item left empty.
+                let mut kept_letters: Vec<(u32, i64, String)> = Vec::new();
+                let mut held_letters: Vec<OutputRecord> = Vec::new();
                 loop {
                     let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                     let write = ItemWrite {
@@ -785,6 +795,8 @@ impl Topology {
                                     ranges,
                                     hopped: &ctx.hopped,
                                     time: item.max_timestamp,
+                                    updates: outboxed,
+                                    rejected: &kept_letters,
                                 };
                                 writing.store.apply_outboxed(write, &outbox).await.map(
                                     |(state, emissions, stats)| (state, Some(emissions), stats),
@@ -799,7 +811,24 @@ impl Topology {
                     let (records, printable) = match applied {
                         Ok((state, emissions, item_stats)) => {
                             stats.add(&item_stats);
-                            let written = ((key, window), item.max_timestamp, state, emissions);
+                            let (letters, updates): (Vec<_>, Vec<_>) = emissions
+                                .unwrap_or_default()
+                                .into_iter()
+                                .partition(|e| e.entry.dead_letter.is_some());
+                            if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison {
+                                let letters: Vec<OutputRecord> = letters
+                                    .iter()
+                                    .filter_map(|e| kept_dead_letter(writing.event, topic, e))
+                                    .collect();
+                                if !letters.is_empty() {
+                                    rejections.dead_lettered += letters.len() as u64;
+                                    writing.sink.send(letters).await?;
+                                }
+                            }
+                            let updates = outboxed
+                                .then_some(updates)
+                                .filter(|_| transactions.is_some());
+                            let written = ((key, window), item.max_timestamp, state, updates);
                             return Ok((Some(written), stats, rejections));
                         }
                         Err(StateError {
@@ -833,7 +862,8 @@ impl Topology {
                             fold.forget(source, offset);
                         }
                         let reason = format!("state store {name:?}, key {printable}: {why}");
-                        let poison = rejected_record(ctx, writing.event, source, offset, reason);
+                        let poison =
+                            rejected_record(ctx, writing.event, source, offset, reason.clone());
                         if writing.options.poison == PoisonPolicy::Fail {
                             return Err(poison.error);
                         }
@@ -857,8 +887,22 @@ impl Topology {
                         if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison
                             && let Some(letter) = poison.letter(topic)
                         {
-                            letters.push(letter);
+                            if transactions.is_some() {
+                                kept_letters.push((source, offset, reason));
+                                held_letters.push(letter);
+                            } else {
+                                letters.push(letter);
+                            }
                         }
+                    }
+                    if item
+                        .contributions
+                        .iter()
+                        .all(|c| rejected.contains(&(c.tp, c.offset)))
+                    {
+                        // Nothing of the item is left to write: it is not created (a retry
+                        // decides again, so its dead letters need no outbox).
+                        letters.append(&mut held_letters);
                     }
                     if !letters.is_empty() {
                         rejections.dead_lettered += letters.len() as u64;
@@ -869,7 +913,6 @@ impl Topology {
                         .iter()
                         .all(|c| rejected.contains(&(c.tp, c.offset)))
                     {
-                        // Nothing of the item is left to write: it is not created.
                         return Ok((None, stats, rejections));
                     }
                 }
@@ -955,6 +998,27 @@ fn sort_hop_records(outputs: &mut [OutputRecord], hops: &[String]) {
     for (&slot, (_, _, record)) in slots.iter().zip(held) {
         outputs[slot] = record;
     }
+}
+
+/// The dead letter of an outbox's dead-letter entry: the event's record it names, with the
+/// error the store's rejection gave (`None` when the event does not hold the record).
+fn kept_dead_letter(
+    event: &KafkaEvent,
+    topic: &str,
+    emission: &crate::state::outbox::Emission,
+) -> Option<OutputRecord> {
+    let batch = event.partitions.get(emission.tp as usize)?;
+    let offset = emission.entry.offset;
+    let at = batch
+        .records
+        .binary_search_by_key(&offset, |r| r.offset)
+        .ok()?;
+    let error = StreamError::User {
+        tp: batch.tp.clone(),
+        offset,
+        reason: emission.entry.dead_letter.clone()?,
+    };
+    Some(dead_letter(topic, &batch.tp, &batch.records[at], &error))
 }
 
 /// Marks `outputs` as caused by the event's record `tp`@`offset`: under exactly-once output

@@ -221,11 +221,19 @@ impl MemoryStore {
         }
         if let Some(ob) = ob {
             item.outbox = kept;
+            for (tp, entry) in ob.dead_letters(write.contributions) {
+                item.outbox
+                    .entry(ob.partitions[tp as usize].to_string())
+                    .or_default()
+                    .push(entry.clone());
+                emissions.push(Emission { tp, entry });
+            }
             if let Some((tp, offset)) = origin {
                 let entry = Entry {
                     offset,
                     state: item.state(),
                     time: item.timestamp.unwrap_or(ob.time),
+                    dead_letter: None,
                 };
                 item.outbox
                     .entry(ob.partitions[tp as usize].to_string())

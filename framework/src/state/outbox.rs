@@ -43,6 +43,15 @@ pub struct Outbox<'a> {
     pub hopped: &'a HashMap<(u32, i64), (u32, i64)>,
     /// The update's timestamp when the item keeps no record time of its own.
     pub time: i64,
+    /// Whether the write keeps an entry of its update (the store's updates reach a sink);
+    /// `false`: the outbox keeps only dead letters.
+    pub updates: bool,
+    /// The write's records the store rejected in this batch (a key over DynamoDB's limits,
+    /// an item past 400 KB, a fold that failed), by contribution coordinates, with why, to
+    /// be dead-lettered: the write keeps a dead-letter entry of each at its event record,
+    /// so that a retry that finds the record held (the item's watermark passed it) still
+    /// produces the dead letter when the transaction that carried it aborted.
+    pub rejected: &'a [(u32, i64, String)],
 }
 
 impl Outbox<'_> {
@@ -55,11 +64,15 @@ impl Outbox<'_> {
     }
 
     /// Where the entry of a write whose new contributions are `new` goes: the first event
-    /// partition among them and its highest offset among them.
+    /// partition among them and its highest offset among them (`None` when the write keeps
+    /// no update entry).
     pub fn entry_origin<'c>(
         &self,
         new: impl IntoIterator<Item = &'c Contribution>,
     ) -> Option<(u32, i64)> {
+        if !self.updates {
+            return None;
+        }
         let origins: Vec<(u32, i64)> = new.into_iter().filter_map(|c| self.origin(c)).collect();
         let tp = origins.first()?.0;
         origins
@@ -68,6 +81,37 @@ impl Outbox<'_> {
             .map(|o| o.1)
             .max()
             .map(|offset| (tp, offset))
+    }
+
+    /// The dead-letter entries of the rejected records among `contributions` (a write's),
+    /// by event partition index.
+    pub fn dead_letters(&self, contributions: &[Contribution]) -> Vec<(u32, Entry)> {
+        self.rejected
+            .iter()
+            .filter(|(tp, offset, _)| {
+                contributions
+                    .iter()
+                    .any(|c| c.tp == *tp && c.offset == *offset)
+            })
+            .filter_map(|(tp, offset, reason)| {
+                let c = Contribution {
+                    tp: *tp,
+                    offset: *offset,
+                    delta: 0,
+                };
+                self.origin(&c).map(|(tp, offset)| {
+                    (
+                        tp,
+                        Entry {
+                            offset,
+                            state: ItemState::number(0, 0),
+                            time: 0,
+                            dead_letter: Some(reason.clone()),
+                        },
+                    )
+                })
+            })
+            .collect()
     }
 
     /// Whether the entry of partition index `tp` at `offset` is this batch's to emit: in
@@ -93,6 +137,9 @@ pub struct Entry {
     pub state: ItemState,
     /// The update's timestamp.
     pub time: i64,
+    /// A dead-letter entry: not an update but the dead letter of the event record at
+    /// `offset`, which the store rejected for this reason.
+    pub dead_letter: Option<String>,
 }
 
 /// An update to produce in the transaction of event partition `tp` (index), as an output
@@ -107,7 +154,8 @@ pub struct Emission {
 
 /// Encodes entries as the outbox attribute's bytes: per entry, big-endian, the offset,
 /// version, value, time (8 bytes each), a flags byte (1: a record time follows, 2: an
-/// aggregate follows), the record time (8) and the aggregate (4-byte length, bytes).
+/// aggregate follows, 4: a dead letter's reason follows), the record time (8), the
+/// aggregate and the reason (4-byte length, bytes, each).
 pub fn encode(entries: &[Entry]) -> Vec<u8> {
     let mut out = Vec::with_capacity(encoded_len(entries));
     out.extend_from_slice(
@@ -120,15 +168,20 @@ pub fn encode(entries: &[Entry]) -> Vec<u8> {
         out.extend_from_slice(&e.state.version.to_be_bytes());
         out.extend_from_slice(&e.state.value.to_be_bytes());
         out.extend_from_slice(&e.time.to_be_bytes());
-        let flags =
-            u8::from(e.state.timestamp.is_some()) | (u8::from(e.state.aggregate.is_some()) << 1);
+        let flags = u8::from(e.state.timestamp.is_some())
+            | (u8::from(e.state.aggregate.is_some()) << 1)
+            | (u8::from(e.dead_letter.is_some()) << 2);
         out.push(flags);
         if let Some(t) = e.state.timestamp {
             out.extend_from_slice(&t.to_be_bytes());
         }
-        if let Some(a) = &e.state.aggregate {
-            out.extend_from_slice(&u32::try_from(a.len()).unwrap_or(u32::MAX).to_be_bytes());
-            out.extend_from_slice(a);
+        let blobs = [
+            e.state.aggregate.as_deref(),
+            e.dead_letter.as_deref().map(str::as_bytes),
+        ];
+        for bytes in blobs.into_iter().flatten() {
+            out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(u32::MAX).to_be_bytes());
+            out.extend_from_slice(bytes);
         }
     }
     out
@@ -141,6 +194,7 @@ pub fn encoded_len(entries: &[Entry]) -> usize {
         .map(|e| {
             33 + e.state.timestamp.map_or(0, |_| 8)
                 + e.state.aggregate.as_ref().map_or(0, |a| 4 + a.len())
+                + e.dead_letter.as_ref().map_or(0, |r| 4 + r.len())
         })
         .sum::<usize>()
 }
@@ -169,12 +223,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Entry>, String> {
         } else {
             None
         };
-        let aggregate = if flags & 2 != 0 {
+        let mut blob = |present: bool| -> Result<Option<Vec<u8>>, String> {
+            if !present {
+                return Ok(None);
+            }
             let len = u32::from_be_bytes(take(4)?.try_into().unwrap_or([0; 4])) as usize;
-            Some(take(len)?.to_vec())
-        } else {
-            None
+            Ok(Some(take(len)?.to_vec()))
         };
+        let aggregate = blob(flags & 2 != 0)?;
+        let dead_letter = blob(flags & 4 != 0)?
+            .map(|r| String::from_utf8(r).map_err(|_| "a dead letter's reason is not UTF-8"))
+            .transpose()?;
         entries.push(Entry {
             offset,
             state: ItemState {
@@ -184,6 +243,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Entry>, String> {
                 timestamp,
             },
             time,
+            dead_letter,
         });
     }
     Ok(entries)
@@ -235,6 +295,7 @@ mod tests {
                 offset: 7,
                 state: ItemState::number(-3, 2),
                 time: 1000,
+                dead_letter: None,
             },
             Entry {
                 offset: i64::MAX,
@@ -245,6 +306,7 @@ mod tests {
                     timestamp: Some(-5),
                 },
                 time: -1,
+                dead_letter: Some("the adder failed".into()),
             },
         ];
         let bytes = encode(&entries);

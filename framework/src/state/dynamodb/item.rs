@@ -86,6 +86,7 @@ pub(super) fn parse_outbox(
                     timestamp: number(item, &field(4)).ok(),
                 },
                 time: number(item, &field(3))?,
+                dead_letter: None,
             });
         }
     }

@@ -325,6 +325,7 @@ impl DynamoStore {
             // kept (committed ones pruned), and where the write's own entry goes.
             let held = super::held_up_to(write, &watermarks);
             let mut kept: Vec<(u32, Vec<Entry>, bool)> = Vec::new();
+            let mut own_letters: Vec<Emission> = Vec::new();
             let mut origin = None;
             if let Some(ob) = ob {
                 origin = ob.entry_origin(
@@ -333,13 +334,27 @@ impl DynamoStore {
                         .iter()
                         .filter(|c| super::is_new(&held, c.tp, c.offset)),
                 );
+                let letters = ob.dead_letters(write.contributions);
                 for (i, tp) in ob.partitions.iter().enumerate() {
                     let i = i as u32;
                     let had = stored_outbox.get(&tp.to_string());
-                    if had.is_none() && origin.map(|o| o.0) != Some(i) {
+                    let mine: Vec<&Entry> = letters
+                        .iter()
+                        .filter(|(p, _)| *p == i)
+                        .map(|(_, e)| e)
+                        .collect();
+                    if had.is_none() && origin.map(|o| o.0) != Some(i) && mine.is_empty() {
                         continue;
                     }
-                    let entries = had.map_or_else(Vec::new, |e| outbox::kept(ob, i, e));
+                    let mut entries = had.map_or_else(Vec::new, |e| outbox::kept(ob, i, e));
+                    // The write's dead letters, kept until their transaction commits.
+                    for entry in mine {
+                        entries.push(entry.clone());
+                        own_letters.push(Emission {
+                            tp: i,
+                            entry: entry.clone(),
+                        });
+                    }
                     let slot = item.contains_key(&format!("{}{tp}", SLOT_PREFIXES[0]));
                     kept.push((i, entries, slot));
                 }
@@ -468,6 +483,7 @@ impl DynamoStore {
                             offset,
                             time: state.timestamp.unwrap_or(ob.time),
                             state: state.clone(),
+                            dead_letter: None,
                         };
                         own = Some(Emission {
                             tp: i,
@@ -546,6 +562,7 @@ impl DynamoStore {
             match self.send(request, write, stats).await? {
                 Ok(item) => {
                     let state = self.written(write, item)?;
+                    emissions.extend(own_letters);
                     emissions.extend(own);
                     return Ok((state, emissions));
                 }
@@ -576,6 +593,12 @@ impl DynamoStore {
         // computed in the write (`v` and `ver` set, not added, so that the slot can
         // repeat them), on the condition that what the slot and the list of the
         // partition hold is committed (otherwise the read-modify-write keeps it).
+        if ob.is_some_and(|ob| !ob.dead_letters(write.contributions).is_empty()) {
+            // Dead letters to keep: the read-modify-write keeps them in the list.
+            let mut stats = WriteStats::default();
+            let (state, emissions) = self.merge_outboxed(write, None, &mut stats, ob).await?;
+            return Ok((state, emissions, stats));
+        }
         let slot = ob.and_then(|ob| ob.entry_origin(write.contributions).map(|o| (ob, o)));
         let mut own = None;
         let mut add = "ADD #v :d, #ver :one SET ".to_owned();
@@ -640,6 +663,7 @@ impl DynamoStore {
                             offset,
                             state: state.clone(),
                             time,
+                            dead_letter: None,
                         },
                     })
                     .into_iter()
