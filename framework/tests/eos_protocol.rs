@@ -389,6 +389,18 @@ fn topology() -> Topology {
         )
         .to_stream()
         .to("length-updates", Utf8, DecimalI64);
+    // A time window emitted on update: per key and window of 3 ms (offsets 3w..3w+2, the
+    // records' timestamps being 1,000 + offset), a generous grace so that nothing is late.
+    checked
+        .group_by_key(Utf8)
+        .windowed_by(
+            lambda_streams::dsl::TimeWindows::of_size(std::time::Duration::from_millis(3))
+                .grace(std::time::Duration::from_secs(3600)),
+        )
+        .count("per-window")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("window-updates", Utf8, DecimalI64);
     builder.build()
 }
 
@@ -845,22 +857,28 @@ async fn check_updates(
     store: &dyn Store,
     complete: bool,
 ) -> Vec<String> {
-    let mut reference: [BTreeMap<String, i64>; 2] = Default::default();
+    let mut reference: [BTreeMap<String, i64>; 3] = Default::default();
     for records in source.values() {
-        for (key, value) in records {
+        for (o, (key, value)) in records.iter().enumerate() {
             if value == "poison" {
                 continue;
             }
             *reference[0].entry(key.clone()).or_default() += 1;
+            let start = (1_000 + o as i64) / 3 * 3;
+            *reference[2].entry(format!("{key}@{start}")).or_default() += 1;
             if *value != long_value() && value != "boom" {
                 *reference[1].entry(value.clone()).or_default() += value.len() as i64 + 1;
             }
         }
     }
     let mut violations = Vec::new();
-    for (n, (topic, store_name)) in [("count-updates", "counts"), ("length-updates", "lengths")]
-        .into_iter()
-        .enumerate()
+    for (n, (topic, store_name)) in [
+        ("count-updates", "counts"),
+        ("length-updates", "lengths"),
+        ("window-updates", "per-window"),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let seen: Vec<OutputRecord> = broker
             .log()
@@ -902,11 +920,23 @@ async fn check_updates(
             continue;
         }
         for (key, want) in &reference[n] {
-            let last = store
-                .get(store_name, key.as_bytes())
-                .await
-                .unwrap()
-                .map_or(0, |s| s.version);
+            let last = match key.split_once('@') {
+                // A window's item: by key and window start.
+                Some((k, start)) if store_name == "per-window" => {
+                    let start: i64 = start.parse().unwrap();
+                    store
+                        .windows(store_name, k.as_bytes(), start, start)
+                        .await
+                        .unwrap()
+                        .first()
+                        .map_or(0, |(_, s)| s.version)
+                }
+                _ => store
+                    .get(store_name, key.as_bytes())
+                    .await
+                    .unwrap()
+                    .map_or(0, |s| s.version),
+            };
             let versions = per_key.get(key).cloned().unwrap_or_default();
             let got: Vec<u64> = versions.keys().copied().collect();
             if got != (1..=last).collect::<Vec<u64>>() {
