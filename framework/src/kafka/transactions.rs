@@ -472,9 +472,9 @@ impl TransactionalSink<'_> {
             None => Err(SinkError {
                 topic: record.topic.clone(),
                 reason: "under exactly-once output, a record with no source record in the \
-                         event (a table's update, a window's close, a join's closing pass) \
-                         cannot be put in a transaction; the topology should have been \
-                         refused (a bug)"
+                         event and not from an outbox of updates (a window's close, a join's \
+                         closing pass) cannot be put in a transaction; the topology should \
+                         have been refused (a bug)"
                     .into(),
             }),
         }

@@ -244,9 +244,11 @@ impl Topology {
     }
 
     /// Whether the topology can run under `guarantee`: under exactly-once output, the
-    /// refusal of the first sink that produces records with no source record (a table's
-    /// updates, a window's close, the closing pass of a left or outer stream–stream join),
-    /// naming the sink's node; those cannot go in a source partition's transaction yet.
+    /// refusal of the first sink that produces records with no source record the outbox of
+    /// updates does not cover (a window's close, sessions and sliding windows, the closing
+    /// pass of a left or outer stream–stream join, a store's updates after a join or merged
+    /// with another store's), naming the sink's node. A store's updates straight from its
+    /// write are accepted: they go in the transaction of the record they are kept under.
     pub fn check_output_guarantee(
         &self,
         guarantee: crate::sink::OutputGuarantee,

@@ -31,6 +31,11 @@
 //! partition (`dsl::repartition`: a record produced after a later one of its partition is
 //! taken for a copy and dropped). For such a topology the batch puts its repartition records
 //! back in source order before it sends them ([`WriteOrder::sort_hops`]).
+//!
+//! And for exactly-once output: the sinks fed by a store's updates straight from its write
+//! (through stateless operators only), whose stores keep the outbox of updates
+//! ([`WriteOrder::outboxed`]), and the sinks of records with no source record the outbox does
+//! not cover, which exactly-once output refuses ([`WriteOrder::unsourced_sinks`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
