@@ -21,9 +21,10 @@ pub enum OutputGuarantee {
     /// Outputs are exactly once for a `read_committed` consumer: per source partition of the
     /// event, a transactional producer with a stable `transactional.id`, and the partition's
     /// progress committed in a shadow consumer group inside each transaction (design notes,
-    /// section 5a; `docs/state.md`). Outputs with no source record (table updates, window
-    /// closes, a join's closing pass) are not supported yet: a topology with them is
-    /// refused.
+    /// section 5a; `docs/state.md`). Aggregate and table updates straight from their
+    /// store's write are produced from the items' outbox of updates (`state::outbox`);
+    /// other outputs with no source record (window closes, sessions and sliding windows, a
+    /// join's closing pass) are not supported yet: a topology with them is refused.
     ExactlyOnce,
 }
 

@@ -15,8 +15,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lambda_streams::dsl::Grouped;
 use lambda_streams::lambda::Handler;
-use lambda_streams::serdes::Utf8;
+use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::state::fault::FaultyStore;
@@ -34,6 +35,34 @@ struct Topics {
     out: String,
     rep: String,
     dlq: String,
+    /// The count's updates.
+    counts: String,
+    /// The updates of a general aggregate re-keyed directly (each item written from every
+    /// partition).
+    sums: String,
+}
+
+/// The store of the directly re-keyed sums.
+const SUMS: &str = "sums";
+
+/// The key of a value `v<p>-<i>` in the sums: `i mod 3`, from every partition.
+fn sum_key(value: &str) -> String {
+    let i: i64 = value
+        .rsplit('-')
+        .next()
+        .and_then(|i| i.parse().ok())
+        .unwrap_or(0);
+    format!("s{}", i % 3)
+}
+
+/// What a value `v<p>-<i>` adds to its sum: `i + 1` (so every update grows it).
+fn sum_term(value: &str) -> i64 {
+    value
+        .rsplit('-')
+        .next()
+        .and_then(|i| i.parse::<i64>().ok())
+        .unwrap_or(0)
+        + 1
 }
 
 /// Per record: two stateless outputs to `out` (a fan-out), a repartition record to `rep`
@@ -50,7 +79,21 @@ fn topology(t: &Topics) -> Topology {
     checked
         .select_key(|_, v: &String| v.clone())
         .repartition(&t.rep, Utf8, Utf8);
-    checked.group_by_key(Utf8).count(STORE);
+    checked
+        .group_by_key(Utf8)
+        .count(STORE)
+        .to_stream()
+        .to(&t.counts, Utf8, DecimalI64);
+    checked
+        .group_by(|_, v: &String| sum_key(v), Grouped::direct(Utf8))
+        .aggregate(
+            SUMS,
+            || 0i64,
+            |_, v: String, sum| sum + sum_term(&v),
+            DecimalI64,
+        )
+        .to_stream()
+        .to(&t.sums, Utf8, DecimalI64);
     builder.build()
 }
 
@@ -79,9 +122,11 @@ async fn setup(name: &str) -> (Topics, String, String) {
         out: unique(&format!("{name}-out")),
         rep: unique(&format!("{name}-rep")),
         dlq: unique(&format!("{name}-dlq")),
+        counts: unique(&format!("{name}-counts")),
+        sums: unique(&format!("{name}-sums")),
     };
     let servers = bootstrap();
-    for topic in [&t.input, &t.out, &t.rep, &t.dlq] {
+    for topic in [&t.input, &t.out, &t.rep, &t.dlq, &t.counts, &t.sums] {
         admin::create_topic(&servers, topic, PARTITIONS)
             .await
             .expect("topic");
@@ -191,6 +236,166 @@ fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
             })
         })
         .collect()
+}
+
+/// An update as Kafka's console consumer printed it: key, `lambda-streams-version`, value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Update {
+    key: String,
+    version: u64,
+    value: i64,
+}
+
+/// Every update of `topic` as Kafka's console consumer reads it with `isolation_level`.
+fn console_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
+    let classpath = format!("{}/*", kafka_libs().display());
+    let out = std::process::Command::new("java")
+        .args([
+            "-cp",
+            &classpath,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ])
+        .args([
+            "--bootstrap-server",
+            &bootstrap(),
+            "--topic",
+            topic,
+            "--from-beginning",
+        ])
+        .args(["--isolation-level", isolation_level, "--timeout-ms", "6000"])
+        .args(["--formatter-property", "print.headers=true"])
+        .args(["--formatter-property", "print.key=true"])
+        .args(["--formatter-property", "headers.separator=|#|"])
+        .output()
+        .expect("java runs the console consumer");
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A record is `<headers>\t<key>\t<value>`.
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(3, '\t');
+            let headers = fields.next()?;
+            let key = fields.next()?.to_owned();
+            let value = fields.next()?.parse().ok()?;
+            let version = headers
+                .split("|#|")
+                .find_map(|h| h.strip_prefix("lambda-streams-version:"))?
+                .parse()
+                .ok()?;
+            Some(Update {
+                key,
+                version,
+                value,
+            })
+        })
+        .collect()
+}
+
+/// Per key of `store` in `table`: its item's version (the number of updates it emitted).
+async fn item_versions(table: &str, store: &str) -> BTreeMap<String, u64> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let mut versions = BTreeMap::new();
+    let mut pages = dynamo_client()
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page.expect("scan").items() {
+            let (Some(AttributeValue::S(pk)), Some(AttributeValue::B(key))) =
+                (item.get("pk"), item.get("k"))
+            else {
+                continue;
+            };
+            if !pk.starts_with(&format!("{store}#")) {
+                continue;
+            }
+            let Some(AttributeValue::N(ver)) = item.get("ver") else {
+                panic!("item without ver")
+            };
+            versions.insert(
+                String::from_utf8(key.as_ref().to_vec()).expect("utf-8"),
+                ver.parse().expect("a version"),
+            );
+        }
+    }
+    versions
+}
+
+/// The aggregate updates a reader with `isolation_level` sees, against the input (the
+/// reference, computed here record by record): per key of the count and of the sums,
+/// every version from 1 to its item's last exactly once, the values growing with the
+/// version (each update adds at least one record), the last one the reference's.
+async fn check_updates(t: &Topics, table: &str, isolation_level: &str) -> Vec<String> {
+    let mut reference: [BTreeMap<String, i64>; 2] = Default::default();
+    for records in input_records() {
+        for (key, value) in records {
+            let Some(value) = value.filter(|v| v != "poison") else {
+                continue;
+            };
+            *reference[0].entry(key).or_default() += 1;
+            *reference[1].entry(sum_key(&value)).or_default() += sum_term(&value);
+        }
+    }
+    let mut violations = Vec::new();
+    for (n, (topic, store)) in [(&t.counts, STORE), (&t.sums, SUMS)]
+        .into_iter()
+        .enumerate()
+    {
+        violations
+            .extend(check_update_topic(topic, table, store, &reference[n], isolation_level).await);
+    }
+    violations
+}
+
+/// The updates of `store` in `topic` against `reference` (see [`check_updates`]).
+async fn check_update_topic(
+    topic: &str,
+    table: &str,
+    store: &str,
+    reference: &BTreeMap<String, i64>,
+    isolation_level: &str,
+) -> Vec<String> {
+    let mut violations = Vec::new();
+    let last = item_versions(table, store).await;
+    let mut per_key: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
+    for u in console_read_updates(topic, isolation_level) {
+        per_key
+            .entry(u.key)
+            .or_default()
+            .entry(u.version)
+            .or_default()
+            .push(u.value);
+    }
+    for (key, want) in reference {
+        let versions = per_key.remove(key).unwrap_or_default();
+        for (version, values) in &versions {
+            if values.len() != 1 {
+                violations.push(format!(
+                    "{store}: ({key}, version {version}) seen {} times: {values:?}",
+                    values.len()
+                ));
+            }
+        }
+        let got: Vec<u64> = versions.keys().copied().collect();
+        let last = last.get(key).copied().unwrap_or(0);
+        if got != (1..=last).collect::<Vec<_>>() {
+            violations.push(format!(
+                "{store}: key {key} has versions {got:?}, expected 1..={last}"
+            ));
+            continue;
+        }
+        let values: Vec<i64> = versions.values().map(|v| v[0]).collect();
+        if values.windows(2).any(|w| w[1] <= w[0]) || values.last() != Some(want) {
+            violations.push(format!(
+                "{store}: key {key} has values {values:?} by version, expected growing to {want}"
+            ));
+        }
+    }
+    for key in per_key.keys() {
+        violations.push(format!("{store}: updates of an unexpected key {key}"));
+    }
+    violations
 }
 
 /// Per record of `topic` read with `isolation_level`: its source header and its value.
@@ -311,6 +516,11 @@ async fn assert_exactly_once(t: &Topics, table: &str) {
         reference_counts(),
         "state"
     );
+    let violations = check_updates(t, table, "read_committed").await;
+    assert!(
+        violations.is_empty(),
+        "read_committed aggregate updates: {violations:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -384,11 +594,17 @@ async fn at_least_once_the_same_reader_sees_the_duplicates() {
         duplicate_every: Some(1),
         ..Faults::default()
     };
-    let (t, _, _) = run_runner("alo-dup", faults, None, OutputGuarantee::AtLeastOnce).await;
+    let (t, table, _) = run_runner("alo-dup", faults, None, OutputGuarantee::AtLeastOnce).await;
     let (violations, _) = check_outputs(&t, "read_committed");
     assert!(
         violations.iter().any(|v| v.contains("seen 2 times")),
         "at least once, duplicates are visible: {violations:#?}"
+    );
+    // The aggregate updates too: a redelivered batch emits its items' updates again.
+    let violations = check_updates(&t, &table, "read_committed").await;
+    assert!(
+        violations.iter().any(|v| v.contains("seen 2 times")),
+        "at least once, duplicate updates are visible: {violations:#?}"
     );
 }
 
@@ -572,6 +788,7 @@ async fn latency_per_batch_exactly_once_vs_at_least_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
     const HOP_STORE: &str = "per-value";
+    const ORIGIN_STORE: &str = "per-origin";
     let (t, table, app) = setup("eos-hop").await;
     let topology = {
         let builder = StreamsBuilder::new();
@@ -585,6 +802,13 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
             .flat_map_values(|v: String| [format!("{v}/1"), format!("{v}/2")])
             .to(&t.out, Utf8, Utf8);
         hopped.group_by_key(Utf8).count(HOP_STORE);
+        // Re-keyed directly by the value's source partition (`v<p>`): each item written
+        // from every partition of the repartition topic, its updates to `counts`.
+        hopped
+            .group_by(|_, v: &String| v[..2].to_owned(), Grouped::direct(Utf8))
+            .count(ORIGIN_STORE)
+            .to_stream()
+            .to(&t.counts, Utf8, DecimalI64);
         builder.build()
     };
     let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
@@ -672,6 +896,24 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
     };
     assert_eq!(dead.len(), 9, "one dead letter per poison record");
     assert_eq!(table_counts(&table, HOP_STORE).await, counts, "state");
+    let mut per_origin: BTreeMap<String, i64> = BTreeMap::new();
+    for value in input_records().into_iter().flatten().filter_map(|(_, v)| v) {
+        if value != "poison" {
+            *per_origin.entry(value[..2].to_owned()).or_default() += 1;
+        }
+    }
+    let violations = check_update_topic(
+        &t.counts,
+        &table,
+        ORIGIN_STORE,
+        &per_origin,
+        "read_committed",
+    )
+    .await;
+    assert!(
+        violations.is_empty(),
+        "read_committed updates after the hop: {violations:#?}"
+    );
 }
 
 /// Records of an aborted transaction in the repartition topic (here written by a
@@ -804,6 +1046,208 @@ async fn aborted_repartition_records_are_not_processed_under_read_uncommitted() 
                 .count();
             assert_eq!(counts.len(), expected, "every committed record counted");
             assert!(counts.values().all(|&n| n == 1), "once each: {counts:?}");
+        }
+    }
+}
+
+/// The event of partition 0's records `range` of the input.
+fn event_of_partition_0(
+    input: &str,
+    range: std::ops::RangeInclusive<usize>,
+) -> lambda_streams::event::KafkaEvent {
+    let mut event = event_of_all(input);
+    event.partitions.truncate(1);
+    let records = std::mem::take(&mut event.partitions[0].records);
+    event.partitions[0].records = records
+        .into_iter()
+        .filter(|r| range.contains(&(r.offset as usize)))
+        .collect();
+    event
+}
+
+/// The DynamoDB store without an outbox: under exactly-once output it re-derives each
+/// touched item's update from its current state (what a batch did before the outbox), in
+/// the transaction of the write's first record. The control of
+/// [`a_crashed_batch_retried_longer_emits_every_version_once`].
+struct NoOutbox(DynamoStore);
+
+#[async_trait::async_trait]
+impl Store for NoOutbox {
+    async fn apply(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.apply(write).await
+    }
+    async fn apply_outboxed(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+        outbox: &lambda_streams::state::outbox::Outbox<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            Vec<lambda_streams::state::outbox::Emission>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        use lambda_streams::state::outbox::{Emission, Entry};
+        let origin = outbox.entry_origin(write.contributions);
+        let (state, stats) = self.0.apply(write).await?;
+        let emissions = origin
+            .map(|(tp, offset)| Emission {
+                tp,
+                entry: Entry {
+                    offset,
+                    state: state.clone(),
+                    time: outbox.time,
+                    dead_letter: None,
+                },
+            })
+            .into_iter()
+            .collect();
+        Ok((state, emissions, stats))
+    }
+    async fn get(
+        &self,
+        store: &str,
+        key: &[u8],
+    ) -> Result<Option<lambda_streams::state::ItemState>, lambda_streams::state::StateError> {
+        self.0.get(store, key).await
+    }
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<
+        std::collections::HashMap<Vec<u8>, lambda_streams::state::ItemState>,
+        lambda_streams::state::StateError,
+    > {
+        self.0.get_many(store, keys).await
+    }
+    async fn windows(
+        &self,
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, lambda_streams::state::ItemState)>, lambda_streams::state::StateError>
+    {
+        self.0.windows(store, key, from, to).await
+    }
+    async fn clock(
+        &self,
+    ) -> Result<lambda_streams::state::Clock, lambda_streams::state::StateError> {
+        self.0.clock().await
+    }
+    async fn advance_stream_times(
+        &self,
+        times: &[(lambda_streams::event::TopicPartition, i64)],
+        now_ms: i64,
+    ) -> Result<(), lambda_streams::state::StateError> {
+        self.0.advance_stream_times(times, now_ms).await
+    }
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosedWindow>, lambda_streams::state::StateError> {
+        self.0.closed_windows(store, up_to).await
+    }
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[lambda_streams::state::ClosedWindow],
+        up_to: i64,
+    ) -> Result<lambda_streams::state::WriteStats, lambda_streams::state::StateError> {
+        self.0.mark_closed(store, windows, up_to).await
+    }
+    async fn closing_items(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosingItem>, lambda_streams::state::StateError> {
+        self.0.closing_items(store, up_to).await
+    }
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &lambda_streams::state::ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<
+        (
+            Option<lambda_streams::state::ItemState>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.close_item(store, item, aggregate, close_at).await
+    }
+}
+
+/// A batch of partition 0 (records 0..=9) writes its counts, then crashes at its first
+/// write of the sums (its transaction aborts, so none of its updates is visible); the
+/// retry is longer (0..=14), as the event source may deliver it. A `read_committed` reader
+/// must see each count's version 1 (the crashed batch's update, from the outbox) and
+/// version 2 (the retry's own) once each. The control, the same store without the outbox,
+/// re-derives only version 2: version 1 is never committed (a gap), which the same check
+/// finds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_batch_retried_longer_emits_every_version_once() {
+    for outbox in [true, false] {
+        let name = if outbox {
+            "eos-outbox"
+        } else {
+            "eos-no-outbox"
+        };
+        let (t, table, app) = setup(name).await;
+        let dynamo = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+        // The counts' four items (k0..k3) are written, the first write of the sums fails.
+        let store: Arc<dyn Store> = if outbox {
+            Arc::new(FaultyStore::fail_once_after(dynamo, 4))
+        } else {
+            Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo), 4))
+        };
+        let h = handler(&t, store, &app, OutputGuarantee::ExactlyOnce);
+        h.handle_event(&event_of_partition_0(&t.input, 0..=9))
+            .await
+            .expect_err("the injected crash");
+        h.handle_event(&event_of_partition_0(&t.input, 0..=14))
+            .await
+            .expect("the longer retry");
+        let mut reference: BTreeMap<String, i64> = BTreeMap::new();
+        for (key, value) in &input_records()[0][..15] {
+            if value.as_deref() != Some("poison") {
+                *reference.entry(key.clone()).or_default() += 1;
+            }
+        }
+        assert_eq!(
+            item_versions(&table, STORE)
+                .await
+                .values()
+                .copied()
+                .collect::<Vec<_>>(),
+            vec![2; 4],
+            "each count written twice"
+        );
+        let violations =
+            check_update_topic(&t.counts, &table, STORE, &reference, "read_committed").await;
+        if outbox {
+            assert!(violations.is_empty(), "{violations:#?}");
+        } else {
+            assert!(
+                violations
+                    .iter()
+                    .any(|v| v.contains("versions [2], expected 1..=2")),
+                "without the outbox, version 1 is lost: {violations:#?}"
+            );
         }
     }
 }

@@ -187,6 +187,7 @@ where
             on_update,
             emit_on_close: None,
             closing: None,
+            fans_out: false,
         });
         let node = inner.description.push_from(
             format!("  Processor: {operator} (store: {store})"),

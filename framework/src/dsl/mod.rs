@@ -255,6 +255,7 @@ impl StreamsBuilder {
         inner.write_order = order.stores;
         inner.sort_hops = order.sort_hops;
         inner.unsourced_sinks = order.unsourced_sinks;
+        inner.outboxed = order.outboxed;
         let topology = Topology {
             inner: Arc::new(inner),
         };
@@ -269,7 +270,9 @@ impl StreamsBuilder {
     /// its `LAMBDA_STREAMS_OUTPUT_GUARANTEE`.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use lambda_streams::{OutputGuarantee, StreamsBuilder};
+    /// use lambda_streams::dsl::{EmitStrategy, TimeWindows};
     /// use lambda_streams::serdes::{BigEndianI64, Utf8};
     ///
     /// let builder = StreamsBuilder::new();
@@ -280,7 +283,15 @@ impl StreamsBuilder {
     ///     .group_by_key(Utf8)
     ///     .count("counts")
     ///     .to_stream()
-    ///     .to("counts", Utf8, BigEndianI64); // a table's updates: not yet
+    ///     .to("counts", Utf8, BigEndianI64); // a table's updates: fine (the outbox)
+    /// words
+    ///     .group_by_key(Utf8)
+    ///     .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count("per-minute")
+    ///     .to_stream()
+    ///     .map(|w, n| (w.key, n))
+    ///     .to("per-minute", Utf8, BigEndianI64); // a window's close: not yet
     /// let refused = builder.try_build().err().expect("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
     /// ```

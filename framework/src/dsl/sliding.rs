@@ -646,6 +646,9 @@ where
             })),
         );
         let store_index = table.lookup.as_ref().map(|l| l.store);
+        if let Some(index) = store_index {
+            lock(&self.grouped.shared).stores[index].fans_out = true;
+        }
         let node = table.nodes.first().copied();
         let next = Downstream::<Windowed<K>, A>::new();
         let out = next.clone();

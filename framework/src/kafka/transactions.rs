@@ -317,7 +317,7 @@ impl ExactlyOnceOutput {
         let mut eos_options = options.clone();
         eos_options.output = OutputGuarantee::ExactlyOnce;
         let result = topology
-            .process_with(event, store, &sink, &eos_options)
+            .process_transactional(event, store, &sink, &eos_options, Some(&shadow))
             .await;
         report.skipped_outputs = sink.skipped.load(Ordering::Relaxed);
         let outcome = match result {
@@ -472,9 +472,9 @@ impl TransactionalSink<'_> {
             None => Err(SinkError {
                 topic: record.topic.clone(),
                 reason: "under exactly-once output, a record with no source record in the \
-                         event (a table's update, a window's close, a join's closing pass) \
-                         cannot be put in a transaction; the topology should have been \
-                         refused (a bug)"
+                         event and not from an outbox of updates (a window's close, a join's \
+                         closing pass) cannot be put in a transaction; the topology should \
+                         have been refused (a bug)"
                     .into(),
             }),
         }

@@ -69,6 +69,23 @@ impl Topology {
         sink: &dyn Sink,
         options: &BatchOptions,
     ) -> Result<BatchOutcome, StreamError> {
+        self.process_transactional(event, store, sink, options, None)
+            .await
+    }
+
+    /// [`process_with`](Self::process_with); under exactly-once output with `shadow`, per
+    /// event partition, the offset up to which its outputs are committed (`i64::MIN`:
+    /// none): the stores whose updates reach a sink keep the outbox of updates
+    /// (`state::outbox`) and emit from it, each update in the transaction of the record
+    /// it is kept under.
+    pub(crate) async fn process_transactional(
+        &self,
+        event: &KafkaEvent,
+        store: &dyn Store,
+        sink: &dyn Sink,
+        options: &BatchOptions,
+        shadow: Option<&[i64]>,
+    ) -> Result<BatchOutcome, StreamError> {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
@@ -181,6 +198,17 @@ impl Topology {
                     PoisonPolicy::Fail => return Err(error),
                 }
             }
+        }
+        if let Some(shadow) = shadow {
+            // The outputs this batch commits per partition: up to a partial batch
+            // response's failed record, exclusive (its retry emits from there).
+            let mut ranges = ctx.ranges.clone();
+            for (tp, offset) in &outcome.failures {
+                if let Some(i) = ctx.partitions.iter().position(|p| p == tp) {
+                    ranges[i].1 = ranges[i].1.min(offset - 1);
+                }
+            }
+            ctx.transactions = Some((shadow.to_vec(), ranges));
         }
         // Each store once, in the order the build derived (every store after the stores
         // whose updates or joins feed it); before each write, the records waiting at joins
@@ -343,11 +371,26 @@ impl Topology {
             written.extend(
                 updates
                     .iter()
-                    .filter(|((_, window), _, _)| window.is_none())
-                    .map(|((key, _), _, _)| key.clone()),
+                    .filter(|((_, window), _, _, _)| window.is_none())
+                    .map(|((key, _), _, _, _)| key.clone()),
             );
         }
-        for ((key, window), timestamp, state) in updates {
+        for ((key, window), timestamp, state, emissions) in updates {
+            if let Some(emissions) = emissions {
+                // Exactly-once output: the updates of the item's outbox this batch commits,
+                // each in the transaction of the record it is kept under.
+                for emission in emissions {
+                    ctx.origin = Origin::Update {
+                        version: emission.entry.state.version,
+                        timestamp: emission.entry.time,
+                    };
+                    let mark = ctx.outputs.len();
+                    guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state))?;
+                    let tp = ctx.partitions[emission.tp as usize].clone();
+                    tag_transaction(&mut ctx.outputs[mark..], &tp, emission.entry.offset);
+                }
+                continue;
+            }
             // A time window's update carries its newest record time (Kafka Streams'
             // window timestamp: a late record does not move it back; the item holds it
             // after the write); other items the newest of the batch's records.
@@ -701,15 +744,27 @@ impl Topology {
         ctx: &Ctx,
         writing: &Writing<'_>,
         report: &mut BatchReport,
-    ) -> Result<Vec<(PendingKey, i64, ItemState)>, StreamError> {
+    ) -> Result<Vec<Written>, StreamError> {
         let name = self.inner.stores[index].name.as_str();
         let partitions = ctx.sources.as_slice();
+        // Under exactly-once output: the stores whose updates reach a sink keep the outbox
+        // of updates; with dead letters, every store keeps its write-time dead letters there.
+        let outboxed = self.inner.outboxed.contains(&index);
+        let dead_letters = matches!(writing.options.poison, PoisonPolicy::DeadLetter { .. });
+        let transactions = ctx
+            .transactions
+            .as_ref()
+            .filter(|_| outboxed || dead_letters);
         let mut results: Vec<_> = futures::stream::iter(pending)
             .map(|((key, window), mut item)| async move {
                 let mut stats = WriteStats::default();
                 let mut rejections = Rejections::default();
                 // The item's records rejected so far (partition index, offset).
                 let mut rejected: HashSet<(u32, i64)> = HashSet::new();
+                // Under the outbox: the records to dead-letter with why, kept by the write
+                // and produced from what it returns; their letters, for an item left empty.
+                let mut kept_letters: Vec<(u32, i64, String)> = Vec::new();
+                let mut held_letters: Vec<OutputRecord> = Vec::new();
                 loop {
                     let fold = item.fold.as_deref().map(|f| f as &dyn crate::state::Fold);
                     let write = ItemWrite {
@@ -731,10 +786,49 @@ impl Topology {
                         close_at: item.close_at,
                         fold,
                     };
-                    let (records, printable) = match writing.store.apply(write).await {
-                        Ok((state, item_stats)) => {
+                    let applied =
+                        match transactions {
+                            Some((shadow, ranges)) => {
+                                let outbox = crate::state::outbox::Outbox {
+                                    partitions: &ctx.partitions,
+                                    shadow,
+                                    ranges,
+                                    hopped: &ctx.hopped,
+                                    time: item.max_timestamp,
+                                    updates: outboxed,
+                                    rejected: &kept_letters,
+                                };
+                                writing.store.apply_outboxed(write, &outbox).await.map(
+                                    |(state, emissions, stats)| (state, Some(emissions), stats),
+                                )
+                            }
+                            None => writing
+                                .store
+                                .apply(write)
+                                .await
+                                .map(|(state, stats)| (state, None, stats)),
+                        };
+                    let (records, printable) = match applied {
+                        Ok((state, emissions, item_stats)) => {
                             stats.add(&item_stats);
-                            let written = ((key, window), item.max_timestamp, state);
+                            let (letters, updates): (Vec<_>, Vec<_>) = emissions
+                                .unwrap_or_default()
+                                .into_iter()
+                                .partition(|e| e.entry.dead_letter.is_some());
+                            if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison {
+                                let letters: Vec<OutputRecord> = letters
+                                    .iter()
+                                    .filter_map(|e| kept_dead_letter(writing.event, topic, e))
+                                    .collect();
+                                if !letters.is_empty() {
+                                    rejections.dead_lettered += letters.len() as u64;
+                                    writing.sink.send(letters).await?;
+                                }
+                            }
+                            let updates = outboxed
+                                .then_some(updates)
+                                .filter(|_| transactions.is_some());
+                            let written = ((key, window), item.max_timestamp, state, updates);
                             return Ok((Some(written), stats, rejections));
                         }
                         Err(StateError {
@@ -768,7 +862,8 @@ impl Topology {
                             fold.forget(source, offset);
                         }
                         let reason = format!("state store {name:?}, key {printable}: {why}");
-                        let poison = rejected_record(ctx, writing.event, source, offset, reason);
+                        let poison =
+                            rejected_record(ctx, writing.event, source, offset, reason.clone());
                         if writing.options.poison == PoisonPolicy::Fail {
                             return Err(poison.error);
                         }
@@ -792,8 +887,22 @@ impl Topology {
                         if let PoisonPolicy::DeadLetter { topic } = &writing.options.poison
                             && let Some(letter) = poison.letter(topic)
                         {
-                            letters.push(letter);
+                            if transactions.is_some() {
+                                kept_letters.push((source, offset, reason));
+                                held_letters.push(letter);
+                            } else {
+                                letters.push(letter);
+                            }
                         }
+                    }
+                    if item
+                        .contributions
+                        .iter()
+                        .all(|c| rejected.contains(&(c.tp, c.offset)))
+                    {
+                        // Nothing of the item is left to write: it is not created (a retry
+                        // decides again, so its dead letters need no outbox).
+                        letters.append(&mut held_letters);
                     }
                     if !letters.is_empty() {
                         rejections.dead_lettered += letters.len() as u64;
@@ -804,7 +913,6 @@ impl Topology {
                         .iter()
                         .all(|c| rejected.contains(&(c.tp, c.offset)))
                     {
-                        // Nothing of the item is left to write: it is not created.
                         return Ok((None, stats, rejections));
                     }
                 }
@@ -826,6 +934,15 @@ impl Topology {
         Ok(results)
     }
 }
+
+/// An item a batch wrote: its key, the batch's newest record time for it, its state, and
+/// under exactly-once output the updates of its outbox to emit.
+type Written = (
+    PendingKey,
+    i64,
+    ItemState,
+    Option<Vec<crate::state::outbox::Emission>>,
+);
 
 /// The poison records one item's write met.
 #[derive(Debug, Default)]
@@ -881,6 +998,27 @@ fn sort_hop_records(outputs: &mut [OutputRecord], hops: &[String]) {
     for (&slot, (_, _, record)) in slots.iter().zip(held) {
         outputs[slot] = record;
     }
+}
+
+/// The dead letter of an outbox's dead-letter entry: the event's record it names, with the
+/// error the store's rejection gave (`None` when the event does not hold the record).
+fn kept_dead_letter(
+    event: &KafkaEvent,
+    topic: &str,
+    emission: &crate::state::outbox::Emission,
+) -> Option<OutputRecord> {
+    let batch = event.partitions.get(emission.tp as usize)?;
+    let offset = emission.entry.offset;
+    let at = batch
+        .records
+        .binary_search_by_key(&offset, |r| r.offset)
+        .ok()?;
+    let error = StreamError::User {
+        tp: batch.tp.clone(),
+        offset,
+        reason: emission.entry.dead_letter.clone()?,
+    };
+    Some(dead_letter(topic, &batch.tp, &batch.records[at], &error))
 }
 
 /// Marks `outputs` as caused by the event's record `tp`@`offset`: under exactly-once output

@@ -145,6 +145,17 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.apply(write).await
     }
 
+    /// As [`apply`](Self::apply), keeping the outbox.
+    async fn apply_outboxed(
+        &self,
+        write: ItemWrite<'_>,
+        outbox: &super::outbox::Outbox<'_>,
+    ) -> Result<(ItemState, Vec<super::outbox::Emission>, WriteStats), StateError> {
+        super::limits::check_keys(&write)?;
+        self.inject(write.store, write.key).await?;
+        self.inner.apply_outboxed(write, outbox).await
+    }
+
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         self.inner.get(store, key).await
     }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use crate::event::TopicPartition;
 
+use super::outbox::{self, Emission, Entry, Outbox};
 use super::{
     Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store,
     WriteStats, above_watermarks, limits,
@@ -26,6 +27,8 @@ struct Item {
     expires_at: Option<i64>,
     /// The newest record time, as the DynamoDB store's `mt` attribute.
     timestamp: Option<i64>,
+    /// Under exactly-once output: the outbox of updates, by event partition.
+    outbox: HashMap<String, Vec<Entry>>,
 }
 
 impl Item {
@@ -109,7 +112,11 @@ impl MemoryStore {
 impl MemoryStore {
     /// One update's worth of a write (see [`Store::apply`]): what DynamoDB's update would
     /// do, limits checked first.
-    fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
+    fn apply_one(
+        &self,
+        write: ItemWrite<'_>,
+        ob: Option<&Outbox<'_>>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let id = (write.store.to_owned(), write.key.to_vec(), write.window);
         let empty = Item::default();
@@ -119,10 +126,44 @@ impl MemoryStore {
             requests: 1,
             ..WriteStats::default()
         };
+        let mut emissions =
+            ob.map_or_else(Vec::new, |ob| outbox::stored_emissions(ob, &stored.outbox));
         if marks.is_empty() {
             stats.conditional_failures = 1;
-            return Ok((stored.state(), stats));
+            return Ok((stored.state(), emissions, stats));
         }
+        // Under exactly-once output: the entries the write keeps (the committed ones
+        // pruned) and where its own goes.
+        let held = super::held_up_to(&write, &stored.watermarks);
+        let mut kept: HashMap<String, Vec<Entry>> = stored.outbox.clone();
+        let mut origin = None;
+        if let Some(ob) = ob {
+            for (i, tp) in ob.partitions.iter().enumerate() {
+                let name = tp.to_string();
+                if let Some(entries) = kept.get_mut(&name) {
+                    *entries = outbox::kept(ob, i as u32, entries);
+                    if entries.is_empty() {
+                        kept.remove(&name);
+                    }
+                }
+            }
+            origin = ob.entry_origin(
+                write
+                    .contributions
+                    .iter()
+                    .filter(|c| super::is_new(&held, c.tp, c.offset)),
+            );
+        }
+        let outbox_bytes = |aggregate: Option<usize>| -> usize {
+            if ob.is_none() {
+                return 0;
+            }
+            let stored: usize = kept
+                .iter()
+                .map(|(tp, e)| 3 + tp.len() + outbox::encoded_len(e))
+                .sum();
+            stored + 3 + 64 + 45 + aggregate.map_or(0, |a| a + 4)
+        };
         let aggregate = match write.fold {
             Some(fold) => {
                 let held = super::held_up_to(&write, &stored.watermarks);
@@ -136,7 +177,7 @@ impl MemoryStore {
                 let fits = |bytes: usize| {
                     limits::check_aggregate(
                         &write,
-                        bytes,
+                        bytes + outbox_bytes(Some(bytes)),
                         stored.version + 1,
                         watermarks.iter().map(|(tp, o)| (tp.as_str(), *o)),
                         new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
@@ -178,7 +219,61 @@ impl MemoryStore {
             item.watermarks
                 .insert(write.partitions[tp as usize].to_string(), offset);
         }
-        Ok((item.state(), stats))
+        if let Some(ob) = ob {
+            item.outbox = kept;
+            for (tp, entry) in ob.dead_letters(write.contributions) {
+                item.outbox
+                    .entry(ob.partitions[tp as usize].to_string())
+                    .or_default()
+                    .push(entry.clone());
+                emissions.push(Emission { tp, entry });
+            }
+            if let Some((tp, offset)) = origin {
+                let entry = Entry {
+                    offset,
+                    state: item.state(),
+                    time: item.timestamp.unwrap_or(ob.time),
+                    dead_letter: None,
+                };
+                item.outbox
+                    .entry(ob.partitions[tp as usize].to_string())
+                    .or_default()
+                    .push(entry.clone());
+                emissions.push(Emission { tp, entry });
+            }
+        }
+        Ok((item.state(), emissions, stats))
+    }
+
+    /// [`Store::apply`] and [`Store::apply_outboxed`]: split as the DynamoDB store splits.
+    fn apply_parts(
+        &self,
+        write: ItemWrite<'_>,
+        ob: Option<&Outbox<'_>>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let parts = limits::split(&write);
+        if parts.is_empty() {
+            return self.apply_one(write, ob);
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        let mut emissions = Vec::new();
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let (state, part_emissions, part_stats) =
+                self.apply_one(part.write(&write, restricted.as_ref()), ob)?;
+            stats.add(&part_stats);
+            last = Some(state);
+            // A part emits the stored entries again: keep each version once.
+            for e in part_emissions {
+                if !emissions.contains(&e) {
+                    emissions.push(e);
+                }
+            }
+        }
+        emissions.sort_by_key(|e: &Emission| e.entry.state.version);
+        Ok((last.unwrap_or(ItemState::number(0, 0)), emissions, stats))
     }
 }
 
@@ -192,20 +287,17 @@ impl Store for MemoryStore {
     /// same parts as the DynamoDB store sends it ([`limits::split`]), so that both give the
     /// same versions and fold the values in the same order.
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
-        limits::check_keys(&write)?;
-        let parts = limits::split(&write);
-        if parts.is_empty() {
-            return self.apply_one(write);
-        }
-        let mut stats = WriteStats::default();
-        let mut last = None;
-        for part in &parts {
-            let restricted = part.fold(&write);
-            let (state, part_stats) = self.apply_one(part.write(&write, restricted.as_ref()))?;
-            stats.add(&part_stats);
-            last = Some(state);
-        }
-        Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
+        self.apply_parts(write, None)
+            .map(|(state, _, stats)| (state, stats))
+    }
+
+    /// As [`apply`](Self::apply), keeping the item's outbox as the DynamoDB store does.
+    async fn apply_outboxed(
+        &self,
+        write: ItemWrite<'_>,
+        outbox: &Outbox<'_>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
+        self.apply_parts(write, Some(outbox))
     }
 
     async fn get_many(

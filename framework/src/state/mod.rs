@@ -16,6 +16,7 @@ pub mod dynamodb;
 pub mod fault;
 pub mod limits;
 pub mod memory;
+pub mod outbox;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -213,6 +214,25 @@ pub trait Store: Send + Sync {
     /// Applies the contributions the item does not hold yet and returns its new state.
     async fn apply(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError>;
 
+    /// Under exactly-once output: [`apply`](Self::apply), keeping the item's outbox of
+    /// updates ([`outbox`]) in the same write, and returning besides the item's state the
+    /// updates the batch emits for it, in version order: the outbox's uncommitted entries
+    /// of the batch's ranges, then the write's own. A store without an outbox refuses.
+    async fn apply_outboxed(
+        &self,
+        write: ItemWrite<'_>,
+        outbox: &outbox::Outbox<'_>,
+    ) -> Result<(ItemState, Vec<outbox::Emission>, WriteStats), StateError> {
+        let _ = outbox;
+        Err(StateError::new(
+            write.store,
+            write.key,
+            StateErrorKind::Request(
+                "this store keeps no outbox of updates, which exactly-once output needs".into(),
+            ),
+        ))
+    }
+
     /// Reads an item (strongly consistent); `None` when it does not exist.
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError>;
 
@@ -290,6 +310,13 @@ macro_rules! forward_store {
                 write: ItemWrite<'_>,
             ) -> Result<(ItemState, WriteStats), StateError> {
                 (**self).apply(write).await
+            }
+            async fn apply_outboxed(
+                &self,
+                write: ItemWrite<'_>,
+                outbox: &outbox::Outbox<'_>,
+            ) -> Result<(ItemState, Vec<outbox::Emission>, WriteStats), StateError> {
+                (**self).apply_outboxed(write, outbox).await
             }
             async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
                 (**self).get(store, key).await

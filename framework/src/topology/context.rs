@@ -175,7 +175,14 @@ pub(crate) struct Ctx {
     /// the start of the batch (the lowest stream time of the partitions feeding it, from
     /// the clock; `i64::MIN` when none is known or for other stores).
     pub(crate) closing_times: Vec<i64>,
+    /// Under exactly-once output: per partition of the batch, the shadow offset (its
+    /// outputs committed below it) and the range whose outputs this batch commits.
+    pub(crate) transactions: Option<Transactions>,
 }
+
+/// Per partition of a batch under exactly-once output: the shadow offsets, and the offset
+/// ranges whose outputs the batch commits (see [`Ctx::transactions`]).
+pub(crate) type Transactions = (Vec<i64>, Vec<(i64, i64)>);
 
 /// A record a join's closing pass could not emit alone, named for the poison policy: its
 /// error (naming its topic-partition and offset), and what its dead letter holds.
@@ -229,6 +236,7 @@ impl Ctx {
             written: (0..stores).map(|_| Default::default()).collect(),
             closing_times: vec![i64::MIN; stores],
             closing_poison: Vec::new(),
+            transactions: None,
         }
     }
 

@@ -82,6 +82,11 @@ pub(crate) struct StoreSpec {
     pub(crate) emit_on_close: Option<i64>,
     /// For a stream–stream join's store: how its items close.
     pub(crate) closing: Option<Closing>,
+    /// Whether its updates fan out into records chosen from the batch's ranges (session
+    /// and sliding windows: the sessions or windows the batch's uncommitted records
+    /// changed), rather than one record per item version: such a store cannot emit from
+    /// the outbox, and its sinks stay refused under exactly-once output.
+    pub(crate) fans_out: bool,
 }
 
 /// Closes a left or outer join's item (key, state read) at a closing time: emits into the
@@ -151,6 +156,9 @@ pub(crate) struct TopologyInner {
     /// The sinks exactly-once output cannot serve yet (see `order::WriteOrder`). Set when
     /// the topology is built.
     pub(crate) unsourced_sinks: Vec<crate::error::TopologyError>,
+    /// The stores that keep the outbox of updates under exactly-once output
+    /// (`order::WriteOrder::outboxed`).
+    pub(crate) outboxed: std::collections::BTreeSet<usize>,
     /// The output guarantee the builder asked for ([`StreamsBuilder::output_guarantee`]).
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee
@@ -236,9 +244,11 @@ impl Topology {
     }
 
     /// Whether the topology can run under `guarantee`: under exactly-once output, the
-    /// refusal of the first sink that produces records with no source record (a table's
-    /// updates, a window's close, the closing pass of a left or outer stream–stream join),
-    /// naming the sink's node; those cannot go in a source partition's transaction yet.
+    /// refusal of the first sink that produces records with no source record the outbox of
+    /// updates does not cover (a window's close, sessions and sliding windows, the closing
+    /// pass of a left or outer stream–stream join, a store's updates after a join or merged
+    /// with another store's), naming the sink's node. A store's updates straight from its
+    /// write are accepted: they go in the transaction of the record they are kept under.
     pub fn check_output_guarantee(
         &self,
         guarantee: crate::sink::OutputGuarantee,

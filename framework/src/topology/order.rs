@@ -31,6 +31,11 @@
 //! partition (`dsl::repartition`: a record produced after a later one of its partition is
 //! taken for a copy and dropped). For such a topology the batch puts its repartition records
 //! back in source order before it sends them ([`WriteOrder::sort_hops`]).
+//!
+//! And for exactly-once output: the sinks fed by a store's updates straight from its write
+//! (through stateless operators only), whose stores keep the outbox of updates
+//! ([`WriteOrder::outboxed`]), and the sinks of records with no source record the outbox does
+//! not cover, which exactly-once output refuses ([`WriteOrder::unsourced_sinks`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -92,6 +97,10 @@ struct Flow {
     updates_of: Option<usize>,
     /// When its records are updates of an emit-on-close store: that store.
     on_close_of: Option<usize>,
+    /// Every store whose updates its records may be, and whether some of them waited at
+    /// a join on the way (then they are emitted after the store's write, at the join).
+    update_stores: BTreeSet<usize>,
+    updates_via_join: bool,
     /// When its records may come from the closing pass of a left or outer stream–stream
     /// join: that join's store.
     closing_of: Option<usize>,
@@ -115,6 +124,11 @@ pub(crate) struct WriteOrder {
     /// partition's transaction yet: under `exactly_once`, the topology is refused with the
     /// first of these.
     pub(crate) unsourced_sinks: Vec<TopologyError>,
+    /// The stores whose updates reach a sink straight from their write (through stateless
+    /// operators only): under exactly-once output they keep the outbox of updates
+    /// (`state::outbox`), and their updates go in the transaction of the record that made
+    /// them.
+    pub(crate) outboxed: BTreeSet<usize>,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -134,6 +148,7 @@ pub(crate) fn write_order(
         writer: vec![None; stores.len()],
         sort_hops: false,
         unsourced_sinks: Vec::new(),
+        outboxed: BTreeSet::new(),
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
@@ -143,6 +158,7 @@ pub(crate) fn write_order(
         writer,
         sort_hops,
         unsourced_sinks,
+        outboxed,
         ..
     } = walk;
     let name = |store: usize| {
@@ -181,6 +197,7 @@ pub(crate) fn write_order(
         stores: order,
         sort_hops,
         unsourced_sinks,
+        outboxed,
     })
 }
 
@@ -199,6 +216,8 @@ struct Walk<'a> {
     sort_hops: bool,
     /// See [`WriteOrder::unsourced_sinks`].
     unsourced_sinks: Vec<TopologyError>,
+    /// See [`WriteOrder::outboxed`].
+    outboxed: BTreeSet<usize>,
 }
 
 impl Walk<'_> {
@@ -222,6 +241,8 @@ impl Walk<'_> {
             input.on_close_of = input.on_close_of.or(flow.on_close_of);
             input.closing_of = input.closing_of.or(flow.closing_of);
             input.ways.extend(flow.ways);
+            input.update_stores.extend(flow.update_stores);
+            input.updates_via_join |= flow.updates_via_join;
         }
         if self.graph.parents(node).is_empty() {
             // A source: its records come in offset order, from no join.
@@ -292,6 +313,8 @@ impl Walk<'_> {
                 // Updates, one per item after its write (what takes updates is refused above).
                 ways: BTreeSet::from([Vec::new()]),
                 updates_of: Some(store),
+                update_stores: BTreeSet::from([store]),
+                updates_via_join: false,
                 on_close_of: if on_close {
                     Some(store)
                 } else {
@@ -333,8 +356,30 @@ impl Walk<'_> {
                         "the windows of store {:?} when they close",
                         store_name(store)
                     )),
+                    // Straight from one store's write: its outbox makes them exactly once.
+                    (Some(store), _)
+                        if !input.updates_via_join
+                            && input.update_stores.len() == 1
+                            && input.closing_of.is_none()
+                            && self.stores[store].closing.is_none()
+                            && !self.stores[store].fans_out =>
+                    {
+                        self.outboxed.insert(store);
+                        None
+                    }
+                    (Some(store), _) if self.stores[store].closing.is_some() => Some(format!(
+                        "the closing pass of store {:?} (sessions or sliding windows emitted \
+                         when they close, or a stream–stream join's buffer)",
+                        store_name(store)
+                    )),
+                    (Some(store), _) if self.stores[store].fans_out => Some(format!(
+                        "the sessions or sliding windows of store {:?} that a batch's \
+                         records changed",
+                        store_name(store)
+                    )),
                     (Some(store), _) => Some(format!(
-                        "the updates of the table in store {:?}",
+                        "the updates of the table in store {:?} after a join, or merged with \
+                         another store's updates",
                         store_name(store)
                     )),
                     (None, Some(join)) => Some(format!(
@@ -351,7 +396,8 @@ impl Walk<'_> {
                         format!(
                             "under LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once, it produces {from}, \
                              which have no source record whose partition's transaction they \
-                             could go in (the outbox of aggregate updates is not built yet)"
+                             could go in (the outbox of aggregate updates covers a store's \
+                             updates straight from its write only)"
                         ),
                         "use the at_least_once output guarantee for this topology (its state \
                          stays exactly once; downstream de-duplicates by key and the \
@@ -379,6 +425,9 @@ impl Walk<'_> {
             Flow {
                 after,
                 ways,
+                update_stores: input.update_stores,
+                updates_via_join: input.updates_via_join
+                    || (reads.is_some() && input.updates_of.is_some()),
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
                 closing_of: self.roles.closes.get(&node).copied().or(input.closing_of),

@@ -52,6 +52,50 @@ pub const CLOSING_TIME: &str = "cl";
 /// The attribute of a time window's newest record time (epoch ms).
 pub const NEWEST_TIME: &str = "mt";
 
+/// Under exactly-once output, the prefix of an item's outbox entries of one event
+/// partition (`ob:<topic>-<partition>`, binary: [`crate::state::outbox::encode`]), as the
+/// read-modify-write keeps them.
+pub const OUTBOX_PREFIX: &str = "ob:";
+/// The prefixes of the single outbox entry the additive fast path keeps per event
+/// partition, as numbers computed in the write (`oo:` offset, `ov:` value, `on:` version,
+/// `ot:` the update's time, `om:` the item's record time).
+pub const SLOT_PREFIXES: [&str; 5] = ["oo:", "ov:", "on:", "ot:", "om:"];
+
+/// The outbox entries of an item, by event partition: the read-modify-write's list and
+/// the fast path's single entry, by version.
+pub(super) fn parse_outbox(
+    item: &Item,
+) -> Result<HashMap<String, Vec<crate::state::outbox::Entry>>, String> {
+    use crate::state::outbox::{Entry, decode};
+    let mut out: HashMap<String, Vec<Entry>> = HashMap::new();
+    for (name, value) in item {
+        if let Some(tp) = name.strip_prefix(OUTBOX_PREFIX) {
+            let AttributeValue::B(bytes) = value else {
+                return Err(format!("attribute {name} is not binary"));
+            };
+            let entries = decode(bytes.as_ref()).map_err(|e| format!("attribute {name}: {e}"))?;
+            out.entry(tp.to_owned()).or_default().extend(entries);
+        } else if let Some(tp) = name.strip_prefix(SLOT_PREFIXES[0]) {
+            let field = |i: usize| format!("{}{tp}", SLOT_PREFIXES[i]);
+            out.entry(tp.to_owned()).or_default().push(Entry {
+                offset: number(item, name)?,
+                state: ItemState {
+                    value: number(item, &field(1))?,
+                    aggregate: None,
+                    version: number(item, &field(2))?,
+                    timestamp: number(item, &field(4)).ok(),
+                },
+                time: number(item, &field(3))?,
+                dead_letter: None,
+            });
+        }
+    }
+    for entries in out.values_mut() {
+        entries.sort_by_key(|e| e.state.version);
+    }
+    Ok(out)
+}
+
 impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
     pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<String> {

@@ -44,6 +44,7 @@ use super::{
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
+use crate::state::outbox::{self, Emission, Entry, Outbox};
 pub use admin::{create_table, emulator_client, emulator_client_with, emulator_lean_client};
 use cache::Cache;
 pub use cache::DEFAULT_CACHE_BYTES;
@@ -51,7 +52,8 @@ pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, NEWEST_TIME, STREAM_TIME_KEY,
     ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
-use item::{cache_key, expired, number, parse_state, parse_watermarks};
+pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
+use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
 use retry::describe_request;
@@ -282,9 +284,24 @@ impl DynamoStore {
     async fn merge(
         &self,
         write: &ItemWrite<'_>,
-        mut current: Option<Item>,
+        current: Option<Item>,
         stats: &mut WriteStats,
     ) -> Result<ItemState, StateError> {
+        self.merge_outboxed(write, current, stats, None)
+            .await
+            .map(|(state, _)| state)
+    }
+
+    /// [`merge`](Self::merge), under exactly-once output (`ob`) keeping the item's outbox:
+    /// the committed entries of the batch's partitions pruned, the write's own entry
+    /// added; returns the updates the batch emits for the item.
+    async fn merge_outboxed(
+        &self,
+        write: &ItemWrite<'_>,
+        mut current: Option<Item>,
+        stats: &mut WriteStats,
+        ob: Option<&Outbox<'_>>,
+    ) -> Result<(ItemState, Vec<Emission>), StateError> {
         for attempt in 0..MAX_CONFLICT_ATTEMPTS {
             let item = current.take().unwrap_or_default();
             let watermarks = parse_watermarks(&item).map_err(|e| Self::corrupt(write, e))?;
@@ -294,23 +311,81 @@ impl DynamoStore {
             } else {
                 Some(parse_state(&item).map_err(|e| Self::corrupt(write, e))?)
             };
+            let stored_outbox = match ob {
+                Some(_) => parse_outbox(&item).map_err(|e| Self::corrupt(write, e))?,
+                None => HashMap::new(),
+            };
+            let mut emissions =
+                ob.map_or_else(Vec::new, |ob| outbox::stored_emissions(ob, &stored_outbox));
             if marks.is_empty() {
                 // The item holds every contribution already (a redelivery).
-                return Ok(stored.unwrap_or(ItemState::number(0, 0)));
+                return Ok((stored.unwrap_or(ItemState::number(0, 0)), emissions));
             }
+            // Under exactly-once output: per event partition of the batch, the entries
+            // kept (committed ones pruned), and where the write's own entry goes.
+            let held = super::held_up_to(write, &watermarks);
+            let mut kept: Vec<(u32, Vec<Entry>, bool)> = Vec::new();
+            let mut own_letters: Vec<Emission> = Vec::new();
+            let mut origin = None;
+            if let Some(ob) = ob {
+                origin = ob.entry_origin(
+                    write
+                        .contributions
+                        .iter()
+                        .filter(|c| super::is_new(&held, c.tp, c.offset)),
+                );
+                let letters = ob.dead_letters(write.contributions);
+                for (i, tp) in ob.partitions.iter().enumerate() {
+                    let i = i as u32;
+                    let had = stored_outbox.get(&tp.to_string());
+                    let mine: Vec<&Entry> = letters
+                        .iter()
+                        .filter(|(p, _)| *p == i)
+                        .map(|(_, e)| e)
+                        .collect();
+                    if had.is_none() && origin.map(|o| o.0) != Some(i) && mine.is_empty() {
+                        continue;
+                    }
+                    let mut entries = had.map_or_else(Vec::new, |e| outbox::kept(ob, i, e));
+                    // The write's dead letters, kept until their transaction commits.
+                    for entry in mine {
+                        entries.push(entry.clone());
+                        own_letters.push(Emission {
+                            tp: i,
+                            entry: entry.clone(),
+                        });
+                    }
+                    let slot = item.contains_key(&format!("{}{tp}", SLOT_PREFIXES[0]));
+                    kept.push((i, entries, slot));
+                }
+            }
+            let kept_bytes: usize = kept
+                .iter()
+                .map(|(_, e, _)| 3 + 64 + outbox::encoded_len(e))
+                .sum();
+            let outbox_bytes = |aggregate: usize| {
+                if ob.is_none() {
+                    0
+                } else {
+                    kept_bytes + 45 + 4 + aggregate
+                }
+            };
             let mut set = Self::base_set(write);
             let mut request = self.update(write, write.fold.is_some());
+            let mut newest_time = None;
             if let Some(at) = write.timestamp {
                 // The newest record time only moves forward.
                 let newest = stored
                     .as_ref()
                     .and_then(|s| s.timestamp)
                     .map_or(at, |t| t.max(at));
+                newest_time = Some(newest);
                 request = request
                     .expression_attribute_values(":mt", AttributeValue::N(newest.to_string()));
             }
             let mut add = "ADD #ver :one".to_owned();
-            let mut remove = "";
+            let mut remove: Vec<String> = Vec::new();
+            let mut new_aggregate: Option<Vec<u8>> = None;
             match write.fold {
                 Some(fold) => {
                     let held = super::held_up_to(write, &watermarks);
@@ -326,7 +401,7 @@ impl DynamoStore {
                     let fits = |bytes: usize| {
                         limits::check_aggregate(
                             write,
-                            bytes,
+                            bytes + outbox_bytes(bytes),
                             version,
                             marked.iter().map(|(tp, o)| (tp.as_str(), *o)),
                             new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
@@ -352,10 +427,11 @@ impl DynamoStore {
                             request = request
                                 .expression_attribute_names("#cq", CLOSING_STORE)
                                 .expression_attribute_names("#cl", CLOSING_TIME);
-                            remove = " REMOVE #cq, #cl";
+                            remove.push("#cq, #cl".to_owned());
                         }
                         None => {}
                     }
+                    new_aggregate = Some(aggregate.clone());
                     request = request
                         .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
                     set.push("#v = :a".to_owned());
@@ -385,6 +461,97 @@ impl DynamoStore {
                     ),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
+            // The outbox: per event partition the entries kept, the write's own added, in
+            // one list; the fast path's single entry folded into it.
+            let mut own = None;
+            if let Some(ob) = ob {
+                let state = ItemState {
+                    value: stored.as_ref().map_or(0, |s| s.value)
+                        + if write.fold.is_some() { 0 } else { delta },
+                    aggregate: new_aggregate,
+                    version: stored.as_ref().map_or(0, |s| s.version) + 1,
+                    timestamp: newest_time.or_else(|| stored.as_ref().and_then(|s| s.timestamp)),
+                };
+                for (n, (i, mut entries, slot)) in kept.into_iter().enumerate() {
+                    let tp = &ob.partitions[i as usize];
+                    request = request.expression_attribute_names(
+                        format!("#ob{n}"),
+                        format!("{OUTBOX_PREFIX}{tp}"),
+                    );
+                    if let Some((_, offset)) = origin.filter(|o| o.0 == i) {
+                        let entry = Entry {
+                            offset,
+                            time: state.timestamp.unwrap_or(ob.time),
+                            state: state.clone(),
+                            dead_letter: None,
+                        };
+                        own = Some(Emission {
+                            tp: i,
+                            entry: entry.clone(),
+                        });
+                        if write.fold.is_none() && entries.is_empty() {
+                            // An additive item with nothing else uncommitted: the entry in
+                            // the fast path's slot, so that the next batch's fast path
+                            // holds (one request) rather than finding a list.
+                            let numbers = [
+                                entry.offset,
+                                entry.state.value,
+                                i64::try_from(entry.state.version).unwrap_or(i64::MAX),
+                                entry.time,
+                            ];
+                            for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
+                                request = request.expression_attribute_names(
+                                    format!("#os{n}x{j}"),
+                                    format!("{prefix}{tp}"),
+                                );
+                            }
+                            for (j, number) in numbers.iter().enumerate() {
+                                request = request.expression_attribute_values(
+                                    format!(":os{n}x{j}"),
+                                    AttributeValue::N(number.to_string()),
+                                );
+                                set.push(format!("#os{n}x{j} = :os{n}x{j}"));
+                            }
+                            match entry.state.timestamp {
+                                Some(at) => {
+                                    request = request.expression_attribute_values(
+                                        format!(":os{n}x4"),
+                                        AttributeValue::N(at.to_string()),
+                                    );
+                                    set.push(format!("#os{n}x4 = :os{n}x4"));
+                                }
+                                None => remove.push(format!("#os{n}x4")),
+                            }
+                            remove.push(format!("#ob{n}"));
+                            continue;
+                        }
+                        entries.push(entry);
+                    }
+                    if entries.is_empty() {
+                        remove.push(format!("#ob{n}"));
+                    } else {
+                        request = request.expression_attribute_values(
+                            format!(":ob{n}"),
+                            AttributeValue::B(Blob::new(outbox::encode(&entries))),
+                        );
+                        set.push(format!("#ob{n} = :ob{n}"));
+                    }
+                    if slot {
+                        for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
+                            request = request.expression_attribute_names(
+                                format!("#os{n}x{j}"),
+                                format!("{prefix}{tp}"),
+                            );
+                            remove.push(format!("#os{n}x{j}"));
+                        }
+                    }
+                }
+            }
+            let remove = if remove.is_empty() {
+                String::new()
+            } else {
+                format!(" REMOVE {}", remove.join(", "))
+            };
             let expression = format!("{add} SET {}{remove}", set.join(", "));
             limits::check_expression(write, &expression)?;
             let request = request.update_expression(expression);
@@ -393,7 +560,12 @@ impl DynamoStore {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             match self.send(request, write, stats).await? {
-                Ok(item) => return self.written(write, item),
+                Ok(item) => {
+                    let state = self.written(write, item)?;
+                    emissions.extend(own_letters);
+                    emissions.extend(own);
+                    return Ok((state, emissions));
+                }
                 Err(item) => current = item,
             }
         }
@@ -409,13 +581,57 @@ impl DynamoStore {
     async fn apply_additive(
         &self,
         write: &ItemWrite<'_>,
-    ) -> Result<(ItemState, WriteStats), StateError> {
+        ob: Option<&Outbox<'_>>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = Self::base_set(write);
         let mut conditions = Vec::new();
         let mut request = self
             .update(write, false)
             .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        // Under exactly-once output: the write's entry in the partition's single slot,
+        // computed in the write (`v` and `ver` set, not added, so that the slot can
+        // repeat them), on the condition that what the slot and the list of the
+        // partition hold is committed (otherwise the read-modify-write keeps it).
+        if ob.is_some_and(|ob| !ob.dead_letters(write.contributions).is_empty()) {
+            // Dead letters to keep: the read-modify-write keeps them in the list.
+            let mut stats = WriteStats::default();
+            let (state, emissions) = self.merge_outboxed(write, None, &mut stats, ob).await?;
+            return Ok((state, emissions, stats));
+        }
+        let slot = ob.and_then(|ob| ob.entry_origin(write.contributions).map(|o| (ob, o)));
+        let mut own = None;
+        let mut add = "ADD #v :d, #ver :one SET ".to_owned();
+        if let Some((ob, (i, offset))) = slot {
+            let tp = &ob.partitions[i as usize];
+            let time = write.timestamp.unwrap_or(ob.time);
+            own = Some((i, offset, time));
+            // The record time only with a window's (`om`, as `mt`).
+            let named = if write.timestamp.is_some() { 5 } else { 4 };
+            for (j, prefix) in SLOT_PREFIXES.iter().enumerate().take(named) {
+                request =
+                    request.expression_attribute_names(format!("#os{j}"), format!("{prefix}{tp}"));
+            }
+            request = request
+                .expression_attribute_names("#ob", format!("{OUTBOX_PREFIX}{tp}"))
+                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+                .expression_attribute_values(":oo", AttributeValue::N(offset.to_string()))
+                .expression_attribute_values(":ot", AttributeValue::N(time.to_string()))
+                .expression_attribute_values(
+                    ":s",
+                    AttributeValue::N(ob.shadow[i as usize].to_string()),
+                );
+            add = "SET #v = if_not_exists(#v, :zero) + :d, \
+                   #ver = if_not_exists(#ver, :zero) + :one, #os0 = :oo, \
+                   #os1 = if_not_exists(#v, :zero) + :d, \
+                   #os2 = if_not_exists(#ver, :zero) + :one, #os3 = :ot, "
+                .to_owned();
+            if write.timestamp.is_some() {
+                add.push_str("#os4 = :mt, ");
+            }
+            conditions.push("attribute_not_exists(#ob)".to_owned());
+            conditions.push("(attribute_not_exists(#os0) OR #os0 < :s)".to_owned());
+        }
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
             request = request
@@ -434,14 +650,32 @@ impl DynamoStore {
         let condition = conditions.join(" AND ");
         limits::check_expression(write, &condition)?;
         let request = request
-            .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
+            .update_expression(format!("{add}{}", set.join(", ")))
             .condition_expression(condition);
         let mut stats = WriteStats::default();
-        let state = match self.send(request, write, &mut stats).await? {
-            Ok(item) => self.written(write, item)?,
-            Err(current) => self.merge(write, current, &mut stats).await?,
-        };
-        Ok((state, stats))
+        match self.send(request, write, &mut stats).await? {
+            Ok(item) => {
+                let state = self.written(write, item)?;
+                let emissions = own
+                    .map(|(tp, offset, time)| Emission {
+                        tp,
+                        entry: Entry {
+                            offset,
+                            state: state.clone(),
+                            time,
+                            dead_letter: None,
+                        },
+                    })
+                    .into_iter()
+                    .collect();
+                Ok((state, emissions, stats))
+            }
+            Err(current) => {
+                let (state, emissions) =
+                    self.merge_outboxed(write, current, &mut stats, ob).await?;
+                Ok((state, emissions, stats))
+            }
+        }
     }
 }
 
@@ -450,11 +684,28 @@ impl DynamoStore {
     async fn apply_one(&self, write: ItemWrite<'_>) -> Result<(ItemState, WriteStats), StateError> {
         match (self.guarantee, write.fold) {
             (Guarantee::AtLeastOnce, _) => self.apply_at_least_once(&write).await,
-            (Guarantee::ExactlyOnce, None) => self.apply_additive(&write).await,
-            (Guarantee::ExactlyOnce, Some(_)) => {
+            _ => self
+                .apply_exactly(&write, None)
+                .await
+                .map(|(state, _, stats)| (state, stats)),
+        }
+    }
+
+    /// The exactly-once write of one update, keeping the outbox under `ob` (also when the
+    /// store runs `at_least_once`: exactly-once output needs the exact state).
+    async fn apply_exactly(
+        &self,
+        write: &ItemWrite<'_>,
+        ob: Option<&Outbox<'_>>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
+        match write.fold {
+            None => self.apply_additive(write, ob).await,
+            Some(_) => {
                 let mut stats = WriteStats::default();
-                let state = self.merge(&write, self.cached(&write), &mut stats).await?;
-                Ok((state, stats))
+                let (state, emissions) = self
+                    .merge_outboxed(write, self.cached(write), &mut stats, ob)
+                    .await?;
+                Ok((state, emissions, stats))
             }
         }
     }
@@ -490,6 +741,42 @@ impl Store for DynamoStore {
             last = Some(state);
         }
         Ok((last.unwrap_or(ItemState::number(0, 0)), stats))
+    }
+
+    /// As [`apply`](Self::apply), in the same single write keeping the item's outbox
+    /// ([`outbox`]): the fast path of an additive store keeps the write's entry in one slot
+    /// per event partition (`oo:`/`ov:`/`on:`/`ot:`/`om:<tp>`) on the condition that the
+    /// slot's entry is committed; the read-modify-write (general aggregates, and the fast
+    /// path's fallback) keeps a list per event partition (`ob:<tp>`), pruned below the
+    /// shadow offset. The entries count towards the 400 KB limit of general aggregates:
+    /// a record whose aggregate would not fit with them is rejected as a poison record.
+    async fn apply_outboxed(
+        &self,
+        write: ItemWrite<'_>,
+        ob: &Outbox<'_>,
+    ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
+        limits::check_keys(&write)?;
+        let parts = limits::split(&write);
+        if parts.is_empty() {
+            return self.apply_exactly(&write, Some(ob)).await;
+        }
+        let mut stats = WriteStats::default();
+        let mut last = None;
+        let mut emissions: Vec<Emission> = Vec::new();
+        for part in &parts {
+            let restricted = part.fold(&write);
+            let part = part.write(&write, restricted.as_ref());
+            let (state, part_emissions, part_stats) = self.apply_exactly(&part, Some(ob)).await?;
+            stats.add(&part_stats);
+            last = Some(state);
+            for e in part_emissions {
+                if !emissions.contains(&e) {
+                    emissions.push(e);
+                }
+            }
+        }
+        emissions.sort_by_key(|e| e.entry.state.version);
+        Ok((last.unwrap_or(ItemState::number(0, 0)), emissions, stats))
     }
 
     /// Strongly consistent `BatchGetItem`s, 100 keys each. A key over DynamoDB's key
