@@ -1376,3 +1376,95 @@ fn sliding_should_skip_expired_window_by_grace() {
     }
     assert_eq!(late, 1);
 }
+
+// ---------------------------------------------------------------------------------------
+// Null values (Kafka 4's processors, read from their code: no Kafka test pipes one)
+// ---------------------------------------------------------------------------------------
+
+/// `a` at 10, a null value at 20, `a` at 30, counted in tumbling windows of 100 ms, in
+/// sessions of gap 100 ms and in sliding windows of difference 100 ms; the last count per
+/// live window, and the batches' `dropped_null_values`, one record per batch and as one batch.
+fn null_value_counts(
+    kind: &str,
+    batching: Batching,
+) -> (BTreeMap<String, (Option<String>, i64)>, u64) {
+    let builder = StreamsBuilder::new();
+    let grouped = builder
+        .stream("input", Utf8, Nullable(Utf8))
+        .group_by_key(Utf8);
+    match kind {
+        "time" => to_out(
+            grouped
+                .windowed_by(TimeWindows::of_size(ms(100)))
+                .count("store"),
+        ),
+        "session" => to_out(
+            grouped
+                .windowed_by_session(SessionWindows::with_inactivity_gap(ms(100)))
+                .count("store"),
+        ),
+        _ => to_out(
+            grouped
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    ms(100),
+                    ms(1000),
+                ))
+                .count("store"),
+        ),
+    }
+    let driver = TestDriver::new(builder.build()).with_batching(batching);
+    let mut input = driver.input_topic("input", Utf8, Nullable(Utf8));
+    let mut dropped = 0;
+    for (v, ts) in [(Some("x"), 10), (None, 20), (Some("y"), 30)] {
+        input
+            .pipe_input_with_timestamp("a".to_owned(), v.map(str::to_owned), ts)
+            .unwrap();
+        if let Some(report) = driver.last_report() {
+            dropped += report.dropped_null_values;
+        }
+    }
+    driver.flush().unwrap();
+    if batching != Batching::PerRecord {
+        dropped = driver.last_report().unwrap().dropped_null_values;
+    }
+    let records: Vec<Out> = driver
+        .output_topic("out", Utf8, Nullable(Utf8))
+        .read_records()
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.key, r.value, r.timestamp.unwrap()))
+        .collect();
+    // The live windows: a session merged away ends with its tombstone.
+    let mut last = last_per_window(&records);
+    last.retain(|_, (v, _)| v.is_some());
+    (last, dropped)
+}
+
+/// Kafka 4's `KStreamWindowAggregate` and `KStreamSessionWindowAggregate` skip only a null
+/// key: a null value is aggregated (`count` counts it). Its `KStreamSlidingWindowAggregate`
+/// skips a null key or value ("Skipping record due to null key or value"), counted as a
+/// dropped record: windows [0,100] (2 records) and [11,111] (the record at 30) only (ends
+/// inclusive in Kafka, exclusive here: `0/101`, `11/112`).
+#[test]
+fn null_values_in_windowed_aggregations_as_kafka_4() {
+    for batching in [Batching::PerRecord, Batching::Manual] {
+        let expected = |rows: &[(&str, &str, i64)]| -> BTreeMap<String, (Option<String>, i64)> {
+            rows.iter()
+                .map(|(w, v, t)| (w.to_string(), (Some(v.to_string()), *t)))
+                .collect()
+        };
+        assert_eq!(
+            null_value_counts("time", batching),
+            (expected(&[("a@0/100", "3", 30)]), 0)
+        );
+        assert_eq!(
+            null_value_counts("session", batching),
+            (expected(&[("a@10/30", "3", 30)]), 0)
+        );
+        assert_eq!(
+            null_value_counts("sliding", batching),
+            (expected(&[("a@0/101", "2", 30), ("a@11/112", "1", 30)]), 1),
+            "{batching:?}"
+        );
+    }
+}

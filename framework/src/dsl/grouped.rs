@@ -7,6 +7,7 @@ use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
 use crate::serdes::Serde;
 use crate::state::{Fold, ItemState};
+use crate::topology::NullCheck;
 use crate::topology::context::{Ctx, PendingFold};
 use crate::topology::describe::NodeId;
 
@@ -18,6 +19,9 @@ pub struct KGroupedStream<K, V> {
     /// The node its records come from: the parent of its aggregation nodes (and so the
     /// edge along which the build orders the batch's store writes).
     pub(crate) node: Option<NodeId>,
+    /// Which values are Kafka nulls, skipped by `count`, `aggregate` and `reduce` and by
+    /// sliding-window aggregations as Kafka Streams skips them.
+    pub(crate) nulls: Arc<NullCheck<V>>,
 }
 
 /// Which windows a record falls in, and whether each is still open (`None`: not windowed).
@@ -129,12 +133,15 @@ where
         key_serde: Arc<dyn Serde<K>>,
     ) -> Self {
         // The grouping operator (`group_by`, `group_by_key`) has just set it.
-        let node = lock(&shared).description.grouped_parent();
+        let inner = lock(&shared);
+        let (node, nulls) = (inner.description.grouped_parent(), inner.null_check());
+        drop(inner);
         KGroupedStream {
             shared,
             downstream,
             key_serde,
             node,
+            nulls: Arc::new(nulls),
         }
     }
 
@@ -200,11 +207,18 @@ where
     /// Counts records into store `index`, in their windows when `windows` is set.
     pub(crate) fn add_count(&self, index: usize, windows: Windowing) {
         let key_serde = Arc::clone(&self.key_serde);
-        self.downstream.add(Arc::new(move |ctx, key, _value| {
+        let nulls = Arc::clone(&self.nulls);
+        self.downstream.add(Arc::new(move |ctx, key, value| {
             let Some(encoded) = key_serde.serialize(&key) else {
                 ctx.dropped_null_keys += 1;
                 return Ok(());
             };
+            // Kafka Streams' `KStreamAggregate` skips a null value; its time-window
+            // aggregation (`KStreamWindowAggregate`) counts it.
+            if windows.is_none() && nulls.is_null(&value) {
+                ctx.dropped_null_values += 1;
+                return Ok(());
+            }
             match &windows {
                 None => ctx.contribute(index, encoded, None, 1),
                 Some(windows) => {
@@ -228,12 +242,19 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let key_serde = Arc::clone(&self.key_serde);
+        let nulls = Arc::clone(&self.nulls);
         self.downstream
             .add(Arc::new(move |ctx: &mut Ctx, key: K, value: V| {
                 let Some(encoded) = key_serde.serialize(&key) else {
                     ctx.dropped_null_keys += 1;
                     return Ok(());
                 };
+                // As `add_count`: Kafka Streams' `KStreamAggregate` and `KStreamReduce`
+                // skip a null value, its time-window aggregation does not.
+                if windows.is_none() && nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let targets = match &windows {
                     None => vec![None],
                     Some(windows) => windows
@@ -286,6 +307,7 @@ where
                 downstream: self.downstream.clone(),
                 key_serde: Arc::clone(&self.key_serde),
                 node: self.node,
+                nulls: Arc::clone(&self.nulls),
             },
             windows,
         )

@@ -557,9 +557,16 @@ where
         // are dropped.
         let timed = Downstream::<K, Timed>::new();
         let out = timed.clone();
+        let nulls = Arc::clone(&self.grouped.nulls);
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
+                // Kafka Streams' `KStreamSlidingWindowAggregate` skips a null value (and
+                // a null key: the aggregation below drops it), counted.
+                if nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let (Some((tp, offset)), Some((_, _, ts))) =
                     (ctx.record_coordinates(), ctx.record_time())
                 else {

@@ -238,6 +238,7 @@ impl Topology {
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
+        outcome.report.dropped_null_values = ctx.dropped_null_values;
         outcome.report.dead_lettered += dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
         if self.inner.sort_hops {

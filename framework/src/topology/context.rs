@@ -131,6 +131,9 @@ pub(crate) struct Ctx {
     pub(crate) closing_poison: Vec<ClosingPoison>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
+    /// Records not aggregated because their value is a Kafka null (where Kafka Streams
+    /// skips one: `count`, `aggregate`, `reduce`, sliding windows).
+    pub(crate) dropped_null_values: u64,
     /// Records waiting at joins.
     pub(crate) deferred: Vec<Deferred>,
     /// Per partition of the batch: its first and last offsets.
@@ -206,6 +209,7 @@ impl Ctx {
             pending: (0..stores).map(|_| HashMap::new()).collect(),
             outputs: Vec::new(),
             dropped_null_keys: 0,
+            dropped_null_values: 0,
             stream_times: Vec::new(),
             late_records: 0,
             closed: vec![i64::MIN; stores],
