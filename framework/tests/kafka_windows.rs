@@ -1064,11 +1064,11 @@ fn sliding_early_no_grace_period_small_input() {
     );
 }
 
-/// KStreamSlidingWindowAggregateTest.testNoGracePeriodSmallInput (ON_WINDOW_UPDATE). A
-/// documented difference: the record at 103 arrives at stream time 106, when its left window
-/// `[53, 103]` and the window `[55, 105]` have closed, and the one at 110 at 113, when its left
-/// window `[60, 110]` has; Kafka Streams neither creates nor updates closed windows,
-/// lambda-streams adds a record that is not late to all its windows (the `extra` values).
+/// KStreamSlidingWindowAggregateTest.testNoGracePeriodSmallInput (ON_WINDOW_UPDATE): the
+/// record at 103 arrives at stream time 106, when its left window `[53, 103]` and the
+/// window `[55, 105]` have closed, and the one at 110 at 113, when its left window
+/// `[60, 110]` has: as Kafka Streams, neither created nor updated (Kafka's records, no
+/// extra values).
 #[test]
 fn sliding_no_grace_period_small_input() {
     check_sliding(
@@ -1101,11 +1101,7 @@ fn sliding_no_grace_period_small_input() {
             (107, &[("0+5", 113), ("0+5+6", 113)]),
             (111, &[("0+5", 113)]),
         ]),
-        &gathered(&[
-            (53, &[("0+1+4", 103)]),
-            (55, &[("0+1+2+4", 105)]),
-            (60, &[("0+1+2+3+4+6", 110)]),
-        ]),
+        &Gathered::new(),
     );
 }
 
@@ -1325,12 +1321,12 @@ fn session_processor_should_skip_late_record_with_nonzero_grace() {
 }
 
 /// KStreamSlidingWindowAggregateTest.shouldLogAndMeterWhenSkippingExpiredWindowByGrace
-/// (ON_WINDOW_UPDATE): difference 10, grace 90. Kafka's three records are ours. A documented
-/// difference: at stream time 200 (close time 110) the records at 100 … 105 are not late by
-/// the rule both share (`t + 1 + 10 > 110`: a window of theirs is still open), but Kafka
-/// Streams skips their closed left windows (7 skipped windows, with the record at 15) and,
-/// keeping windows and not records, never learns of them for the right windows; here they
-/// are buffered and their windows emitted. Only the record at 15 is late here.
+/// (ON_WINDOW_UPDATE): difference 10, grace 90. Kafka's three records are ours: at stream
+/// time 200 (close time 110) the records at 100 … 105 are not late (`t + 1 + 10 > 110`: a
+/// window of theirs could still be open), but their left windows have closed, so they
+/// count in no window, and no later window holds them (as Kafka Streams, which skips 7
+/// windows, with the record at 15). Only the record at 15 is late (dropped before any
+/// window). Our re-emissions of an unchanged window (the documented difference) aside.
 #[test]
 fn sliding_should_skip_expired_window_by_grace() {
     let inputs = [
@@ -1366,14 +1362,13 @@ fn sliding_should_skip_expired_window_by_grace() {
         .into_iter()
         .map(|r| (r.key, r.value, r.timestamp.unwrap()))
         .collect();
-    for record in &kafka {
-        assert!(ours.contains(record), "{record:?} in {ours:?}");
+    let mut distinct: Vec<Out> = Vec::new();
+    for record in ours {
+        if !distinct.contains(&record) {
+            distinct.push(record);
+        }
     }
-    // The windows Kafka Streams does not emit are those of the records at 100 … 105.
-    for (key, _, _) in ours.iter().filter(|r| !kafka.contains(r)) {
-        let start: i64 = key[2..].split('/').next().unwrap().parse().unwrap();
-        assert!((90..=106).contains(&start), "{key}");
-    }
+    assert_eq!(distinct, kafka);
     assert_eq!(late, 1);
 }
 

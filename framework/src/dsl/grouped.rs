@@ -194,6 +194,7 @@ where
             on_update,
             emit_on_close: None,
             closing: None,
+            keeps_time: false,
         });
         let node = inner.description.push_from(
             format!("  Processor: {operator} (store: {store})"),
@@ -327,12 +328,13 @@ where
     pub fn count(&self, store: &str) -> KTable<K, i64> {
         let (index, table) =
             self.register(store, "count", false, |k, _| k, |state| Ok(state.value));
+        self.keep_newest_time(index);
         self.add_count(index, None);
         table.with_lookup(Lookup {
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(|_, state| Ok(Some(state.value))),
-            timestamp: None,
+            timestamp: Some(Arc::new(|_, state| state.timestamp)),
             versioned: None,
         })
     }
@@ -386,7 +388,18 @@ where
     where
         A: Clone + Send + Sync + 'static,
     {
-        self.aggregate_closing(store, init, adder, aggregate_serde, None)
+        let table = self.aggregate_closing(store, init, adder, aggregate_serde, None);
+        if let Some(lookup) = &table.lookup {
+            self.keep_newest_time(lookup.store);
+        }
+        table
+    }
+
+    /// Makes store `index`'s items keep their newest record time, which their updates
+    /// carry: Kafka Streams' `KStreamAggregate` and `KStreamReduce` stamp an update with
+    /// `max(record timestamp, aggregate timestamp)`.
+    fn keep_newest_time(&self, index: usize) {
+        lock(&self.shared).stores[index].keeps_time = true;
     }
 
     /// [`aggregate`](Self::aggregate) into a store whose items close on their content
@@ -422,7 +435,8 @@ where
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(move |_, state| decode_aggregate(&*serde, state).map(Some)),
-            timestamp: None,
+            // The newest record time, where the store keeps it (`aggregate`).
+            timestamp: Some(Arc::new(|_, state| state.timestamp)),
             versioned: None,
         })
     }

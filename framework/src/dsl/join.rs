@@ -76,11 +76,12 @@ impl StreamsBuilder {
         )
         .stamped()
         .group_by_key(key_serde)
-        .aggregate(
+        .aggregate_closing(
             store,
             || (None, i64::MIN),
             |_, stamped: (Option<V>, i64), _| stamped,
             Present(value_serde),
+            None,
         )
         .unstamp()
     }
@@ -172,11 +173,12 @@ where
     ) -> KTable<K, V> {
         self.stamped()
             .group_by_key(key_serde)
-            .aggregate(
+            .aggregate_closing(
                 store,
                 || (None, i64::MIN),
                 |_, (value, timestamp): (V, i64), _| (Some(value), timestamp),
                 Present(value_serde),
+                None,
             )
             .unstamp()
     }

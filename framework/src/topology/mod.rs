@@ -82,6 +82,11 @@ pub(crate) struct StoreSpec {
     pub(crate) emit_on_close: Option<i64>,
     /// For a stream–stream join's store: how its items close.
     pub(crate) closing: Option<Closing>,
+    /// Whether its non-windowed items keep their newest record time, which their updates
+    /// carry (a `count`, `aggregate` or `reduce`: Kafka Streams' `KStreamAggregate` stamps
+    /// an update with the highest timestamp of the aggregate's records). Windowed items
+    /// always keep it.
+    pub(crate) keeps_time: bool,
 }
 
 /// Closes a left or outer join's item (key, state read) at a closing time: emits into the

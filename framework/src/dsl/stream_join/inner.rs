@@ -218,20 +218,23 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    let table: KTable<K, Buffer> = records.group_by_key(Arc::clone(key_serde)).aggregate(
-        store,
-        Buffer::default,
-        move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
-            let close = entry.close;
-            buffer.entries.push(entry);
-            buffer.entries.retain(|b| !windows.expired(b.ts, close));
-            buffer
-                .entries
-                .sort_by(|a, b| a.position().cmp(&b.position()));
-            buffer
-        },
-        BufferSerde,
-    );
+    let table: KTable<K, Buffer> = records
+        .group_by_key(Arc::clone(key_serde))
+        .aggregate_closing(
+            store,
+            Buffer::default,
+            move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
+                let close = entry.close;
+                buffer.entries.push(entry);
+                buffer.entries.retain(|b| !windows.expired(b.ts, close));
+                buffer
+                    .entries
+                    .sort_by(|a, b| a.position().cmp(&b.position()));
+                buffer
+            },
+            BufferSerde,
+            None,
+        );
     match table.lookup {
         Some(lookup) => lookup,
         None => unreachable!("a key's aggregate can be looked up"),
