@@ -80,13 +80,17 @@ where
         let store_index = Arc::new(std::sync::OnceLock::new());
         let this_records = self.buffered(&this, Arc::clone(&store_index));
         let that_records = other.buffered(&that, Arc::clone(&store_index));
-        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
+        // The other side's buffer first: a batch resumes the records waiting at joins store
+        // by store, so this side's records (`this + other`) come out before the other
+        // side's (`other + this`), as Kafka Streams' join forwards them for a record that
+        // reaches both sides (a self-join, `KStreamKStreamSelfJoinTest`).
         let that_buffer = buffer(
             &that_records,
             &key_serde,
             &format!("{store}-other"),
             windows,
         );
+        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
         let joiner = Arc::new(joiner);
         let next = Downstream::<K, VR>::new();
         {
@@ -301,8 +305,9 @@ pub(super) fn probe<K, V, VO, VR>(
                                 // Both in this batch: the later record emits the pair.
                                 Ordering::Greater => continue,
                                 // One source record on both sides (a self-join): it meets
-                                // itself in both buffers, and this side's probe emits.
-                                Ordering::Equal if !this_side => continue,
+                                // itself in both buffers, and the other side's probe emits
+                                // it, after this side's pairs (Kafka Streams' order).
+                                Ordering::Equal if this_side => continue,
                                 _ => {}
                             }
                         }
