@@ -59,11 +59,14 @@ pub trait Serde<T>: Send + Sync + 'static {
     }
 }
 
+/// A test of a value given as `Any`: whether it is a Kafka null.
+type IsNull = Arc<dyn Fn(&dyn Any) -> bool + Send + Sync>;
+
 /// A test telling which values of one type stand for a Kafka null (see [`Serde::nulls`]).
 #[derive(Clone)]
 pub struct Nulls {
     pub(crate) type_id: TypeId,
-    pub(crate) is_null: Arc<dyn Fn(&dyn Any) -> bool + Send + Sync>,
+    pub(crate) is_null: IsNull,
 }
 
 impl Nulls {

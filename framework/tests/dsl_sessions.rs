@@ -72,17 +72,19 @@ fn reference(inputs: &[(String, i64)]) -> Sessions {
 /// ending at or before the close time is not) ends before the close time, stream time −
 /// gap − grace, the stream time being the highest timestamp so far (its own included; one
 /// partition).
-/// Also returns the sessions Kafka Streams then holds, per key, with their counts.
+/// Also returns the sessions Kafka Streams then holds, per key, with their counts
+/// (`Held`: start, end, count).
 fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64, Sessions) {
+    type Held = (i64, i64, i64);
     let mut stream_time = i64::MIN;
-    let mut sessions: BTreeMap<String, Vec<(i64, i64, i64)>> = BTreeMap::new();
+    let mut sessions: BTreeMap<String, Vec<Held>> = BTreeMap::new();
     let mut kept = Vec::new();
     let mut late = 0;
     for (key, ts) in inputs {
         stream_time = stream_time.max(*ts);
         let close = stream_time - GAP - grace;
         let of_key = sessions.entry(key.clone()).or_default();
-        let (near, mut far): (Vec<(i64, i64, i64)>, Vec<(i64, i64, i64)>) = of_key
+        let (near, mut far): (Vec<Held>, Vec<Held>) = of_key
             .iter()
             .partition(|(start, end, _)| start - GAP <= *ts && *ts <= end + GAP && *end > close);
         let start = near.iter().map(|s| s.0).fold(*ts, i64::min);

@@ -100,10 +100,8 @@ pub fn kafka_sliding<V, A: Clone>(
             }
         }
         // `createWindows`.
-        if let Some(p) = previous {
-            if !starts.contains(&(p + 1)) && p + 1 + d >= t {
-                update(&mut windows, p + 1, (init(), t));
-            }
+        if let Some(p) = previous.filter(|p| !starts.contains(&(p + 1)) && p + 1 + d >= t) {
+            update(&mut windows, p + 1, (init(), t));
         }
         if !left_created {
             let base = match (&previous, &left_agg) {
