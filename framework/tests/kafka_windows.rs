@@ -1463,3 +1463,127 @@ fn null_values_in_windowed_aggregations_as_kafka_4() {
         );
     }
 }
+
+/// KStreamSlidingWindowAggregateTest.testAggregateRandomInput (ON_WINDOW_UPDATE):
+/// difference 10, grace 100; Kafka's 21 records of key `A` shuffled (here 20 fixed
+/// shuffles), then `V` at 181; the aggregator sorts the concatenated letters, so the last
+/// value per window does not depend on the order. Kafka asserts the last value and
+/// timestamp per window start: so here, one record per batch and in batches of 2, 3 and
+/// all records. (Its ON_WINDOW_CLOSE variant expects only the windows from 52 on, which
+/// its window store's retention keeps; not ported.)
+#[test]
+fn sliding_aggregate_random_input() {
+    let letters: [(&str, i64); 21] = [
+        ("A", 10),
+        ("B", 15),
+        ("C", 16),
+        ("D", 18),
+        ("E", 30),
+        ("F", 40),
+        ("G", 55),
+        ("H", 56),
+        ("I", 58),
+        ("J", 58),
+        ("K", 62),
+        ("L", 63),
+        ("M", 63),
+        ("N", 63),
+        ("O", 76),
+        ("P", 77),
+        ("Q", 80),
+        ("R", 2),
+        ("S", 3),
+        ("T", 5),
+        ("U", 8),
+    ];
+    let expected: BTreeMap<String, (Option<String>, i64)> = [
+        (0, "ARSTU", 10),
+        (3, "ASTU", 10),
+        (4, "ATU", 10),
+        (5, "ABTU", 15),
+        (6, "ABCU", 16),
+        (8, "ABCDU", 18),
+        (9, "ABCD", 18),
+        (11, "BCD", 18),
+        (16, "CD", 18),
+        (17, "D", 18),
+        (20, "E", 30),
+        (30, "EF", 40),
+        (31, "F", 40),
+        (45, "G", 55),
+        (46, "GH", 56),
+        (48, "GHIJ", 58),
+        (52, "GHIJK", 62),
+        (53, "GHIJKLMN", 63),
+        (56, "HIJKLMN", 63),
+        (57, "IJKLMN", 63),
+        (59, "KLMN", 63),
+        (63, "LMN", 63),
+        (66, "O", 76),
+        (67, "OP", 77),
+        (70, "OPQ", 80),
+        (77, "PQ", 80),
+        (78, "Q", 80),
+        (171, "V", 181),
+    ]
+    .into_iter()
+    .map(|(start, v, ts)| {
+        (
+            format!("A@{start}/{}", start + 11),
+            (Some(v.to_owned()), ts),
+        )
+    })
+    .collect();
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        to_out(
+            builder
+                .stream("input", Utf8, Utf8)
+                .group_by_key(Utf8)
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    ms(10),
+                    ms(100),
+                ))
+                .aggregate(
+                    "store",
+                    String::new,
+                    |_, v: String, agg: String| {
+                        let mut letters: Vec<char> = (agg + &v).chars().collect();
+                        letters.sort_unstable();
+                        letters.into_iter().collect()
+                    },
+                    Utf8,
+                ),
+        );
+        builder.build()
+    };
+    // A fixed linear congruential generator for the shuffles (Fisher–Yates).
+    let mut seed: u64 = 0x5eed;
+    let mut next = move |bound: usize| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        usize::try_from(seed >> 33).unwrap() % bound
+    };
+    for shuffle in 0..20 {
+        let mut input = letters.to_vec();
+        for i in (1..input.len()).rev() {
+            input.swap(i, next(i + 1));
+        }
+        let mut records: Vec<(&str, &str, i64)> =
+            input.iter().map(|(v, ts)| ("A", *v, *ts)).collect();
+        records.push(("A", "V", 181));
+        for batching in [
+            Batching::PerRecord,
+            Batching::Size(2),
+            Batching::Size(3),
+            Batching::Manual,
+        ] {
+            let got = last_per_window(&run(topology(), batching, &records));
+            assert_eq!(
+                got, expected,
+                "shuffle {shuffle}, {batching:?}: {records:?}"
+            );
+        }
+    }
+}

@@ -318,7 +318,11 @@ where
     /// unique in the topology). The table's updates are the counts after each batch.
     ///
     /// Records whose key serializes to null are not counted (as in Kafka Streams): they
-    /// are reported in the batch report's `dropped_null_keys`.
+    /// are reported in the batch report's `dropped_null_keys`; nor are records whose value
+    /// is a Kafka null (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
+    /// topology names: Kafka Streams' `KStreamAggregate` skips it), in `dropped_null_values`.
+    /// An update carries the newest timestamp of the key's records (Kafka Streams:
+    /// `max(record, aggregate)`), so an older record does not move it back.
     ///
     /// Cost: one conditional DynamoDB `UpdateItem` (`ADD`) per touched key per batch.
     ///
@@ -345,6 +349,9 @@ where
     /// `aggregate_serde` (it must fit DynamoDB's 400 KB item limit: the record that would
     /// take it past the limit is a poison record, named with the store and key, as is a
     /// record the adder or the serde fails or panics on; docs/state.md, "Limits").
+    ///
+    /// A Kafka null value is skipped and an update's timestamp is the key's newest, as for
+    /// [`count`](Self::count).
     ///
     /// The adder runs once per record and item in the common case; on a redelivery or a
     /// conflict it runs again on the values the stored item does not hold yet, so it must

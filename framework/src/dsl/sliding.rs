@@ -18,10 +18,16 @@
 //! at `t` is late once every window containing it has closed, `t + 1 + difference <=
 //! stream time - grace`. A late record is dropped and counted in
 //! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`),
-//! once per delivery. One difference with Kafka Streams: a record that is not late is
-//! added to all its windows, also to those that have closed already (Kafka Streams skips
-//! those windows and counts one dropped record per window skipped). Records are kept for
-//! `2 * difference + grace + 1` ms behind the newest record of the key, which covers every record
+//! once per delivery. A record that is not late counts only in its windows still open when
+//! it is read, and the windows are made and filled as Kafka 4's
+//! `KStreamSlidingWindowAggregate` makes them (it keeps windows, not records: a window is
+//! made only while open, a new left window starts from the window ending just before it,
+//! a new right window from the latest window holding the record), on update and on close
+//! alike: the item keeps, per window, the records that count in it. Kafka Streams also
+//! counts a dropped record per closed window it skips; here only late records are counted.
+//! Records are kept for `3 * difference + grace + 1` ms behind the newest record of the key
+//! (the windows a record on time reads start from `t - 2 * difference`), and as long as a
+//! window kept holds them, which covers every record
 //! that is not late when a key's records come from one partition (`group_by_key`, or a
 //! repartition topic); with direct re-keying from several partitions, a partition whose
 //! stream time lags the key's newest record by more than `grace` can see windows without
@@ -31,9 +37,8 @@
 //! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
 //! batch: each window is emitted once, its final value with its newest record's time, when
 //! the low watermark passes its end + grace, by the closing pass over the table's `closing`
-//! index; a record then counts only in the windows open when it was read, and windows are
-//! created as Kafka Streams creates them, so that the final values are Kafka Streams'
-//! whatever the batch boundaries. See [`SlidingWindowedKStream::emit_strategy`].
+//! index, so that the final values are Kafka Streams' whatever the batch boundaries. See
+//! [`SlidingWindowedKStream::emit_strategy`].
 //!
 //! Records that a failed attempt of the current batch may have written (read at or after
 //! the first offset of one of the batch's partitions, so not committed by the event source)
@@ -44,11 +49,10 @@
 //! batch of one partition that another partition's batch follows before the retry can
 //! still lose windows of the failed batch's oldest records.
 //!
-//! Null values are aggregated as every other value (as in this crate's other
-//! aggregations): `aggregate`'s adder receives what the value serde reads back from null
-//! (`Nullable`'s `None`), and `count` counts the record. Kafka Streams instead skips a
-//! record with a null value in its windowed aggregations (and counts it as dropped); a
-//! topology that wants that filters the null values before grouping.
+//! A null value (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
+//! topology names) is skipped and counted in
+//! [`BatchReport::dropped_null_values`](crate::BatchReport::dropped_null_values), as Kafka
+//! Streams' sliding-window aggregation skips it.
 
 use std::sync::Arc;
 use std::time::Duration;
