@@ -52,8 +52,9 @@ pub trait Serde<T>: Send + Sync + 'static {
     /// Which of this serde's values stand for a Kafka null, when some do ([`Nullable`]:
     /// `None`). The DSL learns it from the value serdes a topology names (sources,
     /// `Grouped::with`, `to`), and skips such a value where Kafka Streams skips a null
-    /// value: in `count`, `aggregate` and `reduce` and in sliding-window aggregations,
-    /// counted in the batch report's `dropped_null_values`. The default: none of them.
+    /// value: in `count`, `aggregate` and `reduce`, in sliding-window aggregations and in
+    /// stream–table joins, counted in the batch report's `dropped_null_values`. The
+    /// default: none of them.
     fn nulls(&self) -> Option<Nulls> {
         None
     }

@@ -314,8 +314,15 @@ where
         let next = Downstream::<K, VR>::new();
         let out = next.clone();
         let f = Arc::new(f);
+        let nulls = lock(&self.shared()).null_check::<V>();
         self.downstream()
             .add(Arc::new(move |ctx, key: K, value: V| {
+                // Kafka Streams' `KStreamKTableJoinProcessor` skips a record with a null
+                // value (inner and left joins: a null value has nothing to join), counted.
+                if nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
                     // A null key has no table value; it waits with the other records all
                     // the same, so that it does not overtake them.
