@@ -256,10 +256,13 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             .collect(),
         // A repartition moves records, it does not change them.
         S::Repartition(s) => stream(s, inputs),
+        // Kafka Streams' `KStreamKTableJoinProcessor` drops a record with a null value
+        // (inner and left joins, with or without a grace period).
         S::Join(s, t, left) => {
             let t = table(t, inputs);
             stream(s, inputs)
                 .into_iter()
+                .filter(|r| r.value.is_some())
                 .filter_map(|r| {
                     let found = r.key.as_ref().and_then(|k| t.get(k)).copied();
                     match (found, left) {
@@ -306,6 +309,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             let low = low_watermark(&read, inputs);
             stream(s, inputs)
                 .into_iter()
+                .filter(|r| r.value.is_some())
                 .filter_map(|r| {
                     let Some(k) = &r.key else {
                         // No table value; a left join emits it at once, an inner drops it.
