@@ -23,6 +23,11 @@ pub fn batch_metrics(report: &BatchReport) -> Vec<(&'static str, &'static str, f
         ("PoisonRecords", "Count", report.poison_records as f64),
         ("DeadLettered", "Count", report.dead_lettered as f64),
         ("DroppedNullKeys", "Count", report.dropped_null_keys as f64),
+        (
+            "DroppedNullValues",
+            "Count",
+            report.dropped_null_values as f64,
+        ),
         ("LateRecordsDropped", "Count", report.late_records as f64),
         ("StateItems", "Count", report.items_touched as f64),
         ("DynamoDbRequests", "Count", report.state.requests as f64),

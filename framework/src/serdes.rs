@@ -19,6 +19,7 @@
 //! framework turns it into [`StreamError::Deserialize`](crate::StreamError::Deserialize)
 //! naming the record's topic-partition and offset.
 
+use std::any::{Any, TypeId};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -47,6 +48,45 @@ pub trait Serde<T>: Send + Sync + 'static {
     /// those bytes over without a copy. The result must equal `try_serialize(&value)`.
     fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
         self.try_serialize(&value)
+    }
+    /// Which of this serde's values stand for a Kafka null, when some do ([`Nullable`]:
+    /// `None`). The DSL learns it from the value serdes a topology names (sources,
+    /// `Grouped::with`, `to`), and skips such a value where Kafka Streams skips a null
+    /// value: in `count`, `aggregate` and `reduce`, in sliding-window aggregations and in
+    /// stream–table joins, counted in the batch report's `dropped_null_values`. The
+    /// default: none of them.
+    fn nulls(&self) -> Option<Nulls> {
+        None
+    }
+}
+
+/// A test of a value given as `Any`: whether it is a Kafka null.
+type IsNull = Arc<dyn Fn(&dyn Any) -> bool + Send + Sync>;
+
+/// A test telling which values of one type stand for a Kafka null (see [`Serde::nulls`]).
+#[derive(Clone)]
+pub struct Nulls {
+    pub(crate) type_id: TypeId,
+    pub(crate) is_null: IsNull,
+}
+
+impl Nulls {
+    /// The values of type `T` for which `is_null` holds are Kafka nulls.
+    pub fn of<T: 'static>(is_null: impl Fn(&T) -> bool + Send + Sync + 'static) -> Self {
+        Nulls {
+            type_id: TypeId::of::<T>(),
+            is_null: Arc::new(move |value: &dyn Any| {
+                value.downcast_ref::<T>().is_some_and(&is_null)
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Nulls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nulls")
+            .field("type_id", &self.type_id)
+            .finish()
     }
 }
 
@@ -234,7 +274,7 @@ impl Serde<()> for Unit {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Nullable<S>(pub S);
 
-impl<T, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
+impl<T: 'static, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
     fn serialize(&self, value: &Option<T>) -> Option<Vec<u8>> {
         value.as_ref().and_then(|v| self.0.serialize(v))
     }
@@ -256,6 +296,9 @@ impl<T, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
             Some(v) => self.0.try_serialize_owned(v),
         }
     }
+    fn nulls(&self) -> Option<Nulls> {
+        Some(Nulls::of::<Option<T>>(Option::is_none))
+    }
 }
 
 /// Implements [`Serde`] for a pointer to a serde, forwarding every call (the provided
@@ -274,6 +317,9 @@ macro_rules! forward_serde {
             }
             fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
                 (**self).try_serialize_owned(value)
+            }
+            fn nulls(&self) -> Option<Nulls> {
+                (**self).nulls()
             }
         }
     };

@@ -397,6 +397,11 @@ fn a_left_stream_join_s_output_is_not_repartitioned_or_aggregated() {
         refused.contains("closing pass") && refused.contains("\"pairs\""),
         "{refused}"
     );
+    // The refusal says what to write instead (docs/kafka-streams-differences.md lists it).
+    assert!(
+        refused.contains("with `to`") && refused.contains("in another sub-topology"),
+        "{refused}"
+    );
 }
 
 #[test]

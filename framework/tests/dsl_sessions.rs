@@ -2,9 +2,9 @@
 //! long enough that no record is late, the sessions of a key are the groups of its records
 //! whose sorted timestamps are at most the gap apart, whatever the arrival order and the
 //! batch boundaries; each session's count is its number of records. With a short grace,
-//! the records more than gap + grace behind the stream time (the highest timestamp so far)
-//! are late: the driver's reports count exactly those, and the sessions are those of the
-//! other records.
+//! the records whose merged session ends more than gap + grace behind the stream time (the
+//! highest timestamp so far; Kafka Streams' rule) are late: the driver's reports count
+//! exactly those, and the sessions are those of the other records.
 
 #![allow(clippy::unwrap_used)]
 
@@ -65,22 +65,51 @@ fn reference(inputs: &[(String, i64)]) -> Sessions {
     out
 }
 
-/// The records that are not late, and how many are: a record is late when it is more than
-/// gap + grace behind the stream time, the highest timestamp so far (its own included; one
+/// The records that are not late, and how many are, as Kafka Streams'
+/// `KStreamSessionWindowAggregate` judges them record by record: a record is late when the
+/// session it merges into (its own `[t, t]` joined with every session of the key within
+/// the gap of `t` that the store still returns: its retention is gap + grace, so a session
+/// ending at or before the close time is not) ends before the close time, stream time −
+/// gap − grace, the stream time being the highest timestamp so far (its own included; one
 /// partition).
-fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64) {
+/// Also returns the sessions Kafka Streams then holds, per key, with their counts
+/// (`Held`: start, end, count).
+fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64, Sessions) {
+    type Held = (i64, i64, i64);
     let mut stream_time = i64::MIN;
+    let mut sessions: BTreeMap<String, Vec<Held>> = BTreeMap::new();
     let mut kept = Vec::new();
     let mut late = 0;
-    for input in inputs {
-        stream_time = stream_time.max(input.1);
-        if input.1 < stream_time - GAP - grace {
+    for (key, ts) in inputs {
+        stream_time = stream_time.max(*ts);
+        let close = stream_time - GAP - grace;
+        let of_key = sessions.entry(key.clone()).or_default();
+        let (near, mut far): (Vec<Held>, Vec<Held>) = of_key
+            .iter()
+            .partition(|(start, end, _)| start - GAP <= *ts && *ts <= end + GAP && *end > close);
+        let start = near.iter().map(|s| s.0).fold(*ts, i64::min);
+        let end = near.iter().map(|s| s.1).fold(*ts, i64::max);
+        if end < close {
             late += 1;
         } else {
-            kept.push(input.clone());
+            let n = near.iter().map(|s| s.2).sum::<i64>() + 1;
+            far.push((start, end, n));
+            *of_key = far;
+            kept.push((key.clone(), *ts));
         }
     }
-    (kept, late)
+    let held = sessions
+        .into_iter()
+        .filter(|(_, all)| !all.is_empty())
+        .map(|(key, all)| {
+            let all = all
+                .into_iter()
+                .map(|(start, end, n)| (format!("{start}..{end}"), n))
+                .collect();
+            (key, all)
+        })
+        .collect();
+    (kept, late, held)
 }
 
 /// The sessions the driver emitted last (per session, the update with the highest version:
@@ -145,9 +174,10 @@ fn wandering() -> impl Strategy<Value = Vec<(String, i64)>> {
     })
 }
 
-/// A hand-computed case (gap 5, grace 2): 0, 4, 12; then 3 is late (more than 7 behind the
-/// stream time 12); then 9 is not (3 behind), and bridges 0..4 and 12: one session 0..12
-/// of 4 records.
+/// A hand-computed case (gap 5, grace 2), by Kafka Streams' rule: 0, 4, 12; at stream time
+/// 12 the close time is 5, so the session 0..4 has expired from Kafka's session store
+/// (retention gap + grace): 3 merges with nothing and is late (its session [3, 3] ends
+/// before 5); 9 is on time and merges with 12 only: sessions 0..4 (2) and 9..12 (2).
 #[test]
 fn a_late_record_is_counted_and_left_out() {
     let inputs: Vec<(String, i64)> = [0, 4, 12, 3, 9]
@@ -155,7 +185,11 @@ fn a_late_record_is_counted_and_left_out() {
         .map(|t| ("a".to_owned(), t))
         .collect();
     assert_eq!(on_time(&inputs, 2).1, 1);
-    let expected = BTreeMap::from([("a".to_owned(), BTreeMap::from([("0..12".to_owned(), 4)]))]);
+    let expected = BTreeMap::from([(
+        "a".to_owned(),
+        BTreeMap::from([("0..4".to_owned(), 2), ("9..12".to_owned(), 2)]),
+    )]);
+    assert_eq!(on_time(&inputs, 2).2, expected);
     for size in [1, 2, 5] {
         assert_eq!(
             run(&inputs, 2, size),
@@ -177,14 +211,13 @@ proptest! {
         prop_assert_eq!(run(&inputs, 3_600_000, size), (reference(&inputs), 0));
     }
 
-    /// With late records: the count is exact; the sessions emitted last are sessions of
-    /// the records on time, with their counts, and hold at least every such session that
-    /// ends within gap + grace of the key's newest record (older ones may have been
-    /// dropped from the item).
+    /// With late records: the count is exact (Kafka Streams' rule, [`on_time`]); the
+    /// sessions emitted last are the sessions Kafka Streams holds, with their counts, and
+    /// hold at least every such session that ends within gap + grace of the key's newest
+    /// record (older ones may have been dropped from the item).
     #[test]
     fn late_records_are_counted_and_left_out(inputs in wandering(), grace in 0i64..6, size in 1usize..10) {
-        let (kept, late) = on_time(&inputs, grace);
-        let expected = reference(&kept);
+        let (kept, late, expected) = on_time(&inputs, grace);
         let (sessions, counted) = run(&inputs, grace, size);
         prop_assert_eq!(counted, late);
         for (key, all) in &expected {

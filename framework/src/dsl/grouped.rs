@@ -7,6 +7,7 @@ use super::{Downstream, KTable, Shared, StoreSpec, UpdateFn, lock};
 use crate::error::StreamError;
 use crate::serdes::Serde;
 use crate::state::{Fold, ItemState};
+use crate::topology::NullCheck;
 use crate::topology::context::{Ctx, PendingFold};
 use crate::topology::describe::NodeId;
 
@@ -18,6 +19,9 @@ pub struct KGroupedStream<K, V> {
     /// The node its records come from: the parent of its aggregation nodes (and so the
     /// edge along which the build orders the batch's store writes).
     pub(crate) node: Option<NodeId>,
+    /// Which values are Kafka nulls, skipped by `count`, `aggregate` and `reduce` and by
+    /// sliding-window aggregations as Kafka Streams skips them.
+    pub(crate) nulls: Arc<NullCheck<V>>,
 }
 
 /// Which windows a record falls in, and whether each is still open (`None`: not windowed).
@@ -129,12 +133,15 @@ where
         key_serde: Arc<dyn Serde<K>>,
     ) -> Self {
         // The grouping operator (`group_by`, `group_by_key`) has just set it.
-        let node = lock(&shared).description.grouped_parent();
+        let inner = lock(&shared);
+        let (node, nulls) = (inner.description.grouped_parent(), inner.null_check());
+        drop(inner);
         KGroupedStream {
             shared,
             downstream,
             key_serde,
             node,
+            nulls: Arc::new(nulls),
         }
     }
 
@@ -188,6 +195,7 @@ where
             emit_on_close: None,
             closing: None,
             fans_out: false,
+            keeps_time: false,
         });
         let node = inner.description.push_from(
             format!("  Processor: {operator} (store: {store})"),
@@ -201,11 +209,18 @@ where
     /// Counts records into store `index`, in their windows when `windows` is set.
     pub(crate) fn add_count(&self, index: usize, windows: Windowing) {
         let key_serde = Arc::clone(&self.key_serde);
-        self.downstream.add(Arc::new(move |ctx, key, _value| {
+        let nulls = Arc::clone(&self.nulls);
+        self.downstream.add(Arc::new(move |ctx, key, value| {
             let Some(encoded) = key_serde.serialize(&key) else {
                 ctx.dropped_null_keys += 1;
                 return Ok(());
             };
+            // Kafka Streams' `KStreamAggregate` skips a null value; its time-window
+            // aggregation (`KStreamWindowAggregate`) counts it.
+            if windows.is_none() && nulls.is_null(&value) {
+                ctx.dropped_null_values += 1;
+                return Ok(());
+            }
             match &windows {
                 None => ctx.contribute(index, encoded, None, 1),
                 Some(windows) => {
@@ -229,12 +244,19 @@ where
         A: Clone + Send + Sync + 'static,
     {
         let key_serde = Arc::clone(&self.key_serde);
+        let nulls = Arc::clone(&self.nulls);
         self.downstream
             .add(Arc::new(move |ctx: &mut Ctx, key: K, value: V| {
                 let Some(encoded) = key_serde.serialize(&key) else {
                     ctx.dropped_null_keys += 1;
                     return Ok(());
                 };
+                // As `add_count`: Kafka Streams' `KStreamAggregate` and `KStreamReduce`
+                // skip a null value, its time-window aggregation does not.
+                if windows.is_none() && nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let targets = match &windows {
                     None => vec![None],
                     Some(windows) => windows
@@ -287,6 +309,7 @@ where
                 downstream: self.downstream.clone(),
                 key_serde: Arc::clone(&self.key_serde),
                 node: self.node,
+                nulls: Arc::clone(&self.nulls),
             },
             windows,
         )
@@ -296,7 +319,11 @@ where
     /// unique in the topology). The table's updates are the counts after each batch.
     ///
     /// Records whose key serializes to null are not counted (as in Kafka Streams): they
-    /// are reported in the batch report's `dropped_null_keys`.
+    /// are reported in the batch report's `dropped_null_keys`; nor are records whose value
+    /// is a Kafka null (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
+    /// topology names: Kafka Streams' `KStreamAggregate` skips it), in `dropped_null_values`.
+    /// An update carries the newest timestamp of the key's records (Kafka Streams:
+    /// `max(record, aggregate)`), so an older record does not move it back.
     ///
     /// Cost: one conditional DynamoDB `UpdateItem` (`ADD`) per touched key per batch.
     ///
@@ -306,12 +333,13 @@ where
     pub fn count(&self, store: &str) -> KTable<K, i64> {
         let (index, table) =
             self.register(store, "count", false, |k, _| k, |state| Ok(state.value));
+        self.keep_newest_time(index);
         self.add_count(index, None);
         table.with_lookup(Lookup {
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(|_, state| Ok(Some(state.value))),
-            timestamp: None,
+            timestamp: Some(Arc::new(|_, state| state.timestamp)),
             versioned: None,
         })
     }
@@ -322,6 +350,9 @@ where
     /// `aggregate_serde` (it must fit DynamoDB's 400 KB item limit: the record that would
     /// take it past the limit is a poison record, named with the store and key, as is a
     /// record the adder or the serde fails or panics on; docs/state.md, "Limits").
+    ///
+    /// A Kafka null value is skipped and an update's timestamp is the key's newest, as for
+    /// [`count`](Self::count).
     ///
     /// The adder runs once per record and item in the common case; on a redelivery or a
     /// conflict it runs again on the values the stored item does not hold yet, so it must
@@ -365,7 +396,18 @@ where
     where
         A: Clone + Send + Sync + 'static,
     {
-        self.aggregate_closing(store, init, adder, aggregate_serde, None)
+        let table = self.aggregate_closing(store, init, adder, aggregate_serde, None);
+        if let Some(lookup) = &table.lookup {
+            self.keep_newest_time(lookup.store);
+        }
+        table
+    }
+
+    /// Makes store `index`'s items keep their newest record time, which their updates
+    /// carry: Kafka Streams' `KStreamAggregate` and `KStreamReduce` stamp an update with
+    /// `max(record timestamp, aggregate timestamp)`.
+    fn keep_newest_time(&self, index: usize) {
+        lock(&self.shared).stores[index].keeps_time = true;
     }
 
     /// [`aggregate`](Self::aggregate) into a store whose items close on their content
@@ -401,7 +443,8 @@ where
             store: index,
             key_serde: Arc::clone(&self.key_serde),
             value: Arc::new(move |_, state| decode_aggregate(&*serde, state).map(Some)),
-            timestamp: None,
+            // The newest record time, where the store keeps it (`aggregate`).
+            timestamp: Some(Arc::new(|_, state| state.timestamp)),
             versioned: None,
         })
     }

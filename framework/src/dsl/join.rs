@@ -76,11 +76,12 @@ impl StreamsBuilder {
         )
         .stamped()
         .group_by_key(key_serde)
-        .aggregate(
+        .aggregate_closing(
             store,
             || (None, i64::MIN),
             |_, stamped: (Option<V>, i64), _| stamped,
             Present(value_serde),
+            None,
         )
         .unstamp()
     }
@@ -172,11 +173,12 @@ where
     ) -> KTable<K, V> {
         self.stamped()
             .group_by_key(key_serde)
-            .aggregate(
+            .aggregate_closing(
                 store,
                 || (None, i64::MIN),
                 |_, (value, timestamp): (V, i64), _| (Some(value), timestamp),
                 Present(value_serde),
+                None,
             )
             .unstamp()
     }
@@ -312,8 +314,15 @@ where
         let next = Downstream::<K, VR>::new();
         let out = next.clone();
         let f = Arc::new(f);
+        let nulls = lock(&self.shared()).null_check::<V>();
         self.downstream()
             .add(Arc::new(move |ctx, key: K, value: V| {
+                // Kafka Streams' `KStreamKTableJoinProcessor` skips a record with a null
+                // value (inner and left joins: a null value has nothing to join), counted.
+                if nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let Some(encoded) = lookup.key_serde.serialize(&key) else {
                     // A null key has no table value; it waits with the other records all
                     // the same, so that it does not overtake them.

@@ -192,6 +192,7 @@ impl StreamsBuilder {
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
         let extracted = extractor.is_some();
+        lock(&self.shared).learn_nulls(value_serde.nulls());
         let source: SourceFn = Arc::new(move |ctx, record| {
             let (key, value) = decode_record(ctx, record, &key_serde, &value_serde)?;
             if let Some(extract) = &extractor {

@@ -29,14 +29,16 @@
 //! counts as emitted: a failed batch of one partition that another partition's batch follows
 //! before the retry can lose those updates (not the state).
 //!
-//! Lateness is decided on the stream time of the record's partition (the highest timestamp
-//! seen in it, persisted with the state like the time windows'), as in Kafka Streams: a
-//! record more than gap + grace behind it is late, dropped and counted in
-//! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`),
-//! once per delivery. One difference with Kafka Streams, which looks at the session the
-//! record would merge into: such a record is dropped here even when it falls within the gap
-//! of a session still open (that would take the stored sessions, which are read only when
-//! the item is written). A key's sessions are kept while they end less than `2 * gap + grace`
+//! Lateness is decided as in Kafka Streams' `KStreamSessionWindowAggregate`, on the stream
+//! time of the record's partition (the highest timestamp seen in it, persisted with the
+//! state like the time windows'): a record is late when the session it merges into ends
+//! before stream time − gap − grace (the close time), so a record behind that is on time
+//! when it falls within the gap of a session still open. A session that ends at or before
+//! the close time takes no more records (Kafka's session store, of retention gap + grace,
+//! no longer returns it). The decision is taken when the key's item is written, with its
+//! sessions; a late record is dropped and counted in
+//! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`)
+//! by the batch that read it (its retry counts it again). A key's sessions are kept while they end less than `2 * gap + grace`
 //! before the newest record of the key (any record that is not late can still merge with
 //! them when a key's records come from one partition: `group_by_key`, or a repartition
 //! topic), then dropped from the item, which keeps to its 400 KB. A session starts at its
@@ -104,6 +106,9 @@ struct Session<A> {
 struct Sessions<A> {
     sessions: Vec<Session<A>>,
     removed: Vec<(i64, i64, ReadAt)>,
+    /// The records dropped as late (their merged session had closed), until their batch is
+    /// committed: the batch's updates count them in its report.
+    late: Vec<ReadAt>,
     floor: Option<i64>,
     batch: Arc<Vec<(String, i64)>>,
 }
@@ -126,6 +131,9 @@ impl<A> Sessions<A> {
 struct Timed<V> {
     value: V,
     ts: i64,
+    /// The close time when the record was read: stream time − gap − grace. The record is
+    /// late when the session it merges into ends before it.
+    close: i64,
     at: ReadAt,
     batch: Arc<Vec<(String, i64)>>,
 }
@@ -148,6 +156,9 @@ enum StoredSessions {
         /// The sessions (start, end) whose final result was emitted.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         emitted: Vec<(i64, i64)>,
+        /// The records dropped as late, until their batch is committed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        late: Vec<ReadAt>,
     },
     Bare(Vec<(i64, i64, String)>),
 }
@@ -182,18 +193,21 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
             sessions,
             removed: value.removed.clone(),
             emitted,
+            late: value.late.clone(),
         })
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let (rows, removed, emitted) = match SESSIONS.decode(data)? {
+        let (rows, removed, emitted, late) = match SESSIONS.decode(data)? {
             StoredSessions::Tracked {
                 sessions,
                 removed,
                 emitted,
-            } => (sessions, removed, emitted),
+                late,
+            } => (sessions, removed, emitted, late),
             StoredSessions::Bare(rows) => (
                 rows.into_iter().map(|(s, e, a)| (s, e, a, None)).collect(),
+                Vec::new(),
                 Vec::new(),
                 Vec::new(),
             ),
@@ -213,6 +227,7 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
         Ok(Sessions {
             sessions,
             removed,
+            late,
             floor,
             batch: Arc::default(),
         })
@@ -343,14 +358,19 @@ where
     ///     .to("session-clicks", Utf8, DecimalI64);
     /// let driver = TestDriver::new(builder.build());
     /// let mut clicks = driver.input_topic("clicks", Utf8, Utf8);
-    /// for ts in [0, 10_000, 100_000, 25_000] { // 25 s: out of order, joins the first session
+    /// for ts in [0, 10_000, 25_000, 100_000] {
     ///     clicks.pipe_input_with_timestamp("u1", "/".to_owned(), ts)?;
     /// }
-    /// let out = driver.output_topic("session-clicks", Utf8, DecimalI64).read_key_values_to_map()?;
-    /// assert_eq!(out["u1@0-25000"], 3);
-    /// assert_eq!(out["u1@100000-100000"], 1);
-    /// // More than gap + grace (90 s) behind the stream time (100 s): late, dropped, counted.
+    /// // 95 s behind the stream time (100 s), but it joins a session that ends within gap +
+    /// // grace (90 s) of it: on time, as in Kafka Streams.
     /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 5_000)?;
+    /// assert_eq!(driver.last_report().unwrap().late_records, 0);
+    /// let out = driver.output_topic("session-clicks", Utf8, DecimalI64).read_key_values_to_map()?;
+    /// assert_eq!(out["u1@0-25000"], 4);
+    /// assert_eq!(out["u1@100000-100000"], 1);
+    /// // At 200 s, a click at 60 s joins no session that is still open: late, dropped, counted.
+    /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 200_000)?;
+    /// clicks.pipe_input_with_timestamp("u1", "/".to_owned(), 60_000)?;
     /// assert_eq!(driver.last_report().unwrap().late_records, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -427,14 +447,13 @@ where
                         "session windows take source records, not a table's updates".into(),
                     ));
                 };
+                // Whether the record is late is decided with the key's sessions, when the
+                // item is written: Kafka Streams drops it when the session it merges into
+                // ends before the stream time − gap − grace.
                 let close = ctx
                     .stream_time()
                     .saturating_sub(windows.gap)
                     .saturating_sub(windows.grace);
-                if ts < close {
-                    ctx.late_records += 1;
-                    return Ok(());
-                }
                 let batch = ctx
                     .partitions
                     .iter()
@@ -444,6 +463,7 @@ where
                 let timed = Timed {
                     value,
                     ts,
+                    close,
                     at: (tp.to_string(), offset),
                     batch: Arc::new(batch),
                 };
@@ -463,6 +483,7 @@ where
             || Sessions {
                 sessions: Vec::new(),
                 removed: Vec::new(),
+                late: Vec::new(),
                 floor: None,
                 batch: Arc::default(),
             },
@@ -470,16 +491,20 @@ where
                 let Timed {
                     value,
                     ts,
+                    close,
                     at,
                     batch,
                 } = timed;
                 all.batch = batch;
-                // The tombstones of earlier batches were emitted: forgotten.
+                // The tombstones of earlier batches were emitted: forgotten, as the late
+                // records they counted.
                 let removed = std::mem::take(&mut all.removed);
                 all.removed = removed
                     .into_iter()
                     .filter(|(_, _, by)| all.unconfirmed(by))
                     .collect();
+                let late = std::mem::take(&mut all.late);
+                all.late = late.into_iter().filter(|by| all.unconfirmed(by)).collect();
                 // Kept: the sessions that a record which is not late can merge with.
                 let kept = windows.gap.saturating_mul(2).saturating_add(windows.grace);
                 // Emit-on-close: a session is kept until its final result is emitted.
@@ -489,16 +514,31 @@ where
                     all.sessions
                         .retain(|s| s.end >= oldest || (open && !s.emitted));
                 }
-                // The sessions within the gap of `ts` merge with the record.
+                // The sessions within the gap of `ts` merge with the record, those that
+                // Kafka Streams' session store still returns: its retention is gap + grace
+                // behind its stream time, so a session ending at or before the close time
+                // is expired there (it stays apart, as it was emitted).
                 let (near, far): (Vec<Session<A>>, Vec<Session<A>>) =
                     std::mem::take(&mut all.sessions)
                         .into_iter()
                         .partition(|s| {
                             s.start.saturating_sub(windows.gap) <= ts
                                 && ts <= s.end.saturating_add(windows.gap)
+                                && s.end > close
                         });
                 // Kafka Streams' order: from `init()`, merge each session (earliest first)
                 // as `merger(key, aggregate, session)`, then add the record.
+                let merged_end = near.iter().map(|s| s.end).fold(ts, i64::max);
+                if merged_end < close {
+                    // Late (Kafka Streams' `KStreamSessionWindowAggregate`: the merged
+                    // session ends before the close time): dropped, counted, the sessions
+                    // as they were.
+                    all.sessions = far;
+                    all.sessions.extend(near);
+                    all.sessions.sort_by_key(|s| s.start);
+                    all.late.push(at);
+                    return all;
+                }
                 let (mut start, mut end, mut aggregate) = (ts, ts, init());
                 let mut merged_away = Vec::with_capacity(near.len());
                 for s in near {
@@ -541,6 +581,16 @@ where
         table
             .updates()
             .add(Arc::new(move |ctx, key: K, mut all: Sessions<A>| {
+                // The batch's records dropped as late (a retry counts those of its failed
+                // attempt again).
+                all.batch = Arc::new(
+                    ctx.partitions
+                        .iter()
+                        .zip(&ctx.ranges)
+                        .map(|(p, (first, _))| (p.to_string(), *first))
+                        .collect(),
+                );
+                ctx.late_records += all.late.iter().filter(|by| all.unconfirmed(by)).count() as u64;
                 if emitting.on() {
                     // Emitted once per session, when it closes (the closing pass).
                     return Ok(());

@@ -18,10 +18,16 @@
 //! at `t` is late once every window containing it has closed, `t + 1 + difference <=
 //! stream time - grace`. A late record is dropped and counted in
 //! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`),
-//! once per delivery. One difference with Kafka Streams: a record that is not late is
-//! added to all its windows, also to those that have closed already (Kafka Streams skips
-//! those windows and counts one dropped record per window skipped). Records are kept for
-//! `2 * difference + grace + 1` ms behind the newest record of the key, which covers every record
+//! once per delivery. A record that is not late counts only in its windows still open when
+//! it is read, and the windows are made and filled as Kafka 4's
+//! `KStreamSlidingWindowAggregate` makes them (it keeps windows, not records: a window is
+//! made only while open, a new left window starts from the window ending just before it,
+//! a new right window from the latest window holding the record), on update and on close
+//! alike: the item keeps, per window, the records that count in it. Kafka Streams also
+//! counts a dropped record per closed window it skips; here only late records are counted.
+//! Records are kept for `3 * difference + grace + 1` ms behind the newest record of the key
+//! (the windows a record on time reads start from `t - 2 * difference`), and as long as a
+//! window kept holds them, which covers every record
 //! that is not late when a key's records come from one partition (`group_by_key`, or a
 //! repartition topic); with direct re-keying from several partitions, a partition whose
 //! stream time lags the key's newest record by more than `grace` can see windows without
@@ -31,9 +37,8 @@
 //! With [`EmitStrategy::OnWindowClose`] (or [`KTable::suppress`]) nothing is emitted after a
 //! batch: each window is emitted once, its final value with its newest record's time, when
 //! the low watermark passes its end + grace, by the closing pass over the table's `closing`
-//! index; a record then counts only in the windows open when it was read, and windows are
-//! created as Kafka Streams creates them, so that the final values are Kafka Streams'
-//! whatever the batch boundaries. See [`SlidingWindowedKStream::emit_strategy`].
+//! index, so that the final values are Kafka Streams' whatever the batch boundaries. See
+//! [`SlidingWindowedKStream::emit_strategy`].
 //!
 //! Records that a failed attempt of the current batch may have written (read at or after
 //! the first offset of one of the batch's partitions, so not committed by the event source)
@@ -44,11 +49,10 @@
 //! batch of one partition that another partition's batch follows before the retry can
 //! still lose windows of the failed batch's oldest records.
 //!
-//! Null values are aggregated as every other value (as in this crate's other
-//! aggregations): `aggregate`'s adder receives what the value serde reads back from null
-//! (`Nullable`'s `None`), and `count` counts the record. Kafka Streams instead skips a
-//! record with a null value in its windowed aggregations (and counts it as dropped); a
-//! topology that wants that filters the null values before grouping.
+//! A null value (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
+//! topology names) is skipped and counted in
+//! [`BatchReport::dropped_null_values`](crate::BatchReport::dropped_null_values), as Kafka
+//! Streams' sliding-window aggregation skips it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,33 +97,13 @@ impl SlidingWindows {
     }
 
     /// How far behind the newest record of a key its records are kept: far enough for
-    /// every window of a record that is not late, and for the record just before them.
+    /// every window a record that is not late reads (Kafka Streams' processor reads the
+    /// windows starting from `t - 2 * difference`), and for the records in them.
     fn kept(&self) -> i64 {
         self.difference
-            .saturating_mul(2)
+            .saturating_mul(3)
             .saturating_add(self.grace)
             .saturating_add(1)
-    }
-
-    /// The starts of the windows of the records at `times` (sorted): each record's left
-    /// window (from 0 at the earliest), and its right window when a later record is in it.
-    fn starts(&self, times: &[i64]) -> Vec<i64> {
-        let mut starts = Vec::with_capacity(times.len() * 2);
-        for t in times {
-            starts.push(t.saturating_sub(self.difference).max(0));
-            // The first later record (the times are sorted) decides the right window.
-            let right = t.saturating_add(1);
-            let later = times.partition_point(|x| x <= t);
-            if times
-                .get(later)
-                .is_some_and(|next| *next <= right.saturating_add(self.difference))
-            {
-                starts.push(right);
-            }
-        }
-        starts.sort_unstable();
-        starts.dedup();
-        starts
     }
 }
 
@@ -146,7 +130,10 @@ struct Buffered {
 /// their first offsets (both known during a write, not stored).
 /// Emit-on-close: `closed`, the windows that close at or before it were emitted by the
 /// closing pass; `created`, the windows Kafka Streams would hold (start, and the arrival
-/// number of the record that created it); `seq`, the next arrival number.
+/// number of the record that created it); `members`, for each of those windows, the
+/// arrival numbers of the records that count in it, as Kafka Streams' processor makes
+/// them (`None` in items written before they were kept: the rule of
+/// [`Records::final_windows`] then); `seq`, the next arrival number.
 #[derive(Debug, Clone, Default)]
 struct Records {
     records: Vec<Buffered>,
@@ -155,6 +142,7 @@ struct Records {
     batch: Arc<Vec<(String, i64)>>,
     closed: Option<i64>,
     created: Vec<(i64, u64)>,
+    members: Option<Vec<(i64, Vec<u64>)>>,
     seq: u64,
 }
 
@@ -212,6 +200,8 @@ enum StoredRecords {
         buffer: Vec<StoredFinal>,
         closed: Option<i64>,
         created: Vec<(i64, u64)>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        members: Option<Vec<(i64, Vec<u64>)>>,
         seq: u64,
     },
     Sourced {
@@ -257,6 +247,7 @@ impl Serde<Records> for RecordsSerde {
                 buffer,
                 closed: value.closed,
                 created: value.created.clone(),
+                members: value.members.clone(),
                 seq: value.seq,
             });
         }
@@ -280,14 +271,19 @@ impl Serde<Records> for RecordsSerde {
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let stored: StoredRecords = RECORDS.decode(data)?;
+        let mut stored_members = None;
         let (from, rows, closed, created, seq): (_, Vec<StoredFinal>, _, _, _) = match stored {
             StoredRecords::Final {
                 from,
                 buffer,
                 closed,
                 created,
+                members,
                 seq,
-            } => (from, buffer, closed, created, seq),
+            } => {
+                stored_members = members;
+                (from, buffer, closed, created, seq)
+            }
             StoredRecords::Sourced { from, buffer } => (
                 from,
                 buffer
@@ -342,6 +338,7 @@ impl Serde<Records> for RecordsSerde {
             batch: Arc::default(),
             closed,
             created,
+            members: stored_members,
             seq,
         })
     }
@@ -544,12 +541,7 @@ where
     {
         let windows = self.windows;
         let finals = FinalResults::default();
-        let (reading, pruning, closing, emitting) = (
-            finals.clone(),
-            finals.clone(),
-            finals.clone(),
-            finals.clone(),
-        );
+        let (pruning, closing, emitting) = (finals.clone(), finals.clone(), finals.clone());
         // Lateness needs the partitions' stream times, loaded and persisted with the state.
         lock(&self.grouped.shared).windowed = true;
 
@@ -557,9 +549,16 @@ where
         // are dropped.
         let timed = Downstream::<K, Timed>::new();
         let out = timed.clone();
+        let nulls = Arc::clone(&self.grouped.nulls);
         self.grouped
             .downstream
             .add(Arc::new(move |ctx, key, value| {
+                // Kafka Streams' `KStreamSlidingWindowAggregate` skips a null value (and
+                // a null key: the aggregation below drops it), counted.
+                if nulls.is_null(&value) {
+                    ctx.dropped_null_values += 1;
+                    return Ok(());
+                }
                 let (Some((tp, offset)), Some((_, _, ts))) =
                     (ctx.record_coordinates(), ctx.record_time())
                 else {
@@ -588,7 +587,9 @@ where
                     ts,
                     value: bytes,
                     at: Some((tp.to_string(), offset)),
-                    seen: reading.on().then(|| ctx.stream_time()),
+                    // The stream time the record was read at: it counts only in the
+                    // windows still open then (emit on update and on close alike).
+                    seen: Some(ctx.stream_time()),
                     seq: 0,
                     known: true,
                 };
@@ -627,17 +628,36 @@ where
                             oldest = oldest.min(start.saturating_sub(1));
                         }
                     }
+                    // The windows no record on time can read any more are forgotten
+                    // (Kafka Streams reads those starting from `t - 2 * difference`);
+                    // emit on close keeps them all until they are emitted.
+                    let difference = windows.difference;
+                    let horizon = oldest;
+                    let read = move |start: &i64| start.saturating_add(difference) >= horizon;
+                    if let Some(members) = &mut buffer.members {
+                        members.retain(|(start, _)| read(start));
+                        // Nor the records that count in a window kept: Kafka Streams'
+                        // window can hold a record before its start (a left window is
+                        // made from the window that ends before it).
+                        let kept: std::collections::HashSet<u64> = members
+                            .iter()
+                            .flat_map(|(_, m)| m.iter().copied())
+                            .collect();
+                        for record in buffer.records.iter().filter(|r| kept.contains(&r.seq)) {
+                            oldest = oldest.min(record.ts);
+                        }
+                    }
+                    if !pruning.on() {
+                        buffer.created.retain(|(start, _)| read(start));
+                    }
                     buffer.records.retain(|r| r.ts >= oldest);
                     buffer.from = Some(buffer.from.map_or(oldest, |from| from.max(oldest)));
                 }
                 // Kept in arrival order (the order the store folds the values in: by
                 // partition, then offset), which is the order Kafka Streams adds them to
-                // each window's aggregate.
-                if pruning.on() {
-                    buffer.arrive_final(timed.record, windows);
-                } else {
-                    buffer.records.push(timed.record);
-                }
+                // each window's aggregate; a record counts only in the windows open when
+                // it was read, and creates the windows Kafka Streams creates.
+                buffer.arrive_final(timed.record, windows);
                 buffer
             },
             RecordsSerde,
@@ -686,29 +706,27 @@ where
                     // Emitted once per window, when it closes (the closing pass).
                     return Ok(());
                 }
-                let mut times: Vec<i64> = buffer.records.iter().map(|r| r.ts).collect();
-                times.sort_unstable();
-                // The windows whose records are all buffered, as is the record just before
-                // them (which decides whether a right window exists): every window this
-                // batch changed is one of them.
+                // The windows Kafka Streams holds for the buffered records, each with the
+                // records that count in it (those read while it was open), whose records
+                // are all buffered, as is the record just before them (which decides
+                // whether a right window exists): every window this batch changed is one
+                // of them.
                 let first = buffer.from.map_or(i64::MIN, |from| from.saturating_add(1));
-                for start in windows.starts(&times) {
+                for (start, members) in buffer.final_windows(windows) {
                     let end = start.saturating_add(windows.difference);
                     if start < first {
                         continue;
                     }
                     let mut aggregate = init();
                     let mut newest = start;
-                    for record in &buffer.records {
-                        if (start..=end).contains(&record.ts) {
-                            newest = newest.max(record.ts);
-                            let value = decode(record.value.as_deref()).map_err(|e| {
-                                StreamError::Config(format!(
-                                    "a stored window record does not decode: {e}"
-                                ))
-                            })?;
-                            aggregate = adder(&key, value, aggregate);
-                        }
+                    for record in members.iter().map(|&i| &buffer.records[i]) {
+                        newest = newest.max(record.ts);
+                        let value = decode(record.value.as_deref()).map_err(|e| {
+                            StreamError::Config(format!(
+                                "a stored window record does not decode: {e}"
+                            ))
+                        })?;
+                        aggregate = adder(&key, value, aggregate);
                     }
                     // As Kafka Streams, a window's update carries its newest record's time.
                     if let Origin::Update { version, .. } = ctx.origin {

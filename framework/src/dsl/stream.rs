@@ -631,6 +631,9 @@ where
             rekeying,
             topic,
         } = grouped;
+        if let Some(values) = &value_serde {
+            lock(&self.shared).learn_nulls(values.nulls());
+        }
         let (serde, to_input) = (Arc::clone(&key_serde), input.clone());
         let wire: Wire = Box::new(move |through: Option<&str>| {
             let (from, source) = match (through, value_serde) {
@@ -692,6 +695,7 @@ where
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn to(&self, topic: &str, key_serde: impl Serde<K>, value_serde: impl Serde<V>) {
+        lock(&self.shared).learn_nulls(value_serde.nulls());
         let topic_name = topic.to_owned();
         self.downstream.add(Arc::new(move |ctx, k, v| {
             let (headers, timestamp) = match ctx.origin {

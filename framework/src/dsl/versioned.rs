@@ -287,13 +287,14 @@ where
         };
         stamped
             .group_by_key(key_serde)
-            .aggregate(
+            .aggregate_closing(
                 store,
                 Versions::default,
                 move |_, (value, ts): (Option<V>, i64), versions: Versions<V>| {
                     versions.put(ts, value, retention)
                 },
                 VersionsSerde(value_serde),
+                None,
             )
             .unversion(retention)
     }

@@ -89,6 +89,7 @@ impl Topology {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
+        ctx.keeps_time = self.inner.stores.iter().map(|s| s.keeps_time).collect();
         ctx.ranges = event
             .partitions
             .iter()
@@ -266,6 +267,7 @@ impl Topology {
             )));
         }
         outcome.report.dropped_null_keys = ctx.dropped_null_keys;
+        outcome.report.dropped_null_values = ctx.dropped_null_values;
         outcome.report.dead_lettered += dead_letters.len() as u64;
         let mut outputs = std::mem::take(&mut ctx.outputs);
         if self.inner.sort_hops {
@@ -391,9 +393,10 @@ impl Topology {
                 }
                 continue;
             }
-            // A time window's update carries its newest record time (Kafka Streams'
-            // window timestamp: a late record does not move it back; the item holds it
-            // after the write); other items the newest of the batch's records.
+            // A time window's, a count's or an aggregate's update carries its newest
+            // record time (Kafka Streams' window and aggregate timestamp: an older record
+            // does not move it back; the item holds it after the write); other items the
+            // newest of the batch's records.
             ctx.origin = Origin::Update {
                 version: state.version,
                 timestamp: state.timestamp.unwrap_or(timestamp),

@@ -17,6 +17,11 @@ pub struct BatchReport {
     pub items_touched: u64,
     /// Records not aggregated because their key serialized to null.
     pub dropped_null_keys: u64,
+    /// Records not aggregated because their value is a Kafka null (a `None` of a
+    /// [`Nullable`](crate::serdes::Nullable) serde), skipped as Kafka Streams skips them:
+    /// by `count`, `aggregate` and `reduce`, by sliding-window aggregations, and by
+    /// stream–table joins (with or without a grace period).
+    pub dropped_null_values: u64,
     /// (record, window) pairs dropped because the window had closed (later than its end
     /// plus grace, by the partition's stream time).
     pub late_records: u64,

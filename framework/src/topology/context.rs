@@ -131,6 +131,12 @@ pub(crate) struct Ctx {
     pub(crate) closing_poison: Vec<ClosingPoison>,
     /// Records not aggregated because their key serialized to null.
     pub(crate) dropped_null_keys: u64,
+    /// Records not aggregated because their value is a Kafka null (where Kafka Streams
+    /// skips one: `count`, `aggregate`, `reduce`, sliding windows).
+    pub(crate) dropped_null_values: u64,
+    /// Per store (by index): whether its non-windowed items keep their newest record time
+    /// ([`StoreSpec::keeps_time`](super::StoreSpec::keeps_time)).
+    pub(crate) keeps_time: Vec<bool>,
     /// Records waiting at joins.
     pub(crate) deferred: Vec<Deferred>,
     /// Per partition of the batch: its first and last offsets.
@@ -213,6 +219,8 @@ impl Ctx {
             pending: (0..stores).map(|_| HashMap::new()).collect(),
             outputs: Vec::new(),
             dropped_null_keys: 0,
+            dropped_null_values: 0,
+            keeps_time: vec![false; stores],
             stream_times: Vec::new(),
             late_records: 0,
             closed: vec![i64::MIN; stores],
@@ -290,7 +298,7 @@ impl Ctx {
             .entry((key, window.map(|w| w.start)))
             .or_default();
         item.max_timestamp = item.max_timestamp.max(timestamp);
-        if window.is_some() {
+        if window.is_some() || self.keeps_time.get(store).copied().unwrap_or(false) {
             item.times.push((tp, offset, timestamp));
         }
         item.expires_at = window.map(|w| w.expires_at);

@@ -87,6 +87,11 @@ pub(crate) struct StoreSpec {
     /// changed), rather than one record per item version: such a store cannot emit from
     /// the outbox, and its sinks stay refused under exactly-once output.
     pub(crate) fans_out: bool,
+    /// Whether its non-windowed items keep their newest record time, which their updates
+    /// carry (a `count`, `aggregate` or `reduce`: Kafka Streams' `KStreamAggregate` stamps
+    /// an update with the highest timestamp of the aggregate's records). Windowed items
+    /// always keep it.
+    pub(crate) keeps_time: bool,
 }
 
 /// Closes a left or outer join's item (key, state read) at a closing time: emits into the
@@ -175,6 +180,36 @@ pub(crate) struct TopologyInner {
     ///
     /// [`StreamsBuilder::try_build`]: crate::StreamsBuilder::try_build
     pub(crate) refused: Vec<crate::error::TopologyError>,
+    /// Which values stand for a Kafka null, by type, learnt from the value serdes the
+    /// topology names ([`Serde::nulls`](crate::serdes::Serde::nulls)).
+    pub(crate) nulls: NullRegistry,
+}
+
+/// The null tests of a topology's value types (see [`TopologyInner::nulls`]).
+pub(crate) type NullRegistry = Arc<Mutex<HashMap<std::any::TypeId, crate::serdes::Nulls>>>;
+
+/// Whether a value of type `V` is a Kafka null: the registry's test for `V`, looked up
+/// once, at the first value (the topology is built by then, so every serde is known).
+pub(crate) struct NullCheck<V> {
+    registry: NullRegistry,
+    test: std::sync::OnceLock<Option<crate::serdes::Nulls>>,
+    value: std::marker::PhantomData<fn(&V)>,
+}
+
+impl<V: 'static> NullCheck<V> {
+    /// Whether `value` stands for a Kafka null.
+    pub(crate) fn is_null(&self, value: &V) -> bool {
+        self.test
+            .get_or_init(|| {
+                self.registry
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&std::any::TypeId::of::<V>())
+                    .cloned()
+            })
+            .as_ref()
+            .is_some_and(|nulls| (nulls.is_null)(value))
+    }
 }
 
 /// Switches a windowed aggregation to emit once per window, when it closes.
@@ -184,6 +219,25 @@ pub(crate) type FinalSwitch = Arc<dyn Fn(&mut TopologyInner) + Send + Sync>;
 pub(crate) type Readers = Box<dyn Fn() -> usize + Send + Sync>;
 
 impl TopologyInner {
+    /// Learns which values a value serde writes as a Kafka null.
+    pub(crate) fn learn_nulls(&mut self, nulls: Option<crate::serdes::Nulls>) {
+        if let Some(nulls) = nulls {
+            self.nulls
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(nulls.type_id, nulls);
+        }
+    }
+
+    /// The null test of values of type `V`.
+    pub(crate) fn null_check<V: 'static>(&self) -> NullCheck<V> {
+        NullCheck {
+            registry: Arc::clone(&self.nulls),
+            test: std::sync::OnceLock::new(),
+            value: std::marker::PhantomData,
+        }
+    }
+
     /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.
     pub(crate) fn add_source(&mut self, topic: &str, source: SourceFn) -> NodeId {
         self.sources

@@ -256,10 +256,13 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             .collect(),
         // A repartition moves records, it does not change them.
         S::Repartition(s) => stream(s, inputs),
+        // Kafka Streams' `KStreamKTableJoinProcessor` drops a record with a null value
+        // (inner and left joins, with or without a grace period).
         S::Join(s, t, left) => {
             let t = table(t, inputs);
             stream(s, inputs)
                 .into_iter()
+                .filter(|r| r.value.is_some())
                 .filter_map(|r| {
                     let found = r.key.as_ref().and_then(|k| t.get(k)).copied();
                     match (found, left) {
@@ -306,6 +309,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
             let low = low_watermark(&read, inputs);
             stream(s, inputs)
                 .into_iter()
+                .filter(|r| r.value.is_some())
                 .filter_map(|r| {
                     let Some(k) = &r.key else {
                         // No table value; a left join emits it at once, an inner drops it.
@@ -464,13 +468,16 @@ fn fold(agg: Agg, acc: Option<i64>, value: V) -> i64 {
     }
 }
 
-/// The records an aggregation sees: the stream, non-null values only for `Max`
-/// (`reduce` skips null values, as in Kafka Streams), re-keyed by the grouping.
-/// Records with a null key are not aggregated (Kafka Streams drops them).
-fn grouped(s: &S, group: Group, agg: Agg, inputs: &Inputs) -> Vec<(String, Rec)> {
+/// The records an aggregation sees: the stream, non-null values only for `Max` (the plan
+/// filters them out before its `reduce`) and where `skip_nulls` (Kafka 4 skips a null
+/// value in `count`, `aggregate`, `reduce` and sliding windows: `KStreamAggregate`,
+/// `KStreamReduce`, `KStreamSlidingWindowAggregate`; its time and session windows
+/// aggregate it), re-keyed by the grouping. Records with a null key are not aggregated
+/// (Kafka Streams drops them).
+fn grouped(s: &S, group: Group, agg: Agg, skip_nulls: bool, inputs: &Inputs) -> Vec<(String, Rec)> {
     stream(s, inputs)
         .into_iter()
-        .filter(|r| agg != Agg::Max || r.value.is_some())
+        .filter(|r| (agg != Agg::Max && !skip_nulls) || r.value.is_some())
         .filter_map(|r| group.key(&r.key, &r.value).map(|k| (k, r)))
         .collect()
 }
@@ -481,8 +488,9 @@ fn grouped(s: &S, group: Group, agg: Agg, inputs: &Inputs) -> Vec<(String, Rec)>
 /// carries the timestamp of the record that set its value (Kafka Streams' table source);
 /// `filter` and `map_values` keep it; a table–table join's value carries the later of both
 /// sides' (Kafka Streams' table–table joins), for keys both sides hold (a left join's key
-/// the other side lacks carries that of the last change, of either side). An
-/// aggregation's table, or one of a re-keyed or merged stream, is left out.
+/// the other side lacks carries that of the last change, of either side); an aggregation's
+/// table carries the newest timestamp of the key's records. A `to_table` of a re-keyed or
+/// merged stream is left out.
 fn table_times(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
     /// Whether a stream's records of a key come in one partition's offset order.
     fn in_order(s: &S) -> bool {
@@ -503,7 +511,16 @@ fn table_times(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
             }
             out
         }
-        T::Agg(..) => BTreeMap::new(),
+        // An aggregation's update carries the newest timestamp of the key's records
+        // (`KStreamAggregate`, `KStreamReduce`: `max(record, aggregate)`), whatever the order.
+        T::Agg(s, group, agg) => {
+            let mut out: BTreeMap<String, i64> = BTreeMap::new();
+            for (k, r) in grouped(s, *group, *agg, true, inputs) {
+                let newest = out.entry(k).or_insert(r.ts);
+                *newest = (*newest).max(r.ts);
+            }
+            out
+        }
         T::ToTable(s) if in_order(s) => {
             let mut out = BTreeMap::new();
             for r in stream(s, inputs) {
@@ -545,7 +562,7 @@ fn table(t: &T, inputs: &Inputs) -> BTreeMap<String, i64> {
         }
         T::Agg(s, group, agg) => {
             let mut out = BTreeMap::new();
-            for (k, r) in grouped(s, *group, *agg, inputs) {
+            for (k, r) in grouped(s, *group, *agg, true, inputs) {
                 let acc = out.get(&k).copied();
                 out.insert(k, fold(*agg, acc, r.value));
             }
@@ -597,7 +614,7 @@ pub fn window_items(plan: &Plan, inputs: &Inputs) -> Option<BTreeMap<String, i64
 fn windowed(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
     let (size, advance) = (w.windows.size(), w.windows.advance());
     let mut out = BTreeMap::new();
-    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+    for (k, r) in grouped(&w.stream, w.group, w.agg, false, inputs) {
         let mut start = 0;
         while start <= r.ts {
             if r.ts < start + size && start + size + w.grace > r.stream_time {
@@ -616,7 +633,7 @@ fn windowed(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
 fn windowed_times(w: &W, inputs: &Inputs) -> BTreeMap<String, i64> {
     let (size, advance) = (w.windows.size(), w.windows.advance());
     let mut out: BTreeMap<String, i64> = BTreeMap::new();
-    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+    for (k, r) in grouped(&w.stream, w.group, w.agg, false, inputs) {
         let mut start = 0;
         while start <= r.ts {
             if r.ts < start + size && start + size + w.grace > r.stream_time {
@@ -714,11 +731,10 @@ fn low_watermark(read: &BTreeSet<usize>, inputs: &Inputs) -> Option<i64> {
 /// the merger). Without lateness the sessions are the runs of a key's records whose
 /// consecutive timestamps are at most `gap` apart, whatever the order.
 ///
-/// Lateness is the framework's documented rule (`dsl/session.rs`), not Kafka Streams': a
-/// record is dropped as late when its own timestamp is before the stream time minus grace
-/// minus gap. Kafka Streams drops it only when the session it would merge into ends
-/// before that, so a record of an open session that is that far behind is kept there and
-/// dropped here.
+/// Lateness is Kafka 4's: with the close time `stream time - grace - gap` at the record, a
+/// session ending at or before it is no longer returned by the session store (retention
+/// gap + grace) and merges with nothing, and the record is dropped as late when the
+/// session it merges into ends before the close time.
 /// Returns the sessions `<key>@<start>-<end>` and, per key, the horizon `newest session
 /// end - (2 * gap + grace)`.
 fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
@@ -727,14 +743,15 @@ fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Strin
     };
     // Per key: (start, end, aggregate).
     let mut by_key: BTreeMap<String, Vec<(i64, i64, i64)>> = BTreeMap::new();
-    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
+    for (k, r) in grouped(&w.stream, w.group, w.agg, false, inputs) {
         let sessions = by_key.entry(k).or_default();
         let (mut start, mut end) = (r.ts, r.ts);
         let mut agg = fold(w.agg, None, r.value);
         let mut rest = Vec::new();
         let mut merged = Vec::new();
+        let close = r.stream_time.saturating_sub(w.grace).saturating_sub(gap);
         for s in sessions.drain(..) {
-            if s.1 >= r.ts - gap && s.0 <= r.ts + gap {
+            if s.1 >= r.ts - gap && s.0 <= r.ts + gap && s.1 > close {
                 merged.push(s);
             } else {
                 rest.push(s);
@@ -744,8 +761,7 @@ fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Strin
             start = start.min(s.0);
             end = end.max(s.1);
         }
-        let close = r.stream_time.saturating_sub(w.grace).saturating_sub(gap);
-        if r.ts < close {
+        if end < close {
             // Late: dropped, the sessions stay as they were.
             rest.extend(merged);
             *sessions = rest;
@@ -806,24 +822,17 @@ fn dyn_finals(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Str
             }
         }
         Dyn::Sliding(d) => {
-            let records = grouped(&w.stream, w.group, w.agg, inputs);
-            for (key, value) in sliding(w, inputs) {
-                let Some((k, start)) = key
+            for (key, (value, newest)) in sliding_windows(w, inputs) {
+                let Some(start) = key
                     .rsplit_once('@')
-                    .and_then(|(k, s)| Some((k.to_owned(), s.parse::<i64>().ok()?)))
+                    .and_then(|(_, s)| s.parse::<i64>().ok())
                 else {
                     continue;
                 };
                 let end = start.saturating_add(d);
                 if end < low.saturating_sub(w.grace) {
-                    let top = records
-                        .iter()
-                        .filter(|(rk, r)| *rk == k && r.ts >= start && r.ts <= end)
-                        .map(|(_, r)| r.ts)
-                        .max()
-                        .unwrap_or(start);
                     values.insert(key.clone(), value);
-                    times.insert(key, top);
+                    times.insert(key, newest);
                 }
             }
         }
@@ -832,44 +841,44 @@ fn dyn_finals(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Str
 }
 
 /// Kafka Streams' sliding windows (`SlidingWindows`, `KStreamSlidingWindowAggregate`):
-/// windows of `difference`, both ends inclusive, per key: for each record at `t` its left
-/// window `[t - difference, t]` (`[0, difference]` when `t < difference`: no window
-/// starts before 0), and its right window `[t + 1, t + 1 + difference]` when a record of
-/// the key falls in it; a window's aggregate is over every record in it. A record is late
-/// (dropped) when `t + 1 + difference <= stream time - grace` at the record: every window
-/// containing it has closed. (Kafka Streams skips, for a record on time, the single
-/// windows that have closed already; the framework documents that it does not, so the
-/// plans' windows that could differ there are those of the `sliding_late` family.)
+/// windows of `difference`, both ends inclusive, per key, made and filled record by
+/// record in arrival order as Kafka 4's processor does (`reference/kafka_sliding.rs`, a
+/// port of its window logic): a record counts only in the windows still open (on its
+/// partition's stream time) when it is read, a window is made only while open, and a
+/// record late for all its windows (`t + difference < stream time - grace`) is dropped.
+/// Per window `<key>@<start>`: its value.
 fn sliding(w: &DynW, inputs: &Inputs) -> BTreeMap<String, i64> {
+    sliding_windows(w, inputs)
+        .into_iter()
+        .map(|(k, (v, _))| (k, v))
+        .collect()
+}
+
+/// [`sliding`]'s windows with their newest record's time (Kafka Streams' window timestamp).
+fn sliding_windows(w: &DynW, inputs: &Inputs) -> BTreeMap<String, (i64, i64)> {
     let Dyn::Sliding(d) = w.windows else {
         unreachable!("sliding plans only")
     };
-    let mut by_key: BTreeMap<String, Vec<Rec>> = BTreeMap::new();
-    for (k, r) in grouped(&w.stream, w.group, w.agg, inputs) {
-        if r.ts + 1 + d <= r.stream_time.saturating_sub(w.grace) {
-            continue;
-        }
-        by_key.entry(k).or_default().push(r);
+    let mut by_key: BTreeMap<String, Vec<(i64, V, i64)>> = BTreeMap::new();
+    for (k, r) in grouped(&w.stream, w.group, w.agg, true, inputs) {
+        by_key
+            .entry(k)
+            .or_default()
+            .push((r.ts, r.value, r.stream_time));
     }
+    let agg = w.agg;
     let mut out = BTreeMap::new();
     for (k, records) in by_key {
-        let mut starts = BTreeSet::new();
-        for r in &records {
-            starts.insert((r.ts - d).max(0));
-            if records.iter().any(|o| o.ts > r.ts && o.ts <= r.ts + 1 + d) {
-                starts.insert(r.ts + 1);
-            }
-        }
-        for start in starts {
-            let mut acc = None;
-            for r in records
-                .iter()
-                .filter(|r| r.ts >= start && r.ts <= start + d)
-            {
-                acc = Some(fold(w.agg, acc, r.value));
-            }
+        let (windows, _) = super::kafka_sliding::kafka_sliding(
+            &records,
+            d,
+            w.grace,
+            || None,
+            |acc, value: &V| Some(fold(agg, acc, *value)),
+        );
+        for (start, (acc, newest)) in windows {
             if let Some(acc) = acc {
-                out.insert(format!("{k}@{start}"), acc);
+                out.insert(format!("{k}@{start}"), (acc, newest));
             }
         }
     }

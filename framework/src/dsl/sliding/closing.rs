@@ -26,50 +26,153 @@ impl SlidingWindows {
 }
 
 impl Records {
-    /// Emit-on-close: takes in the record `r` read at stream time `seen` as Kafka Streams'
-    /// sliding-window processor does, which keeps windows, not records: `r` counts in the
-    /// windows it falls in that exist and are still open; its left window, the right
-    /// window of the record before it and its own right window (when a later record is in
-    /// it) are created if they do not exist yet and are still open, holding the records in
-    /// them that Kafka Streams knows of (records that counted in a window when they were
-    /// read) and `r` if it falls in them. A record that counts in no window is one Kafka
-    /// Streams does not know of: it is in no window made later either.
+    /// Takes in the record `r` read at stream time `seen` as Kafka Streams' sliding-window
+    /// processor does (`KStreamSlidingWindowAggregate`: `processInOrder`, `processEarly`,
+    /// `createWindows`), which keeps windows, not records: it reads the key's windows
+    /// starting from `t - 2 * difference` to `t + 1`, adds `r` to those it falls in that
+    /// are still open, and creates its left window (holding what the window ending just
+    /// before it holds, when its newest record is within the difference), the right window
+    /// of the record before it (holding `r`) and its own right window (holding what the
+    /// latest window containing `r` held before it, when that has a later record), each
+    /// only while open. The windows' members are kept as arrival numbers, so each window's
+    /// value is the fold of its members in arrival order, as Kafka Streams' aggregate.
     pub(super) fn arrive_final(&mut self, mut r: Buffered, windows: SlidingWindows) {
-        let seen = r.seen.unwrap_or(r.ts);
+        if self.members.is_none() {
+            // An item written before the members were kept: its windows as its rule gave.
+            let records = &self.records;
+            let members = self
+                .final_windows(windows)
+                .into_iter()
+                .map(|(start, idx)| (start, idx.iter().map(|&i| records[i].seq).collect()))
+                .collect();
+            self.members = Some(members);
+        }
+        let d = windows.difference;
+        let t = r.ts;
+        let close = r.seen.unwrap_or(t).saturating_sub(windows.grace);
         let seq = self.seq;
         self.seq = self.seq.saturating_add(1);
-        let open = |start: i64| windows.close_time(start) > seen;
-        let holds =
-            |start: i64, ts: i64| start <= ts && ts <= start.saturating_add(windows.difference);
-        let mut known = self
-            .created
+        r.seq = seq;
+        let times: std::collections::HashMap<u64, i64> =
+            self.records.iter().map(|x| (x.seq, x.ts)).collect();
+        let newest = |m: &[u64]| {
+            m.iter()
+                .filter_map(|s| times.get(s))
+                .copied()
+                .max()
+                .unwrap_or(i64::MIN)
+        };
+        let members = self.members.get_or_insert_with(Vec::new);
+        let (lo, hi) = (
+            t.saturating_sub(d.saturating_mul(2)).max(0),
+            t.saturating_add(1),
+        );
+        let mut found: Vec<(i64, Vec<u64>)> = members
             .iter()
-            .any(|(start, _)| holds(*start, r.ts) && open(*start));
-        let reach = windows.difference.saturating_add(1);
-        let mut new = vec![r.ts.saturating_sub(windows.difference).max(0)];
-        let later = self
-            .records
-            .iter()
-            .any(|x| x.known && x.ts > r.ts && x.ts <= r.ts.saturating_add(reach));
-        if later {
-            new.push(r.ts.saturating_add(1));
-        }
-        let before = self
-            .records
-            .iter()
-            .filter(|x| x.known && x.ts < r.ts)
-            .map(|x| x.ts)
-            .max();
-        if let Some(p) = before.filter(|p| r.ts <= p.saturating_add(reach)) {
-            new.push(p.saturating_add(1));
-        }
-        for start in new {
-            if open(start) && !self.created.iter().any(|(s, _)| *s == start) {
-                self.created.push((start, seq));
-                known |= holds(start, r.ts);
+            .filter(|(s, _)| (lo..=hi).contains(s))
+            .cloned()
+            .collect();
+        found.sort_by_key(|(s, _)| *s);
+        // The windows `r` is added to (from the members given), and those created without it.
+        let mut updates: Vec<(i64, Vec<u64>)> = Vec::new();
+        let mut copies: Vec<(i64, Vec<u64>)> = Vec::new();
+        let mut starts = std::collections::HashSet::new();
+        let mut previous: Option<i64> = None;
+        let mut right: Option<Vec<u64>> = None;
+        let mut right_created = false;
+        if t < d {
+            // `processEarly`: the window [0, difference] holds the records before it.
+            let mut combined: Option<Vec<u64>> = None;
+            for (start, m) in found {
+                starts.insert(start);
+                if start == 0 {
+                    if newest(&m) < t {
+                        previous = Some(newest(&m));
+                    }
+                    combined = Some(m);
+                } else if start <= t {
+                    right = Some(m.clone());
+                    updates.push((start, m));
+                } else if start == t.saturating_add(1) {
+                    right_created = true;
+                }
+            }
+            if right.is_none() && combined.as_deref().is_some_and(|c| newest(c) > t) {
+                right.clone_from(&combined);
+            }
+            if let Some(m) = right.filter(|m| !right_created && newest(m) > t) {
+                copies.push((t.saturating_add(1), m));
+            }
+            if let Some(p) = previous.filter(|p| !starts.contains(&p.saturating_add(1))) {
+                updates.push((p.saturating_add(1), Vec::new()));
+            }
+            updates.push((0, combined.unwrap_or_default()));
+        } else {
+            // `processInOrder`, then `createWindows`.
+            let mut left: Option<Vec<u64>> = None;
+            let mut left_created = false;
+            for (start, m) in found {
+                starts.insert(start);
+                let end = start.saturating_add(d);
+                if end < t {
+                    previous = Some(newest(&m));
+                    left = Some(m);
+                } else if end == t {
+                    left_created = true;
+                    if newest(&m) < t {
+                        previous = Some(newest(&m));
+                    }
+                    updates.push((start, m));
+                } else if start <= t {
+                    right = Some(m.clone());
+                    updates.push((start, m));
+                } else if start == t.saturating_add(1) {
+                    right_created = true;
+                }
+            }
+            if let Some(p) = previous {
+                let start = p.saturating_add(1);
+                if !starts.contains(&start) && start.saturating_add(d) >= t {
+                    updates.push((start, Vec::new()));
+                }
+            }
+            if !left_created {
+                let base = match (previous, left) {
+                    (Some(p), Some(left)) if t.saturating_sub(d) <= p => left,
+                    _ => Vec::new(),
+                };
+                updates.push((t.saturating_sub(d), base));
+            }
+            if let Some(m) = right.filter(|m| !right_created && newest(m) > t) {
+                copies.push((t.saturating_add(1), m));
             }
         }
-        r.seq = seq;
+        let mut known = false;
+        let set = |members: &mut Vec<(i64, Vec<u64>)>,
+                   created: &mut Vec<(i64, u64)>,
+                   start: i64,
+                   m: Vec<u64>| {
+            match members.iter_mut().find(|(s, _)| *s == start) {
+                Some(window) => window.1 = m,
+                None => {
+                    members.push((start, m));
+                    if !created.iter().any(|(s, _)| *s == start) {
+                        created.push((start, seq));
+                    }
+                }
+            }
+        };
+        for (start, mut m) in updates {
+            // `updateWindowAndForward`: only a window that has not closed.
+            if start.saturating_add(d) >= close {
+                m.push(seq);
+                known = true;
+                set(members, &mut self.created, start, m);
+            }
+        }
+        for (start, m) in copies {
+            set(members, &mut self.created, start, m);
+        }
         r.known = known;
         self.records.push(r);
     }
@@ -86,6 +189,18 @@ impl Records {
             .filter(|(start, _)| windows.close_time(*start) > closed)
             .collect();
         created.sort_unstable();
+        if let Some(members) = &self.members {
+            return created
+                .into_iter()
+                .filter_map(|(start, _)| {
+                    let (_, m) = members.iter().find(|(s, _)| *s == start)?;
+                    let idx: Vec<usize> = (0..self.records.len())
+                        .filter(|&i| m.contains(&self.records[i].seq))
+                        .collect();
+                    (!idx.is_empty()).then_some((start, idx))
+                })
+                .collect();
+        }
         created
             .into_iter()
             .filter_map(|(start, at)| {

@@ -250,7 +250,14 @@ where
             next.clone(),
             Arc::clone(&joiner),
         );
+        let nulls = lock(&self.shared()).null_check::<V>();
         let waiting = self.child("KSTREAM-JOINGRACE", move |ctx, key: K, value: V, out| {
+            // As `KStreamKTableJoinProcessor`: a record with a null value is skipped before
+            // the buffer, counted.
+            if nulls.is_null(&value) {
+                ctx.dropped_null_values += 1;
+                return Ok(());
+            }
             if keys.serialize(&key).is_none() {
                 if !left {
                     ctx.dropped_null_keys += 1;

@@ -80,13 +80,17 @@ where
         let store_index = Arc::new(std::sync::OnceLock::new());
         let this_records = self.buffered(&this, Arc::clone(&store_index));
         let that_records = other.buffered(&that, Arc::clone(&store_index));
-        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
+        // The other side's buffer first: a batch resumes the records waiting at joins store
+        // by store, so this side's records (`this + other`) come out before the other
+        // side's (`other + this`), as Kafka Streams' join forwards them for a record that
+        // reaches both sides (a self-join, `KStreamKStreamSelfJoinTest`).
         let that_buffer = buffer(
             &that_records,
             &key_serde,
             &format!("{store}-other"),
             windows,
         );
+        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
         let joiner = Arc::new(joiner);
         let next = Downstream::<K, VR>::new();
         {
@@ -218,20 +222,23 @@ where
     K: Clone + Send + Sync + 'static,
     V: Clone + Send + Sync + 'static,
 {
-    let table: KTable<K, Buffer> = records.group_by_key(Arc::clone(key_serde)).aggregate(
-        store,
-        Buffer::default,
-        move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
-            let close = entry.close;
-            buffer.entries.push(entry);
-            buffer.entries.retain(|b| !windows.expired(b.ts, close));
-            buffer
-                .entries
-                .sort_by(|a, b| a.position().cmp(&b.position()));
-            buffer
-        },
-        BufferSerde,
-    );
+    let table: KTable<K, Buffer> = records
+        .group_by_key(Arc::clone(key_serde))
+        .aggregate_closing(
+            store,
+            Buffer::default,
+            move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
+                let close = entry.close;
+                buffer.entries.push(entry);
+                buffer.entries.retain(|b| !windows.expired(b.ts, close));
+                buffer
+                    .entries
+                    .sort_by(|a, b| a.position().cmp(&b.position()));
+                buffer
+            },
+            BufferSerde,
+            None,
+        );
     match table.lookup {
         Some(lookup) => lookup,
         None => unreachable!("a key's aggregate can be looked up"),
@@ -298,8 +305,9 @@ pub(super) fn probe<K, V, VO, VR>(
                                 // Both in this batch: the later record emits the pair.
                                 Ordering::Greater => continue,
                                 // One source record on both sides (a self-join): it meets
-                                // itself in both buffers, and this side's probe emits.
-                                Ordering::Equal if !this_side => continue,
+                                // itself in both buffers, and the other side's probe emits
+                                // it, after this side's pairs (Kafka Streams' order).
+                                Ordering::Equal if this_side => continue,
                                 _ => {}
                             }
                         }
