@@ -6,8 +6,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use apache_avro::Schema;
-use apache_avro::types::Value;
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -41,7 +41,11 @@ struct Core {
 }
 
 impl Core {
-    fn new(schema: &str, source: Arc<dyn SchemaSource>, subject: Subject) -> Result<Self, SchemaError> {
+    fn new(
+        schema: &str,
+        source: Arc<dyn SchemaSource>,
+        subject: Subject,
+    ) -> Result<Self, SchemaError> {
         // A length read from a record is allocated before its bytes are read: no single
         // value of a Lambda event (6 MB at most) needs more than this, so a corrupt length
         // is an error instead of an allocation the function cannot survive. The setting is
@@ -71,12 +75,17 @@ impl Core {
         if found.schema_type != SchemaType::Avro {
             return Err(self.common.error(
                 Some(id),
-                format!("the registry's schema is {}, not AVRO", found.schema_type.as_str()),
+                format!(
+                    "the registry's schema is {}, not AVRO",
+                    found.schema_type.as_str()
+                ),
             ));
         }
         let schema = Schema::parse_str(&found.text).map_err(|e| {
-            self.common
-                .error(Some(id), format!("the writer's schema is not valid Avro: {e}"))
+            self.common.error(
+                Some(id),
+                format!("the writer's schema is not valid Avro: {e}"),
+            )
         })?;
         let writer = Arc::new(Writer {
             same_as_reader: schema.canonical_form() == self.canonical,
@@ -108,10 +117,10 @@ impl Core {
             })?;
         let mut payload = framed.payload;
         let value = reader.read_value(&mut payload).map_err(|e| {
-            SerdeError(
-                self.common
-                    .error(Some(&id), format!("the bytes are not Avro of the writer's schema: {e}")),
-            )
+            SerdeError(self.common.error(
+                Some(&id),
+                format!("the bytes are not Avro of the writer's schema: {e}"),
+            ))
         })?;
         if !payload.is_empty() {
             return Err(SerdeError(self.common.error(
@@ -291,7 +300,10 @@ impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Avro<T> {
         apache_avro::from_value::<T>(&value).map_err(|e| {
             SerdeError(common.error(
                 None,
-                format!("the Avro value does not fit {}: {e}", std::any::type_name::<T>()),
+                format!(
+                    "the Avro value does not fit {}: {e}",
+                    std::any::type_name::<T>()
+                ),
             ))
         })
     }

@@ -266,13 +266,15 @@ impl SchemaSource for RegistryClient {
             schema: String,
             schema_type: Option<String>,
         }
-        let parsed: ById = serde_json::from_slice(&answer.body)
-            .map_err(|e| SchemaError(format!("{what}: the registry's answer is not a schema: {e}")))?;
+        let parsed: ById = serde_json::from_slice(&answer.body).map_err(|e| {
+            SchemaError(format!(
+                "{what}: the registry's answer is not a schema: {e}"
+            ))
+        })?;
         let schema_type = match parsed.schema_type.as_deref() {
             None => SchemaType::Avro,
-            Some(name) => SchemaType::parse(name).ok_or_else(|| {
-                SchemaError(format!("{what}: unknown schemaType {name:?}"))
-            })?,
+            Some(name) => SchemaType::parse(name)
+                .ok_or_else(|| SchemaError(format!("{what}: unknown schemaType {name:?}")))?,
         };
         let schema = RegisteredSchema::new(schema_type, parsed.schema);
         self.schemas.insert(*id, schema.clone());
@@ -294,13 +296,21 @@ impl SchemaSource for RegistryClient {
         if let Some(id) = self.ids.get(&key) {
             return Ok(id);
         }
-        let encoded: String =
-            percent_encoding::utf8_percent_encode(subject.as_str(), percent_encoding::NON_ALPHANUMERIC)
-                .to_string();
+        let encoded: String = percent_encoding::utf8_percent_encode(
+            subject.as_str(),
+            percent_encoding::NON_ALPHANUMERIC,
+        )
+        .to_string();
         let (path, action) = if self.auto_register {
-            (format!("/subjects/{encoded}/versions"), "registering the output schema")
+            (
+                format!("/subjects/{encoded}/versions"),
+                "registering the output schema",
+            )
         } else {
-            (format!("/subjects/{encoded}"), "looking up the output schema")
+            (
+                format!("/subjects/{encoded}"),
+                "looking up the output schema",
+            )
         };
         let what = format!("subject {subject} at {}: {action}", self.base);
         let answer = self
@@ -323,9 +333,8 @@ impl SchemaSource for RegistryClient {
         struct WithId {
             id: u32,
         }
-        let parsed: WithId = serde_json::from_slice(&answer.body).map_err(|e| {
-            SchemaError(format!("{what}: the registry's answer has no id: {e}"))
-        })?;
+        let parsed: WithId = serde_json::from_slice(&answer.body)
+            .map_err(|e| SchemaError(format!("{what}: the registry's answer has no id: {e}")))?;
         let id = SchemaId::Confluent(parsed.id);
         self.ids.insert(key, id);
         self.schemas.insert(id, schema.clone());

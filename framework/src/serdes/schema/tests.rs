@@ -8,8 +8,7 @@ use super::*;
 use crate::serdes::{Nullable, Serde};
 
 const GLUE_ID: [u8; 16] = [
-    0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd,
-    0xef,
+    0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
 ];
 
 #[test]
@@ -19,7 +18,10 @@ fn schema_ids_parse_and_display() {
     let uuid = "12345678-9abc-def0-0123-456789abcdef";
     assert_eq!(SchemaId::parse(uuid), Some(SchemaId::Glue(GLUE_ID)));
     assert_eq!(SchemaId::Glue(GLUE_ID).to_string(), uuid);
-    assert_eq!(SchemaId::parse("12345678-9abc-def0-0123-456789abcdeg"), None);
+    assert_eq!(
+        SchemaId::parse("12345678-9abc-def0-0123-456789abcdeg"),
+        None
+    );
     assert_eq!(SchemaId::parse("123456789abcdef00123456789abcdef"), None);
     assert_eq!(SchemaId::parse("99999999999"), None);
     assert_eq!(SchemaId::parse(""), None);
@@ -240,14 +242,20 @@ mod avro {
             .output(WireFormat::Json);
         let json = br#"{"id":7,"item":"ab"}"#;
         assert_eq!(
-            serde.deserialize_with_schema(Some(json), Some(&meta)).unwrap(),
+            serde
+                .deserialize_with_schema(Some(json), Some(&meta))
+                .unwrap(),
             order
         );
         assert_eq!(serde.try_serialize(&order).unwrap(), Some(json.to_vec()));
         let err = serde
             .deserialize_with_schema(Some(b"{\"id\":\"x\"}"), Some(&meta))
             .unwrap_err();
-        assert!(err.0.starts_with("schema id 1 (subject orders-value): invalid JSON"), "{err}");
+        assert!(
+            err.0
+                .starts_with("schema id 1 (subject orders-value): invalid JSON"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -308,23 +316,43 @@ mod avro {
         ));
         let serde = Avro::<OrderV1>::new(V1, schemas, subject()).unwrap();
         let err = serde.deserialize(Some(&[0, 0, 0, 0, 5, 0x0e])).unwrap_err();
-        assert!(err.0.starts_with("schema id 5 (subject orders-value): "), "{err}");
+        assert!(
+            err.0.starts_with("schema id 5 (subject orders-value): "),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_bytes_are_errors_not_panics() {
         let serde = Avro::<OrderV1>::new(V1, schemas(), subject()).unwrap();
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (vec![0, 0, 0, 0, 9, 0x0e, 0x00], "schema id 9 (subject orders-value): not among the compiled-in schemas"),
+            (
+                vec![0, 0, 0, 0, 9, 0x0e, 0x00],
+                "schema id 9 (subject orders-value): not among the compiled-in schemas",
+            ),
             (vec![1, 2, 3], "subject orders-value: magic byte 1"),
             // The string's length says 100 bytes, 1 follows.
-            (vec![0, 0, 0, 0, 1, 0x0e, 0xc8, 0x01, b'a'], "schema id 1 (subject orders-value): the bytes are not Avro"),
+            (
+                vec![0, 0, 0, 0, 1, 0x0e, 0xc8, 0x01, b'a'],
+                "schema id 1 (subject orders-value): the bytes are not Avro",
+            ),
             // A string length of 2^33 (zig-zag varint 80 80 80 80 40): refused, not allocated.
-            (vec![0, 0, 0, 0, 1, 0x0e, 0x80, 0x80, 0x80, 0x80, 0x40], "schema id 1 (subject orders-value): the bytes are not Avro"),
+            (
+                vec![0, 0, 0, 0, 1, 0x0e, 0x80, 0x80, 0x80, 0x80, 0x40],
+                "schema id 1 (subject orders-value): the bytes are not Avro",
+            ),
             // A value and one byte too many.
-            (vec![0, 0, 0, 0, 1, 0x0e, 0x00, 0xff], "schema id 1 (subject orders-value): 1 bytes left"),
+            (
+                vec![0, 0, 0, 0, 1, 0x0e, 0x00, 0xff],
+                "schema id 1 (subject orders-value): 1 bytes left",
+            ),
             // A varint that never ends.
-            (vec![0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff], "schema id 1"),
+            (
+                vec![
+                    0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                ],
+                "schema id 1",
+            ),
         ];
         for (bytes, expected) in cases {
             let err = serde.deserialize(Some(&bytes)).unwrap_err();
@@ -391,7 +419,10 @@ mod avro {
             serde.try_serialize(&note(Some("x"))).unwrap(),
             Some(some.to_vec())
         );
-        assert_eq!(serde.try_serialize(&note(None)).unwrap(), Some(none.to_vec()));
+        assert_eq!(
+            serde.try_serialize(&note(None)).unwrap(),
+            Some(none.to_vec())
+        );
         let generic = AvroGeneric::new(WITH_NOTE, schemas, s).unwrap();
         let value = generic.deserialize(Some(&some)).unwrap();
         assert_eq!(
@@ -409,7 +440,9 @@ mod avro {
         );
         assert_eq!(generic.try_serialize(&value).unwrap(), Some(some.to_vec()));
         // serde_json::Value as the generic type of the JSON world.
-        let as_json = Avro::<serde_json::Value>::new(WITH_NOTE, schemas_arc_notes(), Subject::named("notes")).unwrap();
+        let as_json =
+            Avro::<serde_json::Value>::new(WITH_NOTE, schemas_arc_notes(), Subject::named("notes"))
+                .unwrap();
         assert_eq!(
             as_json.deserialize(Some(&none)).unwrap(),
             serde_json::json!({"id": 1, "note": null})
