@@ -270,3 +270,170 @@ async fn avro_through_a_real_registry_read_back_by_an_independent_decoder() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A click as a `prost` message: `message Click { string page = 1; int64 ms = 2; }`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Click {
+    #[prost(string, tag = "1")]
+    page: String,
+    #[prost(int64, tag = "2")]
+    ms: i64,
+}
+
+const CLICK_PROTO: &str =
+    "syntax = \"proto3\";\npackage web;\nmessage Click {\n  string page = 1;\n  int64 ms = 2;\n}\n";
+
+const PAGE_COUNT: &str = r#"{"type":"record","name":"PageCount","namespace":"web","fields":[
+    {"name":"page","type":"string"},{"name":"window_start","type":"long"},
+    {"name":"clicks","type":"long"}]}"#;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct PageCount {
+    page: String,
+    window_start: i64,
+    clicks: i64,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_in_avro_out_through_a_real_registry() {
+    use lambda_streams::serdes::schema::Protobuf;
+    require_services();
+    let registry = registry_url();
+    let (input, output, dlq, table) = (
+        unique("proto-clicks"),
+        unique("proto-counts"),
+        unique("proto-dlq"),
+        unique("proto-clicks"),
+    );
+    for topic in [&input, &output, &dlq] {
+        admin::create_topic(&bootstrap(), topic, 1)
+            .await
+            .expect("topic");
+    }
+    create_table(&dynamo_client(), &table).await.expect("table");
+    // Clicks encoded by the independent producer; the page is the key too. The fourth
+    // record says it is message index [1] (count 1 = zig-zag 2, index 1 = zig-zag 2) of
+    // its schema, which this topology does not read; the fifth has an unknown id.
+    let click = |page: &str, ms: i64| {
+        json!({"proto": CLICK_PROTO, "fields": [[1, "string", page], [2, "int64", ms]],
+               "key": page, "timestamp": T0 + ms})
+    };
+    let mut lines: Vec<Value> = vec![
+        click("/home", 1_000),
+        click("/home", 2_000),
+        click("/cart", 3_000),
+    ];
+    let produced = avro_tool(
+        &["produce", &bootstrap(), &registry, &input],
+        &lines.iter().map(|o| format!("{o}\n")).collect::<String>(),
+    );
+    let id = produced[0]["schema_id"].as_u64().unwrap() as u32;
+    let mut other_message = vec![0];
+    other_message.extend_from_slice(&id.to_be_bytes());
+    other_message.extend_from_slice(&[2, 2, 0x0a, 1, b'x']);
+    lines = vec![
+        json!({"raw": hex(&other_message), "key": "/home", "timestamp": T0 + 4_000}),
+        json!({"raw": "0000ffffff000a0178", "key": "/home", "timestamp": T0 + 5_000}),
+        click("/home", MINUTE + 1),
+    ];
+    avro_tool(
+        &["produce", &bootstrap(), &registry, &input],
+        &lines.iter().map(|o| format!("{o}\n")).collect::<String>(),
+    );
+
+    let source: Arc<dyn SchemaSource> = Arc::new(RegistryClient::new(&registry).unwrap());
+    let clicks = Protobuf::<Click>::new(
+        CLICK_PROTO,
+        source.clone(),
+        Subject::topic(&input, Side::Value),
+    );
+    let counts =
+        Avro::<PageCount>::new(PAGE_COUNT, source, Subject::topic(&output, Side::Value)).unwrap();
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(&input, Utf8, clicks)
+        .group_by_key(Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+        .count("clicks")
+        .to_stream()
+        .map(|w, clicks| {
+            (
+                w.key.clone(),
+                PageCount {
+                    page: w.key.clone(),
+                    window_start: w.start,
+                    clicks,
+                },
+            )
+        })
+        .to(&output, Utf8, counts);
+    let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+        dynamo_client(),
+        table.clone(),
+        Guarantee::ExactlyOnce,
+    ));
+    let options = BatchOptions {
+        poison: PoisonPolicy::DeadLetter { topic: dlq.clone() },
+        ..BatchOptions::default()
+    };
+    let handler = Handler::with_kafka_output(builder.build(), store, None).with_options(options);
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique("proto-group"),
+        topics: vec![input.clone()],
+        batching_window: Duration::from_millis(300),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(1500),
+        ..RunnerConfig::default()
+    };
+    let summary = tokio::time::timeout(
+        Duration::from_secs(120),
+        Runner::new(config, Arc::new(InProcess::new(Arc::new(handler))))
+            .expect("runner")
+            .run(),
+    )
+    .await
+    .expect("the runner finished")
+    .expect("the runner succeeded");
+    assert_eq!(summary.failures, 0);
+
+    let read = avro_tool(&["read", &bootstrap(), &registry, &output, PAGE_COUNT], "");
+    let mut counts = BTreeMap::new();
+    for r in &read {
+        let v = &r["value"];
+        counts.insert(
+            (
+                v["page"].as_str().unwrap().to_owned(),
+                v["window_start"].as_i64().unwrap() - T0,
+            ),
+            v["clicks"].as_i64().unwrap(),
+        );
+    }
+    // By hand: /home twice and /cart once in the first minute, /home once in the second.
+    let expected = BTreeMap::from([
+        (("/cart".to_owned(), 0), 1),
+        (("/home".to_owned(), 0), 2),
+        (("/home".to_owned(), MINUTE), 1),
+    ]);
+    assert_eq!(counts, expected, "{read:?}");
+
+    let dead = read_topic(&dlq);
+    assert_eq!(dead.len(), 2, "the two undecodable records");
+    let error =
+        |i: usize| String::from_utf8(dead[i].headers["lambda-streams-error"].clone()).unwrap();
+    let subject = format!("{input}-value");
+    assert!(
+        error(0).starts_with(&format!(
+            "record {input}-0 offset 3: cannot deserialize the value: schema id {id} (subject {subject}): the record is message [1] of the schema, this serde reads [0]"
+        )),
+        "{}",
+        error(0)
+    );
+    assert!(
+        error(1).starts_with(&format!(
+            "record {input}-0 offset 4: cannot deserialize the value: schema id 16777215 (subject {subject}) at {registry}: not found"
+        )),
+        "{}",
+        error(1)
+    );
+}
