@@ -394,3 +394,46 @@ impl Serde<Value> for AvroGeneric {
         self.core.decode(data, schema)
     }
 }
+
+/// [`super::decode_to_json`] for Avro.
+pub(super) fn decode_to_json(schema: &str, payload: &[u8]) -> Result<serde_json::Value, String> {
+    apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
+    let schema = Schema::parse_str(schema).map_err(|e| format!("invalid Avro schema: {e}"))?;
+    let reader = GenericDatumReader::builder(&schema)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut rest = payload;
+    let value = reader
+        .read_value(&mut rest)
+        .map_err(|e| format!("the bytes are not Avro of the schema: {e}"))?;
+    if !rest.is_empty() {
+        return Err(format!("{} bytes left after the Avro value", rest.len()));
+    }
+    if !value.validate(&schema) {
+        return Err("the bytes are not Avro of the schema (truncated)".to_owned());
+    }
+    json_of(value)
+}
+
+/// The JSON form of an Avro value: a union is its branch's value.
+fn json_of(value: Value) -> Result<serde_json::Value, String> {
+    Ok(match value {
+        Value::Union(_, inner) => json_of(*inner)?,
+        Value::Record(fields) => serde_json::Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| Ok((k, json_of(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        Value::Array(items) => {
+            serde_json::Value::Array(items.into_iter().map(json_of).collect::<Result<_, _>>()?)
+        }
+        Value::Map(entries) => serde_json::Value::Object(
+            entries
+                .into_iter()
+                .map(|(k, v)| Ok((k, json_of(v)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => serde_json::Value::try_from(other).map_err(|e| e.to_string())?,
+    })
+}

@@ -193,3 +193,14 @@ impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for JsonSchema<T> {
         })
     }
 }
+
+/// [`super::decode_to_json`] for JSON Schema: the payload parsed and validated.
+pub(super) fn validate_json(schema: &str, payload: &[u8]) -> Result<serde_json::Value, String> {
+    let validator = compile(schema)?;
+    let json: serde_json::Value =
+        serde_json::from_slice(payload).map_err(|e| format!("invalid JSON: {e}"))?;
+    match invalid(&validator, &json) {
+        Some(reason) => Err(reason),
+        None => Ok(json),
+    }
+}

@@ -650,3 +650,43 @@ impl Common {
 
 #[cfg(test)]
 mod tests;
+
+/// Decodes a payload written with `schema` to JSON, as Lambda's event source does for
+/// `EventRecordFormat: JSON` (and to validate a record for `SOURCE`): an Avro value as its
+/// JSON form (records as objects, unions as their branch's value), a JSON Schema value
+/// validated against its schema. The local runner plays the event source with it.
+///
+/// # Errors
+///
+/// The payload does not decode with the schema, or fails it; a schema of a kind whose
+/// feature is off; Protobuf (no `.proto` parser here: a message cannot be turned into JSON
+/// from its schema text).
+///
+/// ```
+/// # #[cfg(feature = "avro")] {
+/// use lambda_streams::serdes::schema::{decode_to_json, RegisteredSchema, SchemaType};
+///
+/// let schema = RegisteredSchema::new(SchemaType::Avro, r#"{"type":"record","name":"A","fields":[{"name":"n","type":"long"}]}"#);
+/// assert_eq!(decode_to_json(&schema, &[0x0e]).unwrap(), serde_json::json!({"n": 7}));
+/// assert!(decode_to_json(&schema, &[0x0e, 0]).is_err()); // a byte too many
+/// # }
+/// ```
+pub fn decode_to_json(
+    schema: &RegisteredSchema,
+    payload: &[u8],
+) -> Result<serde_json::Value, String> {
+    match schema.schema_type {
+        #[cfg(feature = "avro")]
+        SchemaType::Avro => avro::decode_to_json(&schema.text, payload),
+        #[cfg(feature = "json-schema")]
+        SchemaType::Json => json_schema::validate_json(&schema.text, payload),
+        SchemaType::Protobuf => {
+            Err("a Protobuf message cannot be decoded to JSON from its schema text".to_owned())
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "{} schemas need the framework's feature for them",
+            other.as_str()
+        )),
+    }
+}
