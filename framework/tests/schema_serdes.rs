@@ -8,6 +8,8 @@
 //! varints, length-prefixed strings), not with the serde under test, and the expected totals
 //! are summed by hand.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;

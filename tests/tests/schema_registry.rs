@@ -437,3 +437,143 @@ async fn protobuf_in_avro_out_through_a_real_registry() {
         error(1)
     );
 }
+
+/// The runner plays the event source's schema validation: with `SOURCE` the function reads
+/// the bytes without prefix and the id from the schema metadata, with `JSON` the decoded
+/// value; a record of an unknown schema id goes to the on-failure topic as
+/// `SCHEMA_NOT_FOUND`, one not in the wire format as `DESERIALIZATION_ERROR`, and neither
+/// reaches the function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_validates_records_against_the_registry_as_the_event_source_does() {
+    use lambda_streams::serdes::schema::WireFormat;
+    use local_runner::schema::{EventRecordFormat, SchemaValidationConfig};
+    require_services();
+    let registry = registry_url();
+    for (format, wire) in [
+        (EventRecordFormat::Source, WireFormat::Source),
+        (EventRecordFormat::Json, WireFormat::Json),
+    ] {
+        let name = format!("{format:?}").to_lowercase();
+        let (input, output, failed, table) = (
+            unique(&format!("esm-{name}-orders")),
+            unique(&format!("esm-{name}-totals")),
+            unique(&format!("esm-{name}-failed")),
+            unique("esm-orders"),
+        );
+        for topic in [&input, &output, &failed] {
+            admin::create_topic(&bootstrap(), topic, 1)
+                .await
+                .expect("topic");
+        }
+        create_table(&dynamo_client(), &table).await.expect("table");
+        let orders = [
+            json!({"schema": order_v1(), "key": "tea", "value": {"item": "tea", "qty": 2}, "timestamp": T0 + 1_000}),
+            json!({"raw": "0000ffffff0e", "key": "tea", "timestamp": T0 + 2_000}),
+            json!({"schema": order_v2(), "key": "tea", "value": {"item": "tea", "qty": 3, "coupon": "x"}, "timestamp": T0 + 3_000}),
+            json!({"raw": hex(b"plain text"), "key": "tea", "timestamp": T0 + 4_000}),
+        ];
+        let lines: String = orders.iter().map(|o| format!("{o}\n")).collect();
+        avro_tool(&["produce", &bootstrap(), &registry, &input], &lines);
+
+        let source: Arc<dyn SchemaSource> = Arc::new(RegistryClient::new(&registry).unwrap());
+        let reader = Avro::<Order>::new(
+            &order_v2().to_string(),
+            source.clone(),
+            Subject::topic(&input, Side::Value),
+        )
+        .unwrap()
+        .input(wire);
+        let totals =
+            Avro::<Total>::new(TOTAL, source, Subject::topic(&output, Side::Value)).unwrap();
+        let builder = StreamsBuilder::new();
+        builder
+            .stream(&input, Utf8, reader)
+            .group_by_key(Utf8)
+            .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+            .aggregate("qty", || 0i64, |_, o: Order, sum| sum + o.qty, BigEndianI64)
+            .to_stream()
+            .map(|w, qty| {
+                (
+                    w.key.clone(),
+                    Total {
+                        item: w.key.clone(),
+                        window_start: w.start,
+                        qty,
+                    },
+                )
+            })
+            .to(&output, Utf8, totals);
+        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
+            dynamo_client(),
+            table.clone(),
+            Guarantee::ExactlyOnce,
+        ));
+        // The default poison policy (fail): a record the runner let through undecodable
+        // would stop the run.
+        let handler = Handler::with_kafka_output(builder.build(), store, None);
+        let config = RunnerConfig {
+            bootstrap_servers: bootstrap(),
+            group_id: unique("esm-group"),
+            topics: vec![input.clone()],
+            batching_window: Duration::from_millis(300),
+            until_idle: true,
+            idle_timeout: Duration::from_millis(1500),
+            on_failure_topic: Some(failed.clone()),
+            schema_validation: Some(SchemaValidationConfig {
+                registry_url: registry.clone(),
+                format,
+                key: false,
+                value: true,
+            }),
+            ..RunnerConfig::default()
+        };
+        let summary = tokio::time::timeout(
+            Duration::from_secs(120),
+            Runner::new(config, Arc::new(InProcess::new(Arc::new(handler))))
+                .expect("runner")
+                .run(),
+        )
+        .await
+        .expect("the runner finished")
+        .expect("the runner succeeded");
+        assert_eq!(summary.failures, 0, "{name}");
+        assert_eq!(summary.given_up, 2, "{name}");
+
+        let read = avro_tool(&["read", &bootstrap(), &registry, &output, TOTAL], "");
+        let last = read.last().expect("totals");
+        // By hand: 2 + 3.
+        assert_eq!(
+            last["value"],
+            json!({"item": "tea", "window_start": T0, "qty": 5}),
+            "{name}: {read:?}"
+        );
+
+        let dead = read_topic(&failed);
+        assert_eq!(dead.len(), 2, "{name}");
+        let header = |i: usize, h: &str| String::from_utf8(dead[i].headers[h].clone()).unwrap();
+        assert_eq!(
+            header(0, "lambda-streams-failure-reason"),
+            "SCHEMA_NOT_FOUND",
+            "{name}"
+        );
+        assert_eq!(header(0, "lambda-streams-source"), format!("{input}:0:1"));
+        assert!(
+            header(0, "lambda-streams-failure-error").starts_with(&format!(
+                "schema id 16777215 (subject {input}-value) at {registry}: not found"
+            )),
+            "{}",
+            header(0, "lambda-streams-failure-error")
+        );
+        assert_eq!(
+            header(1, "lambda-streams-failure-reason"),
+            "DESERIALIZATION_ERROR",
+            "{name}"
+        );
+        assert_eq!(header(1, "lambda-streams-source"), format!("{input}:0:3"));
+        assert_eq!(
+            dead[1].value.as_deref(),
+            Some(&b"plain text"[..]),
+            "the record itself"
+        );
+    }
+}
