@@ -581,6 +581,10 @@ pub fn frame_header(format: WireFormat, id: &SchemaId, out: &mut Vec<u8>) -> Res
 }
 
 /// What every schema'd serde shares: its schema source, subject, formats and caches.
+#[cfg_attr(
+    not(any(feature = "avro", feature = "protobuf", feature = "json-schema")),
+    allow(dead_code)
+)]
 pub(crate) struct Common {
     pub(crate) source: Arc<dyn SchemaSource>,
     pub(crate) subject: Subject,
@@ -590,6 +594,10 @@ pub(crate) struct Common {
     pub(crate) output_id: std::sync::OnceLock<SchemaId>,
 }
 
+#[cfg_attr(
+    not(any(feature = "avro", feature = "protobuf", feature = "json-schema")),
+    allow(dead_code)
+)]
 impl Common {
     pub(crate) fn new(source: Arc<dyn SchemaSource>, subject: Subject) -> Self {
         Common {
@@ -675,6 +683,7 @@ pub fn decode_to_json(
     schema: &RegisteredSchema,
     payload: &[u8],
 ) -> Result<serde_json::Value, String> {
+    let _ = payload; // unused when the formats' features are off
     match schema.schema_type {
         #[cfg(feature = "avro")]
         SchemaType::Avro => avro::decode_to_json(&schema.text, payload),
