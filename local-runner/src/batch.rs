@@ -280,6 +280,22 @@ mod tests {
     }
 
     #[test]
+    fn a_skipped_record_is_done_once_the_records_before_it_are() {
+        let tp = TopicPartition::new("t", 0);
+        let mut buffers = Buffers::default();
+        // Alone: the position moves past it.
+        buffers.skip(tp.clone(), 4);
+        assert_eq!(buffers.position(&tp), Some(5));
+        assert!(buffers.is_empty());
+        // Behind a buffered record: the position stays at that record until it is done.
+        buffers.push(tp.clone(), record(5, 0, 1));
+        buffers.skip(tp.clone(), 6);
+        assert_eq!(buffers.position(&tp), Some(5));
+        buffers.complete(&tp, 6);
+        assert_eq!(buffers.position(&tp), Some(7));
+    }
+
+    #[test]
     fn events_respect_the_limit_and_the_payload_cap() {
         let mut buffers = Buffers::default();
         let (a, b) = (TopicPartition::new("t-x", 0), TopicPartition::new("t-x", 1));

@@ -183,3 +183,30 @@ impl SchemaValidation {
         Ok(Ok(Some((bytes, metadata))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_parse_and_name_the_flag() {
+        assert_eq!(SchemaValidationConfig::sides("value"), Ok((false, true)));
+        assert_eq!(
+            SchemaValidationConfig::sides("key, value"),
+            Ok((true, true))
+        );
+        assert!(
+            SchemaValidationConfig::sides("values")
+                .unwrap_err()
+                .starts_with("--schema-validation: \"values\"")
+        );
+        assert_eq!("JSON".parse(), Ok(EventRecordFormat::Json));
+        assert_eq!("source".parse(), Ok(EventRecordFormat::Source));
+        assert!(
+            "avro"
+                .parse::<EventRecordFormat>()
+                .unwrap_err()
+                .starts_with("--event-record-format")
+        );
+    }
+}
