@@ -15,6 +15,10 @@
 //!   the value parsed into the same `PageView`, the same filter and map in plain Rust.
 //! - `handler/limit_read_once`: summing the event's bytes once (the floor for any decoder).
 //! - `decode/lambda_streams`, `decode/naive_rust`: the decoding part alone.
+//! - `avro/lambda_streams`, `avro/naive_apache_avro` (with `--features avro`): 10,000 Avro
+//!   orders in the Confluent wire format decoded into a serde type, by `serdes::schema::Avro`
+//!   (writer schema parsed once per id) and by a per-record `apache_avro` reader (the
+//!   schema parsed and a reader built for every record); bytes of Avro per second.
 //!
 //! Two modes outside criterion, selected by environment variables:
 //! - `LAMBDA_STREAMS_BENCH_WRITE_EVENT=<file>`: write the event JSON (for the Python anchor)
@@ -378,6 +382,109 @@ fn benches(c: &mut Criterion) {
         b.iter(|| naive_decode(black_box(&json)).unwrap())
     });
     group.finish();
+
+    #[cfg(feature = "avro")]
+    avro_bench::run(c);
+}
+
+/// The Avro decode rows (see the module docs).
+#[cfg(feature = "avro")]
+mod avro_bench {
+    use std::hint::black_box;
+    use std::sync::Arc;
+
+    use criterion::{Criterion, SamplingMode, Throughput};
+    use lambda_streams::serdes::Serde;
+    use lambda_streams::serdes::schema::{
+        Avro, OfflineSchemas, SchemaId, SchemaType, Side, Subject,
+    };
+
+    const SCHEMA: &str = r#"{"type":"record","name":"Order","namespace":"shop","fields":[
+        {"name":"order_id","type":"long"},{"name":"customer","type":"string"},
+        {"name":"item","type":"string"},{"name":"qty","type":"int"},
+        {"name":"price","type":"double"},
+        {"name":"coupon","type":["null","string"],"default":null}]}"#;
+
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Order {
+        order_id: i64,
+        customer: String,
+        item: String,
+        qty: i32,
+        price: f64,
+        coupon: Option<String>,
+    }
+
+    fn serde() -> Avro<Order> {
+        let subject = Subject::topic("orders", Side::Value);
+        let schemas = OfflineSchemas::new().with(
+            SchemaId::Confluent(1),
+            subject.clone(),
+            SchemaType::Avro,
+            SCHEMA,
+        );
+        Avro::new(SCHEMA, Arc::new(schemas), subject).expect("schema")
+    }
+
+    fn records(serde: &Avro<Order>) -> Vec<Vec<u8>> {
+        (0..10_000)
+            .map(|i| {
+                let order = Order {
+                    order_id: 1_000_000 + i,
+                    customer: format!("customer-{}", i % 977),
+                    item: format!("item-{}", i % 131),
+                    qty: (i % 7) as i32 + 1,
+                    price: (i % 100) as f64 * 0.25,
+                    coupon: (i % 3 == 0).then(|| "WINTER".to_owned()),
+                };
+                serde
+                    .try_serialize(&order)
+                    .expect("encodes")
+                    .expect("not null")
+            })
+            .collect()
+    }
+
+    fn ours(serde: &Avro<Order>, records: &[Vec<u8>]) -> i64 {
+        records
+            .iter()
+            .map(|r| i64::from(serde.deserialize(Some(r)).expect("decodes").qty))
+            .sum()
+    }
+
+    #[allow(deprecated)]
+    fn naive(records: &[Vec<u8>]) -> i64 {
+        records
+            .iter()
+            .map(|r| {
+                let schema = apache_avro::Schema::parse_str(SCHEMA).expect("schema");
+                let value =
+                    apache_avro::from_avro_datum(&schema, &mut &r[5..], None).expect("decodes");
+                let order: Order = apache_avro::from_value(&value).expect("fits");
+                i64::from(order.qty)
+            })
+            .sum()
+    }
+
+    pub fn run(c: &mut Criterion) {
+        let serde = serde();
+        let records = records(&serde);
+        let bytes: usize = records.iter().map(Vec::len).sum();
+        assert_eq!(ours(&serde, &records), naive(&records));
+        eprintln!("avro: {} records, {bytes} bytes", records.len());
+        let mut group = c.benchmark_group("avro");
+        group.throughput(Throughput::BytesDecimal(bytes as u64));
+        group.sampling_mode(SamplingMode::Flat);
+        group.sample_size(20);
+        group.measurement_time(std::time::Duration::from_secs(10));
+        group.bench_function("lambda_streams", |b| {
+            b.iter(|| ours(&serde, black_box(&records)))
+        });
+        group.bench_function("naive_apache_avro", |b| {
+            b.iter(|| naive(black_box(&records)))
+        });
+        group.finish();
+    }
 }
 
 criterion_group!(handler, benches);

@@ -160,20 +160,34 @@ impl TestDriver {
         value: Option<Vec<u8>>,
         timestamp: i64,
     ) -> Result<(), StreamError> {
+        let record = Record {
+            offset: 0,
+            timestamp,
+            timestamp_type: TimestampType::CreateTime,
+            key: key.map(Bytes::from),
+            value: value.map(Bytes::from),
+            headers: Vec::new(),
+            key_schema_metadata: None,
+            value_schema_metadata: None,
+        };
+        self.pipe_record(topic, partition, record)
+    }
+
+    /// Pipes one event record as it is (headers, timestamp type and schema metadata
+    /// included, as the event source mapping delivers it with a schema registry) into
+    /// `partition` of `topic`; its offset is replaced by the partition's next one.
+    /// Otherwise as [`pipe`](Self::pipe).
+    pub fn pipe_record(
+        &self,
+        topic: &str,
+        partition: i32,
+        mut record: Record,
+    ) -> Result<(), StreamError> {
         let pending = {
             let mut state = self.lock();
             let tp = TopicPartition::new(topic, partition);
             let offset = state.next_offsets.entry(tp.clone()).or_insert(0);
-            let record = Record {
-                offset: *offset,
-                timestamp,
-                timestamp_type: TimestampType::CreateTime,
-                key: key.map(Bytes::from),
-                value: value.map(Bytes::from),
-                headers: Vec::new(),
-                key_schema_metadata: None,
-                value_schema_metadata: None,
-            };
+            record.offset = *offset;
             *offset += 1;
             state.pending.push((tp, record));
             state.pending.len()

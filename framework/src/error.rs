@@ -61,6 +61,20 @@ pub enum StreamError {
     /// A setting is missing or invalid.
     #[error("configuration: {0}")]
     Config(String),
+    /// A key or value could not be decoded because something its serde needs could not be
+    /// reached (a schema registry down, a timeout): not the record's fault, so not a
+    /// poison record; the batch fails and the event source delivers it again.
+    #[error("record {tp} offset {offset}: cannot deserialize the {side} now: {reason}")]
+    Unavailable {
+        /// Where the record came from.
+        tp: TopicPartition,
+        /// The record's offset.
+        offset: i64,
+        /// `"key"` or `"value"`.
+        side: &'static str,
+        /// What the serde said.
+        reason: String,
+    },
 }
 
 impl From<crate::aws::AwsConfigError> for StreamError {

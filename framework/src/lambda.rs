@@ -149,6 +149,7 @@ impl From<StreamError> for lambda_runtime::Diagnostic {
             StreamError::Sink(_) => "SinkError",
             StreamError::Transaction { .. } => "TransactionError",
             StreamError::Config(_) => "ConfigurationError",
+            StreamError::Unavailable { .. } => "DependencyUnavailable",
         };
         lambda_runtime::Diagnostic {
             error_type: kind.to_owned(),

@@ -14,6 +14,7 @@
 //! | [`Json`] | any `T: Serialize + DeserializeOwned` | JSON via `serde_json` |
 //! | [`Unit`] | `()` | anything in, null out |
 //! | [`Nullable`] | `Option<T>` | null is `None` |
+//! | [`schema::Avro`], [`schema::Protobuf`], [`schema::JsonSchema`] | schema'd values | a schema registry's wire formats (module [`schema`], features `avro`, `protobuf`, `json-schema`) |
 //!
 //! A user format implements [`Serde`]; a decode failure is a [`SerdeError`] message, and the
 //! framework turns it into [`StreamError::Deserialize`](crate::StreamError::Deserialize)
@@ -26,6 +27,10 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+pub use crate::event::SchemaMetadata;
+
+pub mod schema;
 
 /// Converts values of type `T` to Kafka bytes and back.
 ///
@@ -49,6 +54,22 @@ pub trait Serde<T>: Send + Sync + 'static {
     fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
         self.try_serialize(&value)
     }
+    /// Decodes a key or value of a source record together with its schema registry
+    /// metadata (the event's `keySchemaMetadata` / `valueSchemaMetadata`, present when the
+    /// event source mapping validates records against a registry). The framework calls it
+    /// for every source record; the default ignores the metadata and calls
+    /// [`deserialize`](Self::deserialize). The schema'd serdes ([`schema`]) read the schema
+    /// id from it when the event source handed over the record without its wire-format
+    /// prefix (`EventRecordFormat: SOURCE`).
+    fn deserialize_with_schema(
+        &self,
+        data: Option<&[u8]>,
+        schema: Option<&SchemaMetadata>,
+    ) -> Result<T, SerdeError> {
+        let _ = schema;
+        self.deserialize(data)
+    }
+
     /// Which of this serde's values stand for a Kafka null, when some do ([`Nullable`]:
     /// `None`). The DSL learns it from the value serdes a topology names (sources,
     /// `Grouped::with`, `to`), and skips such a value where Kafka Streams skips a null
@@ -101,6 +122,25 @@ impl fmt::Display for SerdeError {
 }
 
 impl std::error::Error for SerdeError {}
+
+/// The start of a [`SerdeError`]'s message that says a schema registry could not be
+/// reached: not the record's fault, so the framework fails the batch (the event source
+/// delivers it again) instead of treating the record as a poison record.
+pub const UNAVAILABLE_PREFIX: &str = "schema registry unavailable: ";
+
+impl SerdeError {
+    /// An error that is not the record's fault (a registry that cannot be reached):
+    /// `reason` with [`UNAVAILABLE_PREFIX`] in front.
+    pub fn unavailable(reason: impl fmt::Display) -> Self {
+        SerdeError(format!("{UNAVAILABLE_PREFIX}{reason}"))
+    }
+
+    /// Whether the error says that something the serde needs could not be reached
+    /// (see [`unavailable`](Self::unavailable)), rather than that the bytes are bad.
+    pub fn is_unavailable(&self) -> bool {
+        self.0.starts_with(UNAVAILABLE_PREFIX)
+    }
+}
 
 fn non_null<'a>(data: Option<&'a [u8]>, what: &str) -> Result<&'a [u8], SerdeError> {
     data.ok_or_else(|| {
@@ -284,6 +324,16 @@ impl<T: 'static, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
             Some(_) => self.0.deserialize(data).map(Some),
         }
     }
+    fn deserialize_with_schema(
+        &self,
+        data: Option<&[u8]>,
+        schema: Option<&SchemaMetadata>,
+    ) -> Result<Option<T>, SerdeError> {
+        match data {
+            None => Ok(None),
+            Some(_) => self.0.deserialize_with_schema(data, schema).map(Some),
+        }
+    }
     fn try_serialize(&self, value: &Option<T>) -> Result<Option<Vec<u8>>, SerdeError> {
         match value {
             None => Ok(None),
@@ -317,6 +367,13 @@ macro_rules! forward_serde {
             }
             fn try_serialize_owned(&self, value: T) -> Result<Option<Vec<u8>>, SerdeError> {
                 (**self).try_serialize_owned(value)
+            }
+            fn deserialize_with_schema(
+                &self,
+                data: Option<&[u8]>,
+                schema: Option<&SchemaMetadata>,
+            ) -> Result<T, SerdeError> {
+                (**self).deserialize_with_schema(data, schema)
             }
             fn nulls(&self) -> Option<Nulls> {
                 (**self).nulls()

@@ -50,6 +50,18 @@ impl Buffers {
         part.queue.push_back(record);
     }
 
+    /// Marks the record at `offset` of `tp` done without buffering it (a record the
+    /// schema validation gave up on): the partition's position moves past it once the
+    /// records before it are done.
+    pub fn skip(&mut self, tp: TopicPartition, offset: i64) {
+        let part = self.parts.entry(tp).or_insert(PartitionBuffer {
+            queue: VecDeque::new(),
+            next: offset,
+            bytes: 0,
+        });
+        part.next = part.next.max(offset + 1);
+    }
+
     /// Records and estimated event size buffered in partition `tp`.
     pub fn count_of(&self, tp: &TopicPartition) -> (usize, usize) {
         self.parts
@@ -265,6 +277,22 @@ mod tests {
             key_schema_metadata: None,
             value_schema_metadata: None,
         }
+    }
+
+    #[test]
+    fn a_skipped_record_is_done_once_the_records_before_it_are() {
+        let tp = TopicPartition::new("t", 0);
+        let mut buffers = Buffers::default();
+        // Alone: the position moves past it.
+        buffers.skip(tp.clone(), 4);
+        assert_eq!(buffers.position(&tp), Some(5));
+        assert!(buffers.is_empty());
+        // Behind a buffered record: the position stays at that record until it is done.
+        buffers.push(tp.clone(), record(5, 0, 1));
+        buffers.skip(tp.clone(), 6);
+        assert_eq!(buffers.position(&tp), Some(5));
+        buffers.complete(&tp, 6);
+        assert_eq!(buffers.position(&tp), Some(7));
     }
 
     #[test]

@@ -79,6 +79,9 @@ pub struct RunnerConfig {
     /// A Kafka topic (the ESM's `kafka://topic` on-failure destination) receiving the
     /// records given up on; without it they are skipped, with a warning.
     pub on_failure_topic: Option<String>,
+    /// The event source's schema validation against a registry (`SchemaRegistryConfig`,
+    /// see [`crate::schema`]); `None`: records are delivered as they are.
+    pub schema_validation: Option<crate::schema::SchemaValidationConfig>,
     /// Exit once the group has consumed everything (for tests and demos): no record for
     /// [`idle_timeout`](Self::idle_timeout), and the group's committed offsets at the end
     /// of every partition it owns.
@@ -134,6 +137,7 @@ impl Default for RunnerConfig {
             bisect_batch_on_function_error: false,
             report_batch_item_failures: true,
             on_failure_topic: None,
+            schema_validation: None,
             until_idle: false,
             until_caught_up: false,
             idle_timeout: Duration::from_secs(2),

@@ -8,7 +8,7 @@
 //! | header | value |
 //! |---|---|
 //! | [`SOURCE_HEADER`] (`lambda-streams-source`) | `<topic>:<partition>:<offset>` of the source record |
-//! | [`REASON_HEADER`] (`lambda-streams-failure-reason`) | `RetriesExhausted` or `RecordAgeExceeded` |
+//! | [`REASON_HEADER`] (`lambda-streams-failure-reason`) | `RetriesExhausted`, `RecordAgeExceeded`, or (schema validation, [`crate::schema`]) `SCHEMA_NOT_FOUND` / `DESERIALIZATION_ERROR` |
 //! | [`ERROR_HEADER`] (`lambda-streams-failure-error`) | the last error (the function's error payload, or why the response failed the batch) |
 //! | [`ATTEMPTS_HEADER`] (`lambda-streams-failure-attempts`) | invocations that included the record and failed, decimal |
 
@@ -36,6 +36,10 @@ pub enum GiveUpReason {
     RetriesExhausted,
     /// The record was older than `MaximumRecordAgeInSeconds`.
     RecordAgeExceeded,
+    /// Schema validation: the registry does not know the record's schema id.
+    SchemaNotFound,
+    /// Schema validation: the record is not in the wire format or does not decode.
+    DeserializationError,
 }
 
 impl GiveUpReason {
@@ -44,6 +48,8 @@ impl GiveUpReason {
         match self {
             GiveUpReason::RetriesExhausted => "RetriesExhausted",
             GiveUpReason::RecordAgeExceeded => "RecordAgeExceeded",
+            GiveUpReason::SchemaNotFound => "SCHEMA_NOT_FOUND",
+            GiveUpReason::DeserializationError => "DESERIALIZATION_ERROR",
         }
     }
 }

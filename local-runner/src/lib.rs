@@ -31,6 +31,7 @@ pub mod rebalance;
 pub mod response;
 pub mod runner;
 pub mod scaffold;
+pub mod schema;
 pub mod transport;
 
 /// The attribute to implement [`Transport`] with (re-exported from `async-trait`).

@@ -17,6 +17,7 @@ use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::{ItemState, Store};
 use lambda_streams::{Guarantee, Topology};
 use local_runner::embedded::EmbeddedDynamo;
+use local_runner::schema::SchemaValidationConfig;
 use local_runner::{
     EventShape, Faults, Http, InProcess, Runner, RunnerConfig, StartingPosition, Transport, admin,
 };
@@ -224,6 +225,18 @@ struct RunArgs {
     /// and the error (without it they are skipped).
     #[arg(long)]
     on_failure_topic: Option<String>,
+    /// A Confluent-compatible schema registry to validate records against, as the event
+    /// source's `SchemaRegistryConfig` does (records that fail go to the on-failure topic
+    /// with SCHEMA_NOT_FOUND or DESERIALIZATION_ERROR).
+    #[arg(long)]
+    schema_registry: Option<String>,
+    /// With --schema-registry: how validated records are handed over (`EventRecordFormat`):
+    /// `source` (bytes without the wire-format prefix) or `json` (the decoded value).
+    #[arg(long, default_value = "source", requires = "schema_registry")]
+    event_record_format: String,
+    /// With --schema-registry: what is validated: `key`, `value` or `key,value`.
+    #[arg(long, default_value = "value", requires = "schema_registry")]
+    schema_validation: String,
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
@@ -646,6 +659,18 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         bisect_batch_on_function_error: args.bisect_batch_on_function_error,
         report_batch_item_failures: !args.ignore_batch_item_failures,
         on_failure_topic: args.on_failure_topic,
+        schema_validation: match args.schema_registry {
+            Some(registry_url) => {
+                let (key, value) = SchemaValidationConfig::sides(&args.schema_validation)?;
+                Some(SchemaValidationConfig {
+                    registry_url,
+                    format: args.event_record_format.parse()?,
+                    key,
+                    value,
+                })
+            }
+            None => None,
+        },
         until_idle: args.until_idle,
         until_caught_up: args.until_caught_up,
         read_ahead_batches: args.read_ahead_batches,

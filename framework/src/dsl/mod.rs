@@ -69,13 +69,16 @@ fn decode_record<K, V>(
     key_serde: &impl Serde<K>,
     value_serde: &impl Serde<V>,
 ) -> Result<(K, V), StreamError> {
-    decode_parts(
-        ctx,
-        record.key.as_deref(),
-        record.value.as_deref(),
-        key_serde,
-        value_serde,
-    )
+    let key = key_serde
+        .deserialize_with_schema(record.key.as_deref(), record.key_schema_metadata.as_ref())
+        .map_err(|e| ctx.deserialize_error("key", e))?;
+    let value = value_serde
+        .deserialize_with_schema(
+            record.value.as_deref(),
+            record.value_schema_metadata.as_ref(),
+        )
+        .map_err(|e| ctx.deserialize_error("value", e))?;
+    Ok((key, value))
 }
 
 /// [`decode_record`] of a key and a value given apart (a repartition record whose key

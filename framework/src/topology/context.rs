@@ -535,6 +535,14 @@ impl Ctx {
     /// A key or value of the current record that does not deserialize, naming the record.
     pub(crate) fn deserialize_error(&self, side: &'static str, e: SerdeError) -> StreamError {
         let (tp, offset) = self.blame();
+        if e.is_unavailable() {
+            return StreamError::Unavailable {
+                tp,
+                offset,
+                side,
+                reason: e.0,
+            };
+        }
         StreamError::Deserialize {
             tp,
             offset,

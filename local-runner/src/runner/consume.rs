@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use lambda_streams::event::TopicPartition;
+use lambda_streams::event::{Record, TopicPartition};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -15,6 +15,7 @@ use super::{GroupConsumer, Runner};
 use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 use crate::batch::{MAX_PAYLOAD_BYTES, to_record};
 use crate::rebalance::RebalanceContext;
+use crate::schema::{SchemaFailure, SchemaValidation};
 
 /// A partition is paused when this many of its records are buffered (or
 /// [`RunnerConfig::read_ahead_batches`](crate::RunnerConfig::read_ahead_batches) batches,
@@ -213,29 +214,46 @@ fn list(tps: &[TopicPartition]) -> TopicPartitionList {
     list
 }
 
-/// Buffers a received record if its partition is owned; returns whether it was. A
-/// partition assigned again since its records were read is read afresh (what was
-/// buffered of it is forgotten).
+/// What became of a received record.
+pub(super) enum TakenIn {
+    /// Buffered.
+    Buffered,
+    /// Of a partition not owned: dropped.
+    Dropped,
+    /// Failed the schema validation: to give up on (it is marked done, not buffered).
+    Invalid(TopicPartition, Box<Record>, SchemaFailure),
+}
+
+/// Buffers a received record if its partition is owned, after the schema validation if
+/// there is one. A partition assigned again since its records were read is read afresh
+/// (what was buffered of it is forgotten). `Err`: the registry could not be reached.
 pub(super) fn take_in(
     consumer: &GroupConsumer,
     state: &mut Progress,
     message: BorrowedMessage<'_>,
-) -> bool {
+    validation: Option<&SchemaValidation>,
+) -> Result<TakenIn, String> {
     let tp = TopicPartition::new(message.topic(), message.partition());
-    let record = to_record(&message);
+    let mut record = to_record(&message);
     drop(message);
     // A rebalance runs inside `recv`: drop what was revoked first.
     state.drop_stale(consumer);
     let lease = consumer.context().assignment().lease(&tp);
     let Some(lease) = lease else {
         tracing::debug!(%tp, "record of a partition not owned: dropped");
-        return false;
+        return Ok(TakenIn::Dropped);
     };
     if state.leases.get(&tp) != Some(&lease) {
         // Assigned again since its records were read: read afresh.
         state.forget(&tp);
         state.leases.insert(tp.clone(), lease);
     }
+    if let Some(validation) = validation
+        && let Err(failure) = validation.apply(&tp.topic, &mut record)?
+    {
+        state.buffers.skip(tp.clone(), record.offset);
+        return Ok(TakenIn::Invalid(tp, Box::new(record), failure));
+    }
     state.buffers.push(tp, record);
-    true
+    Ok(TakenIn::Buffered)
 }

@@ -11,12 +11,13 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use tokio::task::{Id, JoinSet};
 
 use super::commit::{CaughtUp, caught_up};
-use super::consume::take_in;
+use super::consume::{TakenIn, take_in};
 use super::invoke::{Dispatched, Invoked};
 use super::report::{RunSummary, progress_line};
 use super::state::Progress;
 use super::{GroupConsumer, Runner};
 use crate::destination::FailureDestination;
+use crate::schema::SchemaValidation;
 
 /// A run in progress: its clients, its state, the batches in flight and its clocks.
 pub(super) struct Session<'r> {
@@ -26,6 +27,8 @@ pub(super) struct Session<'r> {
     /// The client for end offsets (see [`Runner::offsets_client`]).
     offsets: BaseConsumer,
     destination: Option<FailureDestination>,
+    /// The event source's schema validation, if set.
+    validation: Option<SchemaValidation>,
     /// What `until_caught_up` waits for (`None` without it).
     targets: Option<CaughtUp>,
     state: Progress,
@@ -58,12 +61,17 @@ impl<'r> Session<'r> {
             Some(topic) => Some(FailureDestination::new(&config.bootstrap_servers, topic)?),
             None => None,
         };
+        let validation = match &config.schema_validation {
+            Some(settings) => Some(SchemaValidation::new(settings.clone())?),
+            None => None,
+        };
         Ok(Session {
             runner,
             started,
             consumer,
             offsets,
             destination,
+            validation,
             targets,
             state: Progress::default(),
             tasks: JoinSet::new(),
@@ -102,10 +110,28 @@ impl<'r> Session<'r> {
                 }
                 Ok(message) => {
                     self.read_after = None;
-                    if take_in(&self.consumer, &mut self.state, message) {
+                    let taken = take_in(
+                        &self.consumer,
+                        &mut self.state,
+                        message,
+                        self.validation.as_ref(),
+                    )?;
+                    if !matches!(taken, TakenIn::Dropped) {
                         let now = Instant::now();
                         self.first_record = self.first_record.or(Some(now));
                         self.last_activity = now;
+                    }
+                    if let TakenIn::Invalid(tp, record, failure) = taken {
+                        self.runner
+                            .give_up_invalid(
+                                &self.consumer,
+                                &mut self.state,
+                                self.destination.as_ref(),
+                                &tp,
+                                *record,
+                                failure,
+                            )
+                            .await?;
                     }
                 }
             },

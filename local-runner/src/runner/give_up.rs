@@ -9,6 +9,7 @@ use lambda_streams::event::{KafkaEvent, Record, TopicPartition};
 use super::state::Progress;
 use super::{GroupConsumer, Runner};
 use crate::destination::{FailureDestination, GiveUpReason, GivenUp};
+use crate::schema::SchemaFailure;
 
 impl Runner {
     /// Gives up the records of the event's `live` partitions whose attempts exceed the limit.
@@ -91,6 +92,36 @@ impl Runner {
             give_up(&given_up, destination).await?;
             state.summary.given_up += records.len() as u64;
         }
+        self.commit(consumer, state)
+    }
+}
+
+impl Runner {
+    /// Gives up a record that failed the schema validation (already marked done in the
+    /// buffers, see [`crate::schema`]), and commits.
+    pub(super) async fn give_up_invalid(
+        &self,
+        consumer: &GroupConsumer,
+        state: &mut Progress,
+        destination: Option<&FailureDestination>,
+        tp: &TopicPartition,
+        record: Record,
+        failure: SchemaFailure,
+    ) -> Result<(), String> {
+        let (reason, error) = match failure {
+            SchemaFailure::SchemaNotFound(e) => (GiveUpReason::SchemaNotFound, e),
+            SchemaFailure::DeserializationError(e) => (GiveUpReason::DeserializationError, e),
+        };
+        let records = [record];
+        let given_up = GivenUp {
+            tp,
+            records: &records,
+            reason,
+            error: &error,
+            attempts: 0,
+        };
+        give_up(&given_up, destination).await?;
+        state.summary.given_up += 1;
         self.commit(consumer, state)
     }
 }
