@@ -50,6 +50,17 @@ impl Buffers {
         part.queue.push_back(record);
     }
 
+    /// Marks a consumed record of `tp` done without buffering it (it matched no filter):
+    /// the partition's position moves past it once the records before it are done.
+    pub fn skip(&mut self, tp: TopicPartition, offset: i64) {
+        let part = self.parts.entry(tp).or_insert(PartitionBuffer {
+            queue: VecDeque::new(),
+            next: offset + 1,
+            bytes: 0,
+        });
+        part.next = part.next.max(offset + 1);
+    }
+
     /// Records and estimated event size buffered in partition `tp`.
     pub fn count_of(&self, tp: &TopicPartition) -> (usize, usize) {
         self.parts

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::batch::MAX_BATCH_SIZE;
+use crate::filter::FilterCriteria;
 use crate::position::StartingPosition;
 
 /// When an on-failure destination is set and retries are unlimited, the ESM caps them at 10.
@@ -79,6 +80,10 @@ pub struct RunnerConfig {
     /// A Kafka topic (the ESM's `kafka://topic` on-failure destination) receiving the
     /// records given up on; without it they are skipped, with a warning.
     pub on_failure_topic: Option<String>,
+    /// The event source's `FilterCriteria` on the records' `value`: a record that matches
+    /// none of the filters is not delivered, and is committed (as Lambda does). Empty: every
+    /// record is delivered.
+    pub filter: FilterCriteria,
     /// Exit once the group has consumed everything (for tests and demos): no record for
     /// [`idle_timeout`](Self::idle_timeout), and the group's committed offsets at the end
     /// of every partition it owns.
@@ -134,6 +139,7 @@ impl Default for RunnerConfig {
             bisect_batch_on_function_error: false,
             report_batch_item_failures: true,
             on_failure_topic: None,
+            filter: FilterCriteria::default(),
             until_idle: false,
             until_caught_up: false,
             idle_timeout: Duration::from_secs(2),

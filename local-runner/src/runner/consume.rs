@@ -14,6 +14,7 @@ use super::state::Progress;
 use super::{GroupConsumer, Runner};
 use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 use crate::batch::{MAX_PAYLOAD_BYTES, to_record};
+use crate::filter::FilterCriteria;
 use crate::rebalance::RebalanceContext;
 
 /// A partition is paused when this many of its records are buffered (or
@@ -213,12 +214,14 @@ fn list(tps: &[TopicPartition]) -> TopicPartitionList {
     list
 }
 
-/// Buffers a received record if its partition is owned; returns whether it was. A
+/// Buffers a received record if its partition is owned and it matches the filters (one that
+/// matches none is done at once); returns whether its partition was owned. A
 /// partition assigned again since its records were read is read afresh (what was
 /// buffered of it is forgotten).
 pub(super) fn take_in(
     consumer: &GroupConsumer,
     state: &mut Progress,
+    filter: &FilterCriteria,
     message: BorrowedMessage<'_>,
 ) -> bool {
     let tp = TopicPartition::new(message.topic(), message.partition());
@@ -236,6 +239,12 @@ pub(super) fn take_in(
         state.forget(&tp);
         state.leases.insert(tp.clone(), lease);
     }
-    state.buffers.push(tp, record);
+    if filter.matches(record.value.as_deref()) {
+        state.buffers.push(tp, record);
+    } else {
+        // As the event source: a record no filter matches is done (committed), not delivered.
+        state.buffers.skip(tp, record.offset);
+        state.summary.filtered += 1;
+    }
     true
 }

@@ -102,7 +102,7 @@ impl<'r> Session<'r> {
                 }
                 Ok(message) => {
                     self.read_after = None;
-                    if take_in(&self.consumer, &mut self.state, message) {
+                    if take_in(&self.consumer, &mut self.state, &self.runner.config.filter, message) {
                         let now = Instant::now();
                         self.first_record = self.first_record.or(Some(now));
                         self.last_activity = now;
