@@ -84,6 +84,10 @@ pub struct RunnerConfig {
     /// none of the filters is not delivered, and is committed (as Lambda does). Empty: every
     /// record is delivered.
     pub filter: FilterCriteria,
+    /// Topics whose records are never filtered: a topology's repartition topics, which in
+    /// Lambda are read by an event source mapping of their own, without the input's filter
+    /// (see `template.yaml`).
+    pub unfiltered_topics: Vec<String>,
     /// Exit once the group has consumed everything (for tests and demos): no record for
     /// [`idle_timeout`](Self::idle_timeout), and the group's committed offsets at the end
     /// of every partition it owns.
@@ -140,6 +144,7 @@ impl Default for RunnerConfig {
             report_batch_item_failures: true,
             on_failure_topic: None,
             filter: FilterCriteria::default(),
+            unfiltered_topics: Vec::new(),
             until_idle: false,
             until_caught_up: false,
             idle_timeout: Duration::from_secs(2),

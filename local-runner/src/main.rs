@@ -227,6 +227,8 @@ struct RunArgs {
     /// A filter of the event source's FilterCriteria, as the text of its `Pattern` (e.g.
     /// '{"value": {"kind": ["order"]}}'); repeatable, up to 5: a record is delivered when it
     /// matches one of them; the others are committed without being delivered, as Lambda does.
+    /// A topology's repartition topics are not filtered (in Lambda they have an event source
+    /// mapping of their own).
     #[arg(long = "filter", value_name = "PATTERN")]
     filters: Vec<String>,
     /// Create the topics the in-process topology writes (its `to` topics and repartition
@@ -664,7 +666,7 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     };
     // Over HTTP, the example function of that name (if this runner has it) tells which
     // topics the function writes.
-    let http_topology = match (&topology, args.create_topics) {
+    let http_topology = match (&topology, args.create_topics || !args.filters.is_empty()) {
         (None, true) => example_topology(&name).ok(),
         _ => None,
     };
@@ -724,6 +726,12 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         report_batch_item_failures: !args.ignore_batch_item_failures,
         on_failure_topic: args.on_failure_topic,
         filter: local_runner::filter::FilterCriteria::parse(&args.filters)?,
+        unfiltered_topics: topology
+            .as_ref()
+            .map(|(t, _)| t)
+            .or(http_topology.as_ref())
+            .map(Topology::repartition_topics)
+            .unwrap_or_default(),
         until_idle: args.until_idle,
         until_caught_up: args.until_caught_up,
         read_ahead_batches: args.read_ahead_batches,

@@ -214,14 +214,14 @@ fn list(tps: &[TopicPartition]) -> TopicPartitionList {
     list
 }
 
-/// Buffers a received record if its partition is owned and it matches the filters (one that
+/// Buffers a received record if its partition is owned and it matches the `filter` (one that
 /// matches none is done at once); returns whether its partition was owned. A
 /// partition assigned again since its records were read is read afresh (what was
 /// buffered of it is forgotten).
 pub(super) fn take_in(
     consumer: &GroupConsumer,
     state: &mut Progress,
-    filter: &FilterCriteria,
+    filter: Option<&FilterCriteria>,
     message: BorrowedMessage<'_>,
 ) -> bool {
     let tp = TopicPartition::new(message.topic(), message.partition());
@@ -239,7 +239,7 @@ pub(super) fn take_in(
         state.forget(&tp);
         state.leases.insert(tp.clone(), lease);
     }
-    if filter.matches(record.value.as_deref()) {
+    if filter.is_none_or(|f| f.matches(record.value.as_deref())) {
         state.buffers.push(tp, record);
     } else {
         // As the event source: a record no filter matches is done (committed), not delivered.

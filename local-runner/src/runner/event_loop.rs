@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use tokio::task::{Id, JoinSet};
 
 use super::commit::{CaughtUp, caught_up};
@@ -102,7 +103,11 @@ impl<'r> Session<'r> {
                 }
                 Ok(message) => {
                     self.read_after = None;
-                    if take_in(&self.consumer, &mut self.state, &self.runner.config.filter, message) {
+                    let config = &self.runner.config;
+                    let filter = (!config.filter.is_empty()
+                        && !config.unfiltered_topics.iter().any(|t| t == message.topic()))
+                    .then_some(&config.filter);
+                    if take_in(&self.consumer, &mut self.state, filter, message) {
                         let now = Instant::now();
                         self.first_record = self.first_record.or(Some(now));
                         self.last_activity = now;
