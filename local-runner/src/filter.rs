@@ -342,7 +342,8 @@ impl Rule {
                     Cmp::Ge => n >= bound,
                 })
             }),
-            Rule::Exists(_) => unreachable!("handled in matches"),
+            // A present value exists (an absent one is decided in `matches`).
+            Rule::Exists(want) => *want,
         }
     }
 }
@@ -362,7 +363,7 @@ mod tests {
 
     fn m(pattern: &str, value: &str) -> bool {
         FilterCriteria::parse(&[pattern])
-            .unwrap()
+            .expect("valid")
             .matches(Some(value.as_bytes()))
     }
 
@@ -465,7 +466,7 @@ mod tests {
             r#"{"value": {"kind": ["a"]}}"#,
             r#"{"value": {"kind": ["b"]}}"#,
         ])
-        .unwrap();
+        .expect("valid");
         assert!(f.matches(Some(br#"{"kind": "a"}"#)));
         assert!(f.matches(Some(br#"{"kind": "b"}"#)));
         assert!(!f.matches(Some(br#"{"kind": "c"}"#)));
@@ -489,20 +490,20 @@ mod tests {
         // A JSON string value is that string.
         assert!(m(r#"{"value": ["hi"]}"#, r#""hi""#));
         // A tombstone is null.
-        let f = FilterCriteria::parse(&[r#"{"value": [null]}"#]).unwrap();
+        let f = FilterCriteria::parse(&[r#"{"value": [null]}"#]).expect("valid");
         assert!(f.matches(None));
         assert!(!f.matches(Some(b"x")));
         // Bytes that are not UTF-8: no value at all.
-        let absent = FilterCriteria::parse(&[r#"{"value": [{"exists": false}]}"#]).unwrap();
+        let absent = FilterCriteria::parse(&[r#"{"value": [{"exists": false}]}"#]).expect("valid");
         assert!(absent.matches(Some(&[0xff, 0xfe])));
         assert!(!absent.matches(Some(b"text")));
-        let prefix = FilterCriteria::parse(&[r#"{"value": [{"prefix": ""}]}"#]).unwrap();
+        let prefix = FilterCriteria::parse(&[r#"{"value": [{"prefix": ""}]}"#]).expect("valid");
         assert!(!prefix.matches(Some(&[0xff, 0xfe])));
     }
 
     #[test]
     fn no_filter_delivers_everything() {
-        let f = FilterCriteria::parse::<&str>(&[]).unwrap();
+        let f = FilterCriteria::parse::<&str>(&[]).expect("valid");
         assert!(f.is_empty());
         assert!(f.matches(Some(&[0xff])));
         assert!(f.matches(None));
@@ -529,14 +530,14 @@ mod tests {
             (r#"{"value": {"a": [{"prefix": 1}]}}"#, "takes a string"),
             (r#"{"value": {"a": [{"exists": "yes"}]}}"#, "true or false"),
         ] {
-            let err = FilterCriteria::parse(&[pattern]).unwrap_err();
+            let err = FilterCriteria::parse(&[pattern]).expect_err("refused");
             assert!(err.contains("--filter #1"), "{err}");
             assert!(err.contains(why), "{pattern}: {err}");
         }
         let six = vec![r#"{"value": ["a"]}"#; 6];
         assert!(
             FilterCriteria::parse(&six)
-                .unwrap_err()
+                .expect_err("refused")
                 .contains("at most 5")
         );
     }

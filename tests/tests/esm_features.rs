@@ -20,11 +20,14 @@ use local_runner::{InvokeError, Runner, RunnerConfig, Transport};
 use rdkafka::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
+/// How the test function answers an event.
+type Answer = dyn Fn(&KafkaEvent) -> Result<String, String> + Send + Sync;
+
 /// A function that records the `(partition, offset)`s of every event and answers with
 /// `answer(event)`: `Ok(body)` is its response, `Err(message)` a function error.
 struct Recorder {
     calls: Mutex<Vec<Vec<(i32, i64)>>>,
-    answer: Box<dyn Fn(&KafkaEvent) -> Result<String, String> + Send + Sync>,
+    answer: Box<Answer>,
 }
 
 impl Recorder {
