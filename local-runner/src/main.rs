@@ -233,7 +233,8 @@ struct RunArgs {
     filters: Vec<String>,
     /// Create the topics the in-process topology writes (its `to` topics and repartition
     /// topics) when missing, with as many partitions as its largest source topic; with
-    /// --function-url, the topics given with --output-topic.
+    /// --function-url, those of this runner's example function of that --function-name (if
+    /// any, configured from the same environment) and the topics given with --output-topic.
     #[arg(long)]
     create_topics: bool,
     /// With --create-topics and --function-url: a topic the function writes (repeatable).
@@ -583,6 +584,8 @@ fn example_topology(name: &str) -> Result<Topology, String> {
 }
 
 async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
+    // Settings first: a bad filter is refused before anything is started or created.
+    let filter = local_runner::filter::FilterCriteria::parse(&args.filters)?;
     let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) =
         match (&args.function, &args.function_url, &args.function_name) {
             (Some(function), _, _) => {
@@ -685,7 +688,10 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     create_topics(
         bootstrap,
         &args,
-        topology.as_ref().map(|(t, _)| t).or(http_topology.as_ref()),
+        topology
+            .as_ref()
+            .map(|(t, _)| t)
+            .or(http_topology.as_ref().filter(|_| args.create_topics)),
         &topics,
     )
     .await?;
@@ -725,7 +731,7 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         bisect_batch_on_function_error: args.bisect_batch_on_function_error,
         report_batch_item_failures: !args.ignore_batch_item_failures,
         on_failure_topic: args.on_failure_topic,
-        filter: local_runner::filter::FilterCriteria::parse(&args.filters)?,
+        filter,
         unfiltered_topics: topology
             .as_ref()
             .map(|(t, _)| t)
