@@ -118,8 +118,17 @@ fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::filter::Targets {
         })
 }
 
-/// Logs through `tracing`: JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`, level from `RUST_LOG`
-/// (`level` and `target=level` directives; default `info`). Safe to call more than once.
+/// Whether log lines written to standard output get ANSI colours: only when it is a
+/// terminal, and `NO_COLOR` (<https://no-color.org>) is unset or empty. A file, a pipe, the
+/// Lambda runtime's log capture (CloudWatch) get plain text.
+pub fn log_colours() -> bool {
+    use std::io::IsTerminal;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Logs through `tracing` to standard output: JSON when `AWS_LAMBDA_LOG_FORMAT=JSON`, level
+/// from `RUST_LOG` (`level` and `target=level` directives; default `info`); coloured only
+/// on a terminal ([`log_colours`]). Safe to call more than once.
 pub fn init_tracing() {
     use tracing_subscriber::fmt;
     use tracing_subscriber::layer::SubscriberExt;
@@ -133,7 +142,12 @@ pub fn init_tracing() {
             .try_init()
     } else {
         registry
-            .with(fmt::layer().with_target(false).without_time())
+            .with(
+                fmt::layer()
+                    .with_ansi(log_colours())
+                    .with_target(false)
+                    .without_time(),
+            )
             .try_init()
     };
 }

@@ -50,13 +50,13 @@ impl Buffers {
         part.queue.push_back(record);
     }
 
-    /// Marks the record at `offset` of `tp` done without buffering it (a record the
-    /// schema validation gave up on): the partition's position moves past it once the
-    /// records before it are done.
+    /// Marks the record at `offset` of `tp` done without buffering it (it matched no filter,
+    /// or the schema validation gave up on it): the partition's position moves past it once
+    /// the records before it are done.
     pub fn skip(&mut self, tp: TopicPartition, offset: i64) {
         let part = self.parts.entry(tp).or_insert(PartitionBuffer {
             queue: VecDeque::new(),
-            next: offset,
+            next: offset + 1,
             bytes: 0,
         });
         part.next = part.next.max(offset + 1);

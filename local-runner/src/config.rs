@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::batch::MAX_BATCH_SIZE;
+use crate::filter::FilterCriteria;
 use crate::position::StartingPosition;
 
 /// When an on-failure destination is set and retries are unlimited, the ESM caps them at 10.
@@ -82,6 +83,14 @@ pub struct RunnerConfig {
     /// The event source's schema validation against a registry (`SchemaRegistryConfig`,
     /// see [`crate::schema`]); `None`: records are delivered as they are.
     pub schema_validation: Option<crate::schema::SchemaValidationConfig>,
+    /// The event source's `FilterCriteria` on the records' `value`: a record that matches
+    /// none of the filters is not delivered, and is committed (as Lambda does). Empty: every
+    /// record is delivered.
+    pub filter: FilterCriteria,
+    /// Topics whose records are never filtered: a topology's repartition topics, which in
+    /// Lambda are read by an event source mapping of their own, without the input's filter
+    /// (see `template.yaml`).
+    pub unfiltered_topics: Vec<String>,
     /// Exit once the group has consumed everything (for tests and demos): no record for
     /// [`idle_timeout`](Self::idle_timeout), and the group's committed offsets at the end
     /// of every partition it owns.
@@ -138,6 +147,8 @@ impl Default for RunnerConfig {
             report_batch_item_failures: true,
             on_failure_topic: None,
             schema_validation: None,
+            filter: FilterCriteria::default(),
+            unfiltered_topics: Vec::new(),
             until_idle: false,
             until_caught_up: false,
             idle_timeout: Duration::from_secs(2),

@@ -7,7 +7,8 @@
 //! partitions per event, in offset order), builds the very same event JSON, invokes the
 //! function through a [`Transport`] (in-process, or [`Http`]: the Lambda Invoke API of
 //! `cargo lambda watch` or any emulator), honours partial batch responses ([`response`]),
-//! retries (with a limit, a maximum record age and bisection as options), sends records
+//! [`filter`]s records by their value (`FilterCriteria`), retries (with a limit, a maximum
+//! record age and bisection as options), sends records
 //! it gives up on to an on-failure [`destination`] topic, and commits offsets only for
 //! records done.
 //!
@@ -24,6 +25,7 @@ pub mod batch;
 pub mod config;
 pub mod destination;
 pub mod embedded;
+pub mod filter;
 #[cfg(feature = "examples")]
 pub mod functions;
 pub mod position;

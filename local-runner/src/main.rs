@@ -237,6 +237,22 @@ struct RunArgs {
     /// With --schema-registry: what is validated: `key`, `value` or `key,value`.
     #[arg(long, default_value = "value", requires = "schema_registry")]
     schema_validation: String,
+    /// A filter of the event source's FilterCriteria, as the text of its `Pattern` (e.g.
+    /// '{"value": {"kind": ["order"]}}'); repeatable, up to 5: a record is delivered when it
+    /// matches one of them; the others are committed without being delivered, as Lambda does.
+    /// A topology's repartition topics are not filtered (in Lambda they have an event source
+    /// mapping of their own).
+    #[arg(long = "filter", value_name = "PATTERN")]
+    filters: Vec<String>,
+    /// Create the topics the in-process topology writes (its `to` topics and repartition
+    /// topics) when missing, with as many partitions as its largest source topic; with
+    /// --function-url, those of this runner's example function of that --function-name (if
+    /// any, configured from the same environment) and the topics given with --output-topic.
+    #[arg(long)]
+    create_topics: bool,
+    /// With --create-topics and --function-url: a topic the function writes (repeatable).
+    #[arg(long = "output-topic", requires = "create_topics")]
+    output_topics: Vec<String>,
     /// Processing guarantee.
     #[arg(long, env = "LAMBDA_STREAMS_GUARANTEE", default_value = "exactly_once")]
     guarantee: String,
@@ -498,26 +514,68 @@ async fn open_store(
     Ok((store, embedded))
 }
 
-/// Creates the topology's repartition topics that do not exist yet, with as many partitions
-/// as its largest input topic (as Kafka Streams creates its internal topics).
-async fn create_repartition_topics(bootstrap: &str, topology: &Topology) -> Result<(), String> {
-    let internal = topology.repartition_topics();
-    if internal.is_empty() {
+/// Creates the `topics` that do not exist yet, with as many partitions as the largest of
+/// the `sources` (as Kafka Streams creates its internal topics); `what` names them in the
+/// log line.
+async fn create_missing_topics(
+    bootstrap: &str,
+    sources: &[String],
+    topics: &[String],
+    what: &str,
+) -> Result<(), String> {
+    if topics.is_empty() {
         return Ok(());
     }
     let existing: HashMap<String, usize> = admin::list_topics(bootstrap)?.into_iter().collect();
-    let partitions = topology
-        .source_topics()
+    let partitions = sources
         .iter()
-        .filter(|t| !internal.contains(t))
+        .filter(|t| !topics.contains(t))
         .filter_map(|t| existing.get(t).copied())
         .max()
         .map_or(1, |n| i32::try_from(n).unwrap_or(i32::MAX));
-    for topic in internal.iter().filter(|t| !existing.contains_key(*t)) {
+    for topic in topics.iter().filter(|t| !existing.contains_key(*t)) {
         admin::create_topic(bootstrap, topic, partitions).await?;
-        eprintln!("[local-runner] created repartition topic {topic} ({partitions} partitions)");
+        eprintln!("[local-runner] created {what} topic {topic} ({partitions} partitions)");
     }
     Ok(())
+}
+
+/// The topics to create before the run: a topology's repartition topics always (the
+/// function consumes them), and with `--create-topics` the topics it writes and the
+/// `--output-topic`s. Over HTTP the runner knows the topology when it has an example
+/// function of that name (configured from the same environment variables).
+async fn create_topics(
+    bootstrap: &str,
+    args: &RunArgs,
+    topology: Option<&Topology>,
+    sources: &[String],
+) -> Result<(), String> {
+    if let Some(topology) = topology {
+        create_missing_topics(
+            bootstrap,
+            &topology.source_topics(),
+            &topology.repartition_topics(),
+            "repartition",
+        )
+        .await?;
+    }
+    if !args.create_topics {
+        return Ok(());
+    }
+    let mut outputs: Vec<String> = args.output_topics.clone();
+    if let Some(topology) = topology {
+        let internal = topology.repartition_topics();
+        outputs.extend(
+            topology
+                .sink_topics()
+                .into_iter()
+                .filter(|t| !internal.contains(t)),
+        );
+    }
+    outputs.retain(|t| !sources.contains(t));
+    outputs.sort();
+    outputs.dedup();
+    create_missing_topics(bootstrap, sources, &outputs, "output").await
 }
 
 /// The topology of the workspace's example function `name`, to run in-process.
@@ -539,6 +597,8 @@ fn example_topology(name: &str) -> Result<Topology, String> {
 }
 
 async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
+    // Settings first: a bad filter is refused before anything is started or created.
+    let filter = local_runner::filter::FilterCriteria::parse(&args.filters)?;
     let (transport, topology, name, _embedded): (Arc<dyn Transport>, _, _, _) =
         match (&args.function, &args.function_url, &args.function_name) {
             (Some(function), _, _) => {
@@ -620,9 +680,34 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         (Some((topology, _)), true) => topology.source_topics(),
         (None, true) => return Err("--topic is required with --function-url".into()),
     };
-    if let Some((topology, _)) = &topology {
-        create_repartition_topics(bootstrap, topology).await?;
+    // Over HTTP, the example function of that name (if this runner has it) tells which
+    // topics the function writes.
+    let http_topology = match (&topology, args.create_topics || !args.filters.is_empty()) {
+        (None, true) => example_topology(&name).ok(),
+        _ => None,
+    };
+    if let Some(known) = &http_topology {
+        let missing: Vec<String> = known
+            .repartition_topics()
+            .into_iter()
+            .filter(|t| !topics.contains(t))
+            .collect();
+        if !missing.is_empty() {
+            eprintln!(
+                "[local-runner] note: {name} also consumes its repartition topics {missing:?}: give them with --topic"
+            );
+        }
     }
+    create_topics(
+        bootstrap,
+        &args,
+        topology
+            .as_ref()
+            .map(|(t, _)| t)
+            .or(http_topology.as_ref().filter(|_| args.create_topics)),
+        &topics,
+    )
+    .await?;
     let config = RunnerConfig {
         bootstrap_servers: bootstrap.to_owned(),
         group_id: args
@@ -671,6 +756,13 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
             }
             None => None,
         },
+        filter,
+        unfiltered_topics: topology
+            .as_ref()
+            .map(|(t, _)| t)
+            .or(http_topology.as_ref())
+            .map(Topology::repartition_topics)
+            .unwrap_or_default(),
         until_idle: args.until_idle,
         until_caught_up: args.until_caught_up,
         read_ahead_batches: args.read_ahead_batches,
@@ -693,13 +785,14 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
     let runner = Runner::new(config, transport)?;
     let summary = runner.run().await?;
     println!(
-        "processed {} records in {} batches ({} invocations, at most {} in flight, {} failed and retried, {} records given up) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
+        "processed {} records in {} batches ({} invocations, at most {} in flight, {} failed and retried, {} records given up, {} filtered out) in {:.2} s ({:.2} s from the first record): {:.0} records/s",
         summary.records,
         summary.batches,
         summary.invocations,
         summary.peak_in_flight,
         summary.failures,
         summary.given_up,
+        summary.filtered,
         summary.elapsed.as_secs_f64(),
         summary.active.as_secs_f64(),
         summary.records_per_second()

@@ -465,11 +465,20 @@ fn add_function(template: &str, names: &Names) -> Result<String, String> {
         "SubnetIds",
         "SecurityGroupIds",
         "StateTable",
+        "ProvisionedMinimumPollers",
+        "ProvisionedMaximumPollers",
+        "MaximumRetryAttempts",
+        "MaximumRecordAgeInSeconds",
+        "BisectBatchOnFunctionError",
+        "FailedRecordsTopic",
+        "FilterPattern",
+        "EventSourceMetrics",
+        "HasFailureDestination",
+        "HasFilter",
     ] {
-        if !template
-            .lines()
-            .any(|l| l.trim_end() == format!("  {needed}:"))
-        {
+        if !template.lines().any(|l| {
+            l.trim_end() == format!("  {needed}:") || l.starts_with(&format!("  {needed}: "))
+        }) {
             return Err(format!(
                 "the function block refers to {needed}, which the template does not declare"
             ));
@@ -616,20 +625,28 @@ mod tests {
     }
 
     /// The smallest template the block refers into.
-    const TEMPLATE: &str = "Parameters:\n  MskClusterArn:\n    Type: String\n  BatchSize:\n    Type: Number\n  BatchingWindowSeconds:\n    Type: Number\n  SubnetIds:\n    Type: CommaDelimitedList\n  SecurityGroupIds:\n    Type: CommaDelimitedList\n\nConditions:\n  InVpc: !Not [!Equals [!Join [\"\", !Ref SubnetIds], \"\"]]\n\nResources:\n  StateTable:\n    Type: AWS::DynamoDB::Table\n\nOutputs:\n  StateTableName:\n    Value: !Ref StateTable\n";
+    const TEMPLATE: &str = "Parameters:\n  MskClusterArn:\n    Type: String\n  BatchSize:\n    Type: Number\n  BatchingWindowSeconds:\n    Type: Number\n  SubnetIds:\n    Type: CommaDelimitedList\n  SecurityGroupIds:\n    Type: CommaDelimitedList\n  ProvisionedMinimumPollers:\n    Type: Number\n  ProvisionedMaximumPollers:\n    Type: Number\n  MaximumRetryAttempts:\n    Type: Number\n  MaximumRecordAgeInSeconds:\n    Type: Number\n  BisectBatchOnFunctionError:\n    Type: String\n  FailedRecordsTopic:\n    Type: String\n  FilterPattern:\n    Type: String\n  EventSourceMetrics:\n    Type: CommaDelimitedList\n\nConditions:\n  InVpc: !Not [!Equals [!Join [\"\", !Ref SubnetIds], \"\"]]\n  HasFailureDestination: !Not [!Equals [!Ref FailedRecordsTopic, \"\"]]\n  HasFilter: !Not [!Equals [!Ref FilterPattern, \"\"]]\n\nResources:\n  StateTable:\n    Type: AWS::DynamoDB::Table\n\nOutputs:\n  StateTableName:\n    Value: !Ref StateTable\n";
 
     #[test]
     fn the_function_block_goes_at_the_end_of_each_section_once() {
         let names = Names::of("clicks");
         let text = add_function(TEMPLATE, &names).unwrap();
         let params = text.find("  ClicksInputTopic:").unwrap();
-        assert!(params > text.find("  SecurityGroupIds:").unwrap());
+        assert!(params > text.find("  EventSourceMetrics:").unwrap());
         assert!(params < text.find("Conditions:").unwrap());
         let function = text.find("  ClicksFunction:").unwrap();
         assert!(function > text.find("  StateTable:").unwrap());
         assert!(function < text.find("Outputs:").unwrap());
         assert!(text.contains("        Binary: clicks\n"));
         assert!(text.contains("ConsumerGroupId: !Sub \"${ClicksConsumerGroupId}-repartition\""));
+        // Its mappings, with the on-failure destination as every mapping of the template.
+        assert!(text.contains("  ClicksInputMapping:\n"));
+        assert!(text.contains("  ClicksRepartitionMapping:\n"));
+        assert_eq!(
+            text.matches("Destination: !Sub \"kafka://${FailedRecordsTopic}\"")
+                .count(),
+            2
+        );
         assert!(text.ends_with("  ClicksFunctionArn:\n    Description: ARN of the clicks function\n    Value: !GetAtt ClicksFunction.Arn\n"));
         assert!(!text.contains("{{"), "every placeholder filled");
         // The same again is refused, and a template without the parts the block uses.

@@ -100,6 +100,8 @@ enum EventField {
     EventSourceArn,
     BootstrapServers,
     Records,
+    /// Refused when `Queue` (share groups).
+    ConsumptionMode,
     #[serde(other)]
     Other,
 }
@@ -153,6 +155,15 @@ impl<'de> Visitor<'de> for EventSeed<'_> {
                     once(ctx, partitions.is_some(), "records")?;
                     partitions = Some(map.next_value_seed(RecordsSeed { ctx: &mut *ctx })?);
                     ctx.leave_records();
+                }
+                EventField::ConsumptionMode => {
+                    ctx.field = Some("consumptionMode");
+                    let mode: Option<String> = map.next_value()?;
+                    if mode.is_some_and(|m| m.eq_ignore_ascii_case("queue")) {
+                        return Err(ctx.fail(DecodeErrorKind::QueueMode(
+                            "the event's consumptionMode is Queue",
+                        )));
+                    }
                 }
                 EventField::Other => {
                     map.next_value::<IgnoredAny>()?;

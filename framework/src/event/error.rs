@@ -64,13 +64,27 @@ pub enum DecodeErrorKind {
         partition: i32,
     },
     /// A record's offset is not above the previous record's offset in its list.
-    #[error("offset {offset} follows offset {previous}: offsets must strictly increase")]
+    #[error(
+        "offset {offset} follows offset {previous}: offsets must strictly increase (an event source in Queue mode, on a share group, does not keep partition order; lambda-streams needs ConsumptionMode Stream)"
+    )]
     OffsetOutOfOrder {
         /// The offset of the previous record in the list.
         previous: i64,
         /// The offset of this record.
         offset: i64,
     },
+    /// The event comes from an event source in Queue mode (Kafka share groups): records of
+    /// a partition are delivered by several consumers at once, out of order and more than
+    /// once, and the framework's per-partition offset watermarks (its exactly-once design)
+    /// need partition order. Refused, never processed. AWS's documentation (as found) does
+    /// not show the Queue-mode event itself; the decoder refuses what marks one: a record's
+    /// `deliveryCount` (the share consumer's per-record delivery count, which a consumer
+    /// group's records never have), an event-level `consumptionMode` of `Queue`, and, as
+    /// for any event, offsets out of order ([`OffsetOutOfOrder`](Self::OffsetOutOfOrder)).
+    #[error(
+        "this event comes from an event source in Queue mode (Kafka share groups: {0}): lambda-streams needs per-partition order for its exactly-once state; set the event source mapping's ConsumptionMode to Stream (the default)"
+    )]
+    QueueMode(&'static str),
     /// `timestamp` is a number but not an integer that fits an `i64` (`1764460800000.0`,
     /// `1.7e12`, `2^63`). A non-number (a string, ...) is [`Invalid`](Self::Invalid).
     #[error("timestamp must be an integer number of epoch milliseconds, found {0}")]

@@ -14,6 +14,7 @@ use super::state::Progress;
 use super::{GroupConsumer, Runner};
 use crate::admin::{METADATA_TIMEOUT, with_coordinator};
 use crate::batch::{MAX_PAYLOAD_BYTES, to_record};
+use crate::filter::FilterCriteria;
 use crate::rebalance::RebalanceContext;
 use crate::schema::{SchemaFailure, SchemaValidation};
 
@@ -216,7 +217,7 @@ fn list(tps: &[TopicPartition]) -> TopicPartitionList {
 
 /// What became of a received record.
 pub(super) enum TakenIn {
-    /// Buffered.
+    /// Buffered, or done at once because it matched no filter.
     Buffered,
     /// Of a partition not owned: dropped.
     Dropped,
@@ -225,11 +226,13 @@ pub(super) enum TakenIn {
 }
 
 /// Buffers a received record if its partition is owned, after the schema validation if
-/// there is one. A partition assigned again since its records were read is read afresh
-/// (what was buffered of it is forgotten). `Err`: the registry could not be reached.
+/// there is one, and if it matches the `filter` (one that matches none is done at once).
+/// A partition assigned again since its records were read is read afresh (what was
+/// buffered of it is forgotten). `Err`: the registry could not be reached.
 pub(super) fn take_in(
     consumer: &GroupConsumer,
     state: &mut Progress,
+    filter: Option<&FilterCriteria>,
     message: BorrowedMessage<'_>,
     validation: Option<&SchemaValidation>,
 ) -> Result<TakenIn, String> {
@@ -254,6 +257,13 @@ pub(super) fn take_in(
         state.buffers.skip(tp.clone(), record.offset);
         return Ok(TakenIn::Invalid(tp, Box::new(record), failure));
     }
-    state.buffers.push(tp, record);
+    // The filter sees the value as the function would (after the schema validation).
+    if filter.is_none_or(|f| f.matches(record.value.as_deref())) {
+        state.buffers.push(tp, record);
+    } else {
+        // As the event source: a record no filter matches is done (committed), not delivered.
+        state.buffers.skip(tp, record.offset);
+        state.summary.filtered += 1;
+    }
     Ok(TakenIn::Buffered)
 }

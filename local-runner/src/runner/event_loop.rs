@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Message;
 use tokio::task::{Id, JoinSet};
 
 use super::commit::{CaughtUp, caught_up};
@@ -110,9 +111,14 @@ impl<'r> Session<'r> {
                 }
                 Ok(message) => {
                     self.read_after = None;
+                    let config = &self.runner.config;
+                    let filter = (!config.filter.is_empty()
+                        && !config.unfiltered_topics.iter().any(|t| t == message.topic()))
+                    .then_some(&config.filter);
                     let taken = take_in(
                         &self.consumer,
                         &mut self.state,
+                        filter,
                         message,
                         self.validation.as_ref(),
                     )?;

@@ -23,6 +23,8 @@ pub struct RunSummary {
     /// Records given up on (retries exhausted or too old): sent to the on-failure
     /// destination, or skipped without one.
     pub given_up: u64,
+    /// Records that matched none of the filters (`--filter`): not delivered, committed.
+    pub filtered: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
     /// Time from the first record received to the last batch completed (excludes the

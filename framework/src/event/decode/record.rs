@@ -26,6 +26,8 @@ enum RecordField {
     Headers,
     KeySchemaMetadata,
     ValueSchemaMetadata,
+    /// Only a share group's records carry it (Queue mode): refused.
+    DeliveryCount,
     #[serde(other)]
     Other,
 }
@@ -117,6 +119,12 @@ impl<'de> Visitor<'de> for RecordSeed<'_> {
                         "valueSchemaMetadata",
                     )?;
                     f.value_schema_metadata = Some(map.next_value()?);
+                }
+                RecordField::DeliveryCount => {
+                    ctx.field = Some("deliveryCount");
+                    return Err(ctx.fail(DecodeErrorKind::QueueMode(
+                        "the record carries a deliveryCount",
+                    )));
                 }
                 RecordField::Other => {
                     map.next_value::<IgnoredAny>()?;
