@@ -21,8 +21,10 @@ mod admin;
 mod cache;
 mod item;
 mod lean;
+mod request;
 mod retry;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,9 +34,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
@@ -54,6 +54,7 @@ pub use item::{
 use item::{cache_key, expired, number, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
+use request::{Returned, Update, Value, placeholder};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
 
@@ -157,11 +158,11 @@ impl DynamoStore {
     /// refusal adds its write units and conditional failure to `stats`.
     async fn update_item(
         &self,
-        request: UpdateItemFluentBuilder,
+        request: Update<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
-            return match lean.update_item(request.as_input()).await {
+            return match lean.update_item(request.body().into()).await {
                 Ok(out) => {
                     if let Some(units) = out.capacity_units {
                         stats.consumed_write_units += units;
@@ -180,7 +181,7 @@ impl DynamoStore {
                 }),
             };
         }
-        match request.send().await {
+        match request.to_sdk(&self.client).send().await {
             Ok(out) => {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
@@ -206,7 +207,7 @@ impl DynamoStore {
     /// errors name the write's store and key.
     async fn send(
         &self,
-        request: UpdateItemFluentBuilder,
+        request: Update<'_>,
         write: &ItemWrite<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, StateError> {
@@ -248,7 +249,7 @@ impl DynamoStore {
                 "ADD #v :d, #ver :one SET {}",
                 Self::base_set(write).join(", ")
             ))
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+            .value(":d", Value::N(delta));
         if write.timestamp.is_some() {
             // The newest record time only moves forward (see `apply_additive`).
             request = request.condition_expression("attribute_not_exists(#mt) OR #mt <= :mt");
@@ -306,8 +307,7 @@ impl DynamoStore {
                     .as_ref()
                     .and_then(|s| s.timestamp)
                     .map_or(at, |t| t.max(at));
-                request = request
-                    .expression_attribute_values(":mt", AttributeValue::N(newest.to_string()));
+                request = request.value(":mt", Value::N(newest));
             }
             let mut add = "ADD #ver :one".to_owned();
             let mut remove = "";
@@ -341,48 +341,35 @@ impl DynamoStore {
                         .filter(|_| write.close_at.is_none())
                     {
                         Some(Some(at)) => {
-                            request = closing_names(request, write.store)
-                                .expression_attribute_values(
-                                    ":cl",
-                                    AttributeValue::N(at.to_string()),
-                                );
+                            request =
+                                closing_names(request, write.store).value(":cl", Value::N(at));
                             set.push("#cq = :cq, #cl = :cl".to_owned());
                         }
                         Some(None) => {
-                            request = request
-                                .expression_attribute_names("#cq", CLOSING_STORE)
-                                .expression_attribute_names("#cl", CLOSING_TIME);
+                            request = request.name("#cq", CLOSING_STORE).name("#cl", CLOSING_TIME);
                             remove = " REMOVE #cq, #cl";
                         }
                         None => {}
                     }
-                    request = request
-                        .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
+                    request = request.value(":a", Value::B(Cow::Owned(aggregate)));
                     set.push("#v = :a".to_owned());
                 }
                 None => {
-                    request = request
-                        .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+                    request = request.value(":d", Value::N(delta));
                     add = "ADD #v :d, #ver :one".to_owned();
                 }
             }
             for (i, (tp, last)) in marks.iter().enumerate() {
                 let tp = &write.partitions[*tp as usize];
                 request = request
-                    .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
-                    .expression_attribute_values(
-                        format!(":l{i}"),
-                        AttributeValue::N(last.to_string()),
-                    );
+                    .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                    .value(placeholder(":l", i), Value::N(*last));
                 set.push(format!("#w{i} = :l{i}"));
             }
             request = match &stored {
                 Some(state) => request
                     .condition_expression("#ver = :read")
-                    .expression_attribute_values(
-                        ":read",
-                        AttributeValue::N(state.version.to_string()),
-                    ),
+                    .value(":read", Value::U(state.version)),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
             let expression = format!("{add} SET {}{remove}", set.join(", "));
@@ -413,15 +400,13 @@ impl DynamoStore {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = Self::base_set(write);
         let mut conditions = Vec::new();
-        let mut request = self
-            .update(write, false)
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        let mut request = self.update(write, false).value(":d", Value::N(delta));
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
             request = request
-                .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
-                .expression_attribute_values(format!(":f{i}"), AttributeValue::N(first.to_string()))
-                .expression_attribute_values(format!(":l{i}"), AttributeValue::N(last.to_string()));
+                .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                .value(placeholder(":f", i), Value::N(first))
+                .value(placeholder(":l", i), Value::N(last));
             set.push(format!("#w{i} = :l{i}"));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
         }
@@ -737,27 +722,22 @@ impl Store for DynamoStore {
             ..WriteStats::default()
         };
         let pk = item_key(store, &item.key);
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.clone()))
-            .key("sk", AttributeValue::N("0".into()))
+        let request = Update::new(&self.table, pk.as_str(), 0)
             .condition_expression("#ver = :read")
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_names("#a", "a")
-            .expression_attribute_names("#cq", CLOSING_STORE)
-            .expression_attribute_names("#cl", CLOSING_TIME)
-            .expression_attribute_values(":read", AttributeValue::N(item.state.version.to_string()))
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .name("#ver", "ver")
+            .name("#a", "a")
+            .name("#cq", CLOSING_STORE)
+            .name("#cl", CLOSING_TIME)
+            .value(":read", Value::U(item.state.version))
+            .value(":one", Value::N(1))
+            .value(":a", Value::B(Cow::Borrowed(aggregate)))
+            .returned(Returned::AllNew)
+            .consumed_capacity();
         let request = match close_at {
             Some(at) => request
                 .update_expression("SET #a = :a, #cq = :cq, #cl = :cl ADD #ver :one")
-                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
-                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
+                .value(":cq", Value::S(Cow::Borrowed(store)))
+                .value(":cl", Value::N(at)),
             None => request.update_expression("SET #a = :a ADD #ver :one REMOVE #cq, #cl"),
         };
         let result = self.update_item(request, &mut stats).await;
@@ -873,19 +853,14 @@ impl DynamoStore {
             requests: 1,
             ..WriteStats::default()
         };
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(item_key(store, &window.key)))
-            .key("sk", AttributeValue::N(window.start.to_string()))
+        let request = Update::new(&self.table, item_key(store, &window.key), window.start)
             .update_expression("REMOVE #cq, #cl")
             .condition_expression("#ver = :v")
-            .expression_attribute_names("#cq", CLOSING_STORE)
-            .expression_attribute_names("#cl", CLOSING_TIME)
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_values(":v", AttributeValue::N(window.state.version.to_string()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .name("#cq", CLOSING_STORE)
+            .name("#cl", CLOSING_TIME)
+            .name("#ver", "ver")
+            .value(":v", Value::U(window.state.version))
+            .consumed_capacity();
         match self.update_item(request, &mut stats).await {
             // Refused: the window changed since it was read, its next close marks it.
             Ok(_) => Ok(stats),
@@ -901,22 +876,17 @@ impl DynamoStore {
         time: i64,
         stamp: Option<(&str, i64)>,
     ) -> Result<(), StateErrorKind> {
-        let mut request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
-            .key("sk", AttributeValue::N("0".into()))
+        let mut request = Update::new(&self.table, STREAM_TIME_KEY, 0)
             .update_expression("SET #t = :t")
             .condition_expression("attribute_not_exists(#t) OR #t < :t")
-            .expression_attribute_names("#t", name)
-            .expression_attribute_values(":t", AttributeValue::N(time.to_string()));
+            .name("#t", name)
+            .value(":t", Value::N(time));
         if let Some((stamp, at)) = stamp {
             request = request
                 .update_expression("SET #t = :t, #u = :u, #s = if_not_exists(#s, :u)")
-                .expression_attribute_names("#u", stamp)
-                .expression_attribute_names("#s", "s")
-                .expression_attribute_values(":u", AttributeValue::N(at.to_string()));
+                .name("#u", stamp)
+                .name("#s", "s")
+                .value(":u", Value::N(at));
         }
         // A refused condition: the clock is at `time` or later already.
         let mut stats = WriteStats::default();
@@ -1014,9 +984,9 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// Names the closing index's attributes (`#cq`, `#cl`) and the store (`:cq`) in `request`.
-fn closing_names(request: UpdateItemFluentBuilder, store: &str) -> UpdateItemFluentBuilder {
+fn closing_names<'a>(request: Update<'a>, store: &'a str) -> Update<'a> {
     request
-        .expression_attribute_names("#cq", CLOSING_STORE)
-        .expression_attribute_names("#cl", CLOSING_TIME)
-        .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+        .name("#cq", CLOSING_STORE)
+        .name("#cl", CLOSING_TIME)
+        .value(":cq", Value::S(Cow::Borrowed(store)))
 }
