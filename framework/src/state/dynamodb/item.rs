@@ -53,16 +53,18 @@ pub const NEWEST_TIME: &str = "mt";
 
 impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
-    pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
-        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+    pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<Cow<'static, str>> {
+        let mut set = Vec::with_capacity(8);
+        set.push(Cow::Borrowed("#k = :k"));
+        set.push(Cow::Borrowed("#fv = :fv"));
         if write.expires_at.is_some() {
-            set.push("#ttl = :ttl".to_owned());
+            set.push(Cow::Borrowed("#ttl = :ttl"));
         }
         if write.timestamp.is_some() {
-            set.push("#mt = :mt".to_owned());
+            set.push(Cow::Borrowed("#mt = :mt"));
         }
         if write.close_at.is_some() {
-            set.push("#cq = :cq, #cl = :cl".to_owned());
+            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
         }
         set
     }

@@ -155,6 +155,8 @@ pub struct LeanClient {
     http: HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: http::Uri,
     host: String,
+    /// `host` as a header value, built once.
+    host_header: http::HeaderValue,
     region: String,
     provider: SharedCredentialsProvider,
     credentials: tokio::sync::Mutex<Option<CachedCredentials>>,
@@ -216,9 +218,12 @@ impl LeanClient {
         let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(https);
+        let host_header = http::HeaderValue::from_str(&host)
+            .map_err(|e| format!("DynamoDB endpoint {endpoint:?}: {e}"))?;
         Ok(LeanClient {
             http,
             uri,
+            host_header,
             host,
             region: region.to_owned(),
             provider,
@@ -466,18 +471,34 @@ impl LeanClient {
             &key.key,
             payload_hash,
         );
-        let mut request = http::Request::builder()
-            .method(http::Method::POST)
-            .uri(self.uri.clone())
-            .header(http::header::HOST, &self.host)
-            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-            .header("x-amz-target", UPDATE_ITEM_TARGET)
-            .header("x-amz-date", &stamp)
-            .header(http::header::AUTHORIZATION, authorization);
+        // Names and constant values from static strings, the host's value built once: no
+        // header is parsed per request.
+        let value = |text: String| {
+            http::HeaderValue::try_from(text).map_err(|e| format!("a request header: {e}"))
+        };
+        let mut request = http::Request::new(Full::new(body));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        let headers = request.headers_mut();
+        headers.reserve(6);
+        headers.insert(http::header::HOST, self.host_header.clone());
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(CONTENT_TYPE),
+        );
+        headers.insert(
+            http::HeaderName::from_static("x-amz-target"),
+            http::HeaderValue::from_static(UPDATE_ITEM_TARGET),
+        );
+        headers.insert(http::HeaderName::from_static("x-amz-date"), value(stamp)?);
+        headers.insert(http::header::AUTHORIZATION, value(authorization)?);
         if let Some(token) = token {
-            request = request.header("x-amz-security-token", token);
+            headers.insert(
+                http::HeaderName::from_static("x-amz-security-token"),
+                value(token.to_owned())?,
+            );
         }
-        request.body(Full::new(body)).map_err(|e| e.to_string())
+        Ok(request)
     }
 }
 
@@ -536,16 +557,35 @@ fn authorization(
     canonical.push_str(signed_headers);
     canonical.push('\n');
     canonical.push_str(payload_hash);
-    let scope = format!("{day}/{region}/dynamodb/aws4_request");
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
+    let mut string_to_sign = String::with_capacity(160);
+    string_to_sign.push_str("AWS4-HMAC-SHA256\n");
+    string_to_sign.push_str(stamp);
+    string_to_sign.push('\n');
+    push_scope(&mut string_to_sign, day, region);
+    string_to_sign.push('\n');
+    push_hex(&mut string_to_sign, &Sha256::digest(canonical.as_bytes()));
     let signature =
         aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
-    format!(
-        "AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
-    )
+    let mut header = String::with_capacity(
+        100 + access_key.len() + region.len() + signed_headers.len() + signature.len(),
+    );
+    header.push_str("AWS4-HMAC-SHA256 Credential=");
+    header.push_str(access_key);
+    header.push('/');
+    push_scope(&mut header, day, region);
+    header.push_str(", SignedHeaders=");
+    header.push_str(signed_headers);
+    header.push_str(", Signature=");
+    header.push_str(&signature);
+    header
+}
+
+/// The credential scope: `<day>/<region>/dynamodb/aws4_request`.
+fn push_scope(out: &mut String, day: &str, region: &str) {
+    out.push_str(day);
+    out.push('/');
+    out.push_str(region);
+    out.push_str("/dynamodb/aws4_request");
 }
 
 /// `(YYYYMMDD, YYYYMMDD'T'HHMMSS'Z')` of `time` in UTC.
@@ -562,24 +602,39 @@ fn amz_date(time: SystemTime) -> (String, String) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let date = format!("{year:04}{month:02}{day:02}");
-    let stamp = format!(
-        "{date}T{:02}{:02}{:02}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60
-    );
+    // Digits written by hand: this runs once per request.
+    let digits = |out: &mut String, n: i64, width: u32| {
+        for place in (0..width).rev() {
+            let digit = (n / 10i64.pow(place)).rem_euclid(10) as u8;
+            out.push(char::from(b'0' + digit));
+        }
+    };
+    let mut date = String::with_capacity(8);
+    digits(&mut date, year, 4);
+    digits(&mut date, month, 2);
+    digits(&mut date, day, 2);
+    let mut stamp = String::with_capacity(16);
+    stamp.push_str(&date);
+    stamp.push('T');
+    digits(&mut stamp, of_day / 3600, 2);
+    digits(&mut stamp, of_day / 60 % 60, 2);
+    digits(&mut stamp, of_day % 60, 2);
+    stamp.push('Z');
     (date, stamp)
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[usize::from(b >> 4)] as char);
         out.push(DIGITS[usize::from(b & 0xf)] as char);
     }
-    out
 }
 
 fn describe_transport(endpoint: &http::Uri, error: &hyper_util::client::legacy::Error) -> String {

@@ -162,7 +162,9 @@ impl DynamoStore {
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
-            return match lean.update_item(request.body().into()).await {
+            // Boxed: the HTTP client's future is large, and the store's futures (boxed by
+            // `async_trait` per write) would otherwise carry and copy it.
+            return match Box::pin(lean.update_item(request.body().into())).await {
                 Ok(out) => {
                     if let Some(units) = out.capacity_units {
                         stats.consumed_write_units += units;
@@ -181,7 +183,7 @@ impl DynamoStore {
                 }),
             };
         }
-        match request.to_sdk(&self.client).send().await {
+        match Box::pin(request.to_sdk(&self.client).send()).await {
             Ok(out) => {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
@@ -343,7 +345,7 @@ impl DynamoStore {
                         Some(Some(at)) => {
                             request =
                                 closing_names(request, write.store).value(":cl", Value::N(at));
-                            set.push("#cq = :cq, #cl = :cl".to_owned());
+                            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
                         }
                         Some(None) => {
                             request = request.name("#cq", CLOSING_STORE).name("#cl", CLOSING_TIME);
@@ -352,7 +354,7 @@ impl DynamoStore {
                         None => {}
                     }
                     request = request.value(":a", Value::B(Cow::Owned(aggregate)));
-                    set.push("#v = :a".to_owned());
+                    set.push(Cow::Borrowed("#v = :a"));
                 }
                 None => {
                     request = request.value(":d", Value::N(delta));
@@ -364,7 +366,7 @@ impl DynamoStore {
                 request = request
                     .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                     .value(placeholder(":l", i), Value::N(*last));
-                set.push(format!("#w{i} = :l{i}"));
+                set.push(Cow::Owned(format!("#w{i} = :l{i}")));
             }
             request = match &stored {
                 Some(state) => request
@@ -407,7 +409,7 @@ impl DynamoStore {
                 .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                 .value(placeholder(":f", i), Value::N(first))
                 .value(placeholder(":l", i), Value::N(last));
-            set.push(format!("#w{i} = :l{i}"));
+            set.push(Cow::Owned(format!("#w{i} = :l{i}")));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
         }
         if write.timestamp.is_some() {
