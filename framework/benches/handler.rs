@@ -8,7 +8,7 @@
 //!
 //! Groups (each reports bytes of event JSON per second; records/s is 10,000 / time):
 //! - `handler/lambda_streams`: `KafkaEvent::decode` + `Topology::process` of
-//!   `stream -> map_values(parse JSON into PageView) -> filter -> map_values -> to` with a
+//!   `stream(Utf8, Json<PageView>) -> filter -> map_values -> to` with a
 //!   `MemoryStore` and a `MemorySink`.
 //! - `handler/naive_rust`: what a careful user writes without the framework:
 //!   `aws_lambda_events::event::kafka::KafkaEvent` through `serde_json`, base64 per record,
@@ -19,13 +19,16 @@
 //!   orders in the Confluent wire format decoded into a serde type, by `serdes::schema::Avro`
 //!   (writer schema parsed once per id) and by a per-record `apache_avro` reader (the
 //!   schema parsed and a reader built for every record); bytes of Avro per second.
+//! - `json/serde_json`, `json/lambda_streams`: the 10,000 values parsed into `PageView`, by
+//!   `serde_json::from_slice` and by the framework's `Json<PageView>` serde (the handler's
+//!   parse alone).
 //!
 //! Two modes outside criterion, selected by environment variables:
 //! - `LAMBDA_STREAMS_BENCH_WRITE_EVENT=<file>`: write the event JSON (for the Python anchor)
 //!   and exit;
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
 //!   `decode/lambda_streams`, `decode/naive_rust`, `handler/lambda_streams`,
-//!   `handler/naive_rust`): run that `n` times and exit, for `valgrind --tool=callgrind`,
+//!   `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
 //!   which counts instructions reliably on a busy machine.
 
 #![allow(missing_docs, clippy::unwrap_used)]
@@ -39,10 +42,10 @@ use lambda_streams::StreamsBuilder;
 use lambda_streams::Topology;
 use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record};
 use lambda_streams::event::{TimestampType, TopicPartition};
-use lambda_streams::serdes::{Bytes, Utf8};
+use lambda_streams::serdes::{Json, Serde, Utf8};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::memory::MemoryStore;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// Records in the event: the Lambda maximum per invocation.
 const RECORDS: usize = 10_000;
@@ -52,7 +55,7 @@ const TOPIC: &str = "page-views";
 const OUTPUT_TOPIC: &str = "engaged-views";
 
 /// The typed value both pipelines parse each record into.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[allow(dead_code)]
 struct PageView {
@@ -208,10 +211,9 @@ fn event() -> KafkaEvent {
 fn topology() -> Topology {
     let builder = StreamsBuilder::new();
     builder
-        .stream(TOPIC, Utf8, Bytes)
-        .map_values(|v: Vec<u8>| serde_json::from_slice::<PageView>(&v).ok())
-        .filter(|_, v| v.as_ref().is_some_and(engaged))
-        .map_values(|v| v.as_ref().map(summary).unwrap_or_default())
+        .stream(TOPIC, Utf8, Json::<PageView>::new())
+        .filter(|_, v| engaged(v))
+        .map_values(|v| summary(&v))
         .to(OUTPUT_TOPIC, Utf8, Utf8);
     builder.build()
 }
@@ -304,6 +306,33 @@ fn lambda_streams_handler(
     (sink, report.records_out)
 }
 
+/// The event's values, for the JSON parse alone.
+fn values() -> Vec<Vec<u8>> {
+    event()
+        .partitions
+        .iter()
+        .flat_map(|p| p.records.iter())
+        .filter_map(|r| r.value().map(<[u8]>::to_vec))
+        .collect()
+}
+
+/// Parses every value with `serde_json`; how many are engaged.
+fn json_serde_json(values: &[Vec<u8>]) -> usize {
+    values
+        .iter()
+        .filter(|v| serde_json::from_slice::<PageView>(v).is_ok_and(|v| engaged(&v)))
+        .count()
+}
+
+/// Parses every value with the framework's `Json<PageView>`; how many are engaged.
+fn json_lambda_streams(values: &[Vec<u8>]) -> usize {
+    let serde = Json::<PageView>::new();
+    values
+        .iter()
+        .filter(|v| serde.deserialize(Some(v)).is_ok_and(|v| engaged(&v)))
+        .count()
+}
+
 /// The limit: read every byte once.
 fn read_once(json: &[u8]) -> u64 {
     json.iter().map(|&b| u64::from(b)).sum()
@@ -380,6 +409,23 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("naive_rust", |b| {
         b.iter(|| naive_decode(black_box(&json)).unwrap())
+    });
+    group.finish();
+
+    let values = values();
+    assert_eq!(json_serde_json(&values), json_lambda_streams(&values));
+    let mut group = c.benchmark_group("json");
+    group.throughput(Throughput::BytesDecimal(
+        values.iter().map(|v| v.len() as u64).sum(),
+    ));
+    group.sampling_mode(SamplingMode::Flat);
+    group.sample_size(20);
+    group.measurement_time(std::time::Duration::from_secs(5));
+    group.bench_function("serde_json", |b| {
+        b.iter(|| json_serde_json(black_box(&values)))
+    });
+    group.bench_function("lambda_streams", |b| {
+        b.iter(|| json_lambda_streams(black_box(&values)))
     });
     group.finish();
 
@@ -501,6 +547,7 @@ fn main() {
         let what = std::env::var("LAMBDA_STREAMS_BENCH_WHAT").unwrap_or_else(|_| "decode".into());
         let json = event().to_json();
         let (topology, rt) = (topology(), runtime());
+        let values = values();
         let mut n = 0;
         for _ in 0..loops {
             n += match what.as_str() {
@@ -514,6 +561,8 @@ fn main() {
                     lambda_streams_handler(&rt, &topology, black_box(&json)).1 as usize
                 }
                 "handler/naive_rust" => naive_handler(black_box(&json)).unwrap().len(),
+                "json/serde_json" => json_serde_json(black_box(&values)),
+                "json/lambda_streams" => json_lambda_streams(black_box(&values)),
                 other => panic!("unknown LAMBDA_STREAMS_BENCH_WHAT {other}"),
             };
         }

@@ -10,7 +10,7 @@
 //!     [--records 20000] [--batches 100,1000,10000] [--keys 100,10000,1000000] \
 //!     [--guarantees exactly_once,at_least_once] [--json bench/results/cost.json] \
 //!     [--skip-memory]   # no in-memory pass per batch: only the DynamoDB path (for profiling)
-//!     [--client sdk|lean]   # the store's write path: the AWS SDK (default) or its LeanClient
+//!     [--client lean|sdk]   # the store's write path: its LeanClient (default, as in Lambda) or the AWS SDK
 //! cargo run --release -p lambda-streams --example cost -- --create-table NAME   # and exit
 //! ```
 //!
@@ -175,7 +175,7 @@ fn args() -> Args {
         skip_memory: false,
         json: None,
         create_table: None,
-        lean: false,
+        lean: true,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut it = argv.iter();

@@ -31,8 +31,8 @@ pub struct Config {
     /// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES).
     pub state_cache_bytes: Option<usize>,
     /// Whether the DynamoDB store sends its state writes through its
-    /// [`LeanClient`](crate::state::dynamodb::LeanClient) (`LAMBDA_STREAMS_DYNAMODB_CLIENT=lean`)
-    /// rather than the AWS SDK (`sdk`, the default).
+    /// [`LeanClient`](crate::state::dynamodb::LeanClient) (`LAMBDA_STREAMS_DYNAMODB_CLIENT=lean`,
+    /// the default: a fraction of the SDK's CPU per write) rather than the AWS SDK (`sdk`).
     pub dynamodb_lean: bool,
     /// The application id (`LAMBDA_STREAMS_APPLICATION_ID`, else the function's name
     /// `AWS_LAMBDA_FUNCTION_NAME`): under exactly-once output, the prefix of the
@@ -131,8 +131,8 @@ impl Config {
             .as_deref()
             .map(str::trim)
         {
-            None | Some("" | "sdk") => false,
-            Some("lean") => true,
+            None | Some("" | "lean") => true,
+            Some("sdk") => false,
             Some(other) => {
                 return Err(StreamError::Config(format!(
                     "LAMBDA_STREAMS_DYNAMODB_CLIENT: {other:?} is not sdk or lean"
@@ -275,11 +275,17 @@ mod tests {
             vec![("a".to_owned(), 3), ("b-c".to_owned(), 12)]
         );
         assert_eq!(c.metrics_function, None);
-        assert!(!c.dynamodb_lean, "the SDK path is the default");
+        assert!(c.dynamodb_lean, "the lean path is the default");
         assert!(
             config(&[("LAMBDA_STREAMS_DYNAMODB_CLIENT", "lean")])
                 .unwrap()
                 .dynamodb_lean
+        );
+        assert!(
+            !config(&[("LAMBDA_STREAMS_DYNAMODB_CLIENT", "sdk")])
+                .unwrap()
+                .dynamodb_lean,
+            "the SDK stays selectable"
         );
         let named = config(&[("AWS_LAMBDA_FUNCTION_NAME", "f")]).unwrap();
         assert_eq!(named.metrics_function.as_deref(), Some("f"));

@@ -47,9 +47,10 @@ use crate::state::dynamodb::DynamoStore;
 /// [`RetrySettings`](crate::state::dynamodb::RetrySettings) says
 /// (`LAMBDA_STREAMS_DYNAMODB_MAX_ATTEMPTS`, `LAMBDA_STREAMS_DYNAMODB_RETRY_BUDGET`); its
 /// aggregate cache holds `LAMBDA_STREAMS_STATE_CACHE_BYTES` (default
-/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)); with
-/// `LAMBDA_STREAMS_DYNAMODB_CLIENT=lean` its state writes go through its
-/// [`LeanClient`](crate::state::dynamodb::LeanClient).
+/// [`DEFAULT_CACHE_BYTES`](crate::state::dynamodb::DEFAULT_CACHE_BYTES)); its state
+/// writes go through its [`LeanClient`](crate::state::dynamodb::LeanClient) unless
+/// `LAMBDA_STREAMS_DYNAMODB_CLIENT=sdk` (or a configuration the lean client does not
+/// serve, logged) keeps them on the AWS SDK.
 pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
     init_tracing();
     let config = Config::from_env()?;
@@ -76,9 +77,10 @@ pub async fn run(topology: Topology) -> Result<(), lambda_runtime::Error> {
                 })? {
                 Some(lean) => store = store.with_lean_client(lean),
                 None => tracing::warn!(
-                    "LAMBDA_STREAMS_DYNAMODB_CLIENT=lean: the configuration needs what the lean \
-                     client does not do (a proxy, FIPS or dual-stack endpoints, another \
-                     partition's region, or ignored endpoint URLs); state writes use the AWS SDK"
+                    "LAMBDA_STREAMS_DYNAMODB_CLIENT=lean (the default): the configuration needs \
+                     what the lean client does not do (a proxy, FIPS or dual-stack endpoints, \
+                     another partition's region, or ignored endpoint URLs); state writes use \
+                     the AWS SDK"
                 ),
             }
         }

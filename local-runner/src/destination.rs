@@ -77,11 +77,14 @@ impl GiveUpReason {
         }
     }
 
-    /// Lambda's name of the condition (`requestContext.condition` of its failure record).
+    /// Lambda's name of the condition (`requestContext.condition` of its failure record);
+    /// a record the schema validation refused carries the validation's error code.
     pub fn lambda_condition(self) -> &'static str {
         match self {
             GiveUpReason::RetriesExhausted => "RetryAttemptsExhausted",
             GiveUpReason::RecordAgeExceeded => "RecordAgeExceeded",
+            GiveUpReason::SchemaNotFound => "SCHEMA_NOT_FOUND",
+            GiveUpReason::DeserializationError => "DESERIALIZATION_ERROR",
         }
     }
 }

@@ -138,10 +138,10 @@ struct StateArgs {
     /// Data file of the embedded dynoxide.
     #[arg(long, default_value = ".local/runner/state.db")]
     state_db: PathBuf,
-    /// The request path of the in-process function's state writes: `sdk` (the AWS SDK) or
-    /// `lean` (the store's own `UpdateItem` client), as `LAMBDA_STREAMS_DYNAMODB_CLIENT` in
-    /// Lambda.
-    #[arg(long, env = "LAMBDA_STREAMS_DYNAMODB_CLIENT", default_value = "sdk", value_parser = ["sdk", "lean"])]
+    /// The request path of the in-process function's state writes: `lean` (the store's own
+    /// `UpdateItem` client, the default) or `sdk` (the AWS SDK), as
+    /// `LAMBDA_STREAMS_DYNAMODB_CLIENT` in Lambda.
+    #[arg(long, env = "LAMBDA_STREAMS_DYNAMODB_CLIENT", default_value = "lean", value_parser = ["sdk", "lean"])]
     dynamodb_client: String,
 }
 

@@ -22,14 +22,13 @@
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{
-    AttributeValue, ReturnConsumedCapacity, ReturnValue, ReturnValuesOnConditionCheckFailure,
-};
+use std::borrow::Cow;
+
+use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
+use super::request::{Returned, Update, Value};
 use super::{DynamoStore, Item};
 use crate::state::{ItemState, ItemWrite};
 
@@ -98,64 +97,59 @@ pub(super) fn parse_outbox(
 
 impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
-    pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<String> {
-        let mut set = vec!["#k = :k".to_owned(), "#fv = :fv".to_owned()];
+    pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<Cow<'static, str>> {
+        let mut set = Vec::with_capacity(8);
+        set.push(Cow::Borrowed("#k = :k"));
+        set.push(Cow::Borrowed("#fv = :fv"));
         if write.expires_at.is_some() {
-            set.push("#ttl = :ttl".to_owned());
+            set.push(Cow::Borrowed("#ttl = :ttl"));
         }
         if write.timestamp.is_some() {
-            set.push("#mt = :mt".to_owned());
+            set.push(Cow::Borrowed("#mt = :mt"));
         }
         if write.close_at.is_some() {
-            set.push("#cq = :cq, #cl = :cl".to_owned());
+            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
         }
         set
     }
 
-    pub(super) fn update(&self, write: &ItemWrite<'_>, fold: bool) -> UpdateItemFluentBuilder {
+    /// The write's request with what every write of an item names and sets: the value,
+    /// version, key and format attributes (and the TTL, record time and closing time the
+    /// write has); `fold` asks for the whole item back, else for what the update set.
+    pub(super) fn update<'a>(&'a self, write: &ItemWrite<'a>, fold: bool) -> Update<'a> {
         let (store, key) = (write.store, write.key);
         let (value, returned) = if fold {
-            ("a", ReturnValue::AllNew)
+            ("a", Returned::AllNew)
         } else {
-            ("v", ReturnValue::UpdatedNew)
+            ("v", Returned::UpdatedNew)
         };
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(item_key(store, key)))
-            .key(
-                "sk",
-                AttributeValue::N(write.window.unwrap_or(0).to_string()),
-            )
-            .return_values(returned)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total)
-            .expression_attribute_names("#v", value)
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_names("#k", "k")
-            .expression_attribute_names("#fv", "fv")
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":k", AttributeValue::B(Blob::new(key)))
-            .expression_attribute_values(":fv", AttributeValue::N(FORMAT_VERSION.to_string()));
+        let request = Update::new(&self.table, item_key(store, key), write.window.unwrap_or(0))
+            .returned(returned)
+            .old_on_failure()
+            .consumed_capacity()
+            .name("#v", value)
+            .name("#ver", "ver")
+            .name("#k", "k")
+            .name("#fv", "fv")
+            .value(":one", Value::N(1))
+            .value(":k", Value::B(Cow::Borrowed(key)))
+            .value(":fv", Value::N(FORMAT_VERSION));
         let request = match write.expires_at {
             Some(at) => request
-                .expression_attribute_names("#ttl", TTL_ATTRIBUTE)
-                .expression_attribute_values(":ttl", AttributeValue::N(at.to_string())),
+                .name("#ttl", TTL_ATTRIBUTE)
+                .value(":ttl", Value::N(at)),
             None => request,
         };
         let request = match write.timestamp {
-            Some(at) => request
-                .expression_attribute_names("#mt", NEWEST_TIME)
-                .expression_attribute_values(":mt", AttributeValue::N(at.to_string())),
+            Some(at) => request.name("#mt", NEWEST_TIME).value(":mt", Value::N(at)),
             None => request,
         };
         match write.close_at {
             Some(at) => request
-                .expression_attribute_names("#cq", CLOSING_STORE)
-                .expression_attribute_names("#cl", CLOSING_TIME)
-                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
-                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
+                .name("#cq", CLOSING_STORE)
+                .name("#cl", CLOSING_TIME)
+                .value(":cq", Value::S(Cow::Borrowed(store)))
+                .value(":cl", Value::N(at)),
             None => request,
         }
     }

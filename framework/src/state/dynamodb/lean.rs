@@ -6,11 +6,12 @@
 //! (the orchestrator's runtime plugins and config bags, interceptors, the user agent,
 //! endpoint resolution, SigV4 recomputing its signing key) costs several times the request
 //! itself in the function's CPU, which is what a user pays for in Lambda. This path does
-//! only what a DynamoDB `UpdateItem` needs: the request body serialized from the same
-//! [`UpdateItemInputBuilder`] the SDK path would send (so both paths send the same
+//! only what a DynamoDB `UpdateItem` needs: the request body as the store wrote it (the
+//! store builds each write once and sends it either way, so both paths send the same
 //! request), the signing key derived once a day, one HTTP/1.1 request on a pooled
-//! connection, and the response parsed into the SDK's own types. Everything else the
-//! store does (reads, queries, the closing index, table administration) stays on the SDK.
+//! connection, and of the response only the attributes the store reads
+//! ([`store_reads`]), in the SDK's own types. Everything else the store does (reads,
+//! queries, the closing index, table administration) stays on the SDK.
 //!
 //! # What it keeps of the SDK's behaviour
 //! - **Retries**: the attempts and backoff of [`RetrySettings`] (standard mode: throttling,
@@ -33,7 +34,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemInputBuilder;
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
@@ -42,8 +42,8 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
-use serde::ser::{SerializeMap, SerializeSeq};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 use super::retry::RetrySettings;
@@ -72,7 +72,8 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A failed `UpdateItem`.
 #[derive(Debug)]
 pub enum LeanError {
-    /// The condition failed; the item as it is, when DynamoDB returned it.
+    /// The condition failed; the item as it is (the attributes the store reads,
+    /// [`store_reads`]), when DynamoDB returned it.
     ConditionFailed(Option<HashMap<String, AttributeValue>>),
     /// The service refused the request: its error code (the part after `#` of `__type`)
     /// and message, after the retries.
@@ -90,7 +91,8 @@ pub enum LeanError {
 /// A successful `UpdateItem`: the attributes it returned and the write units it consumed.
 #[derive(Debug, Default)]
 pub struct LeanOutput {
-    /// `Attributes` (as `ReturnValues` asked).
+    /// Of the `Attributes` (as `ReturnValues` asked), those the store reads
+    /// ([`store_reads`]).
     pub attributes: HashMap<String, AttributeValue>,
     /// `ConsumedCapacity.CapacityUnits`, when returned.
     pub capacity_units: Option<f64>,
@@ -153,6 +155,8 @@ pub struct LeanClient {
     http: HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     uri: http::Uri,
     host: String,
+    /// `host` as a header value, built once.
+    host_header: http::HeaderValue,
     region: String,
     provider: SharedCredentialsProvider,
     credentials: tokio::sync::Mutex<Option<CachedCredentials>>,
@@ -214,9 +218,12 @@ impl LeanClient {
         let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(https);
+        let host_header = http::HeaderValue::from_str(&host)
+            .map_err(|e| format!("DynamoDB endpoint {endpoint:?}: {e}"))?;
         Ok(LeanClient {
             http,
             uri,
+            host_header,
             host,
             region: region.to_owned(),
             provider,
@@ -280,12 +287,9 @@ impl LeanClient {
         &self.uri
     }
 
-    /// Sends `input` as one `UpdateItem`, retried as the module docs say.
-    pub async fn update_item(
-        &self,
-        input: &UpdateItemInputBuilder,
-    ) -> Result<LeanOutput, LeanError> {
-        let body = Bytes::from(update_item_body(input).map_err(LeanError::Transport)?);
+    /// Sends `body`, an `UpdateItem` request in DynamoDB's JSON 1.0 protocol, retried as
+    /// the module docs say.
+    pub async fn update_item(&self, body: Bytes) -> Result<LeanOutput, LeanError> {
         let payload_hash = hex(&Sha256::digest(&body));
         let mut attempt = 0u32;
         // Tokens the retries of this request took: a success gives them back.
@@ -467,18 +471,34 @@ impl LeanClient {
             &key.key,
             payload_hash,
         );
-        let mut request = http::Request::builder()
-            .method(http::Method::POST)
-            .uri(self.uri.clone())
-            .header(http::header::HOST, &self.host)
-            .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-            .header("x-amz-target", UPDATE_ITEM_TARGET)
-            .header("x-amz-date", &stamp)
-            .header(http::header::AUTHORIZATION, authorization);
+        // Names and constant values from static strings, the host's value built once: no
+        // header is parsed per request.
+        let value = |text: String| {
+            http::HeaderValue::try_from(text).map_err(|e| format!("a request header: {e}"))
+        };
+        let mut request = http::Request::new(Full::new(body));
+        *request.method_mut() = http::Method::POST;
+        *request.uri_mut() = self.uri.clone();
+        let headers = request.headers_mut();
+        headers.reserve(6);
+        headers.insert(http::header::HOST, self.host_header.clone());
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(CONTENT_TYPE),
+        );
+        headers.insert(
+            http::HeaderName::from_static("x-amz-target"),
+            http::HeaderValue::from_static(UPDATE_ITEM_TARGET),
+        );
+        headers.insert(http::HeaderName::from_static("x-amz-date"), value(stamp)?);
+        headers.insert(http::header::AUTHORIZATION, value(authorization)?);
         if let Some(token) = token {
-            request = request.header("x-amz-security-token", token);
+            headers.insert(
+                http::HeaderName::from_static("x-amz-security-token"),
+                value(token.to_owned())?,
+            );
         }
-        request.body(Full::new(body)).map_err(|e| e.to_string())
+        Ok(request)
     }
 }
 
@@ -537,16 +557,35 @@ fn authorization(
     canonical.push_str(signed_headers);
     canonical.push('\n');
     canonical.push_str(payload_hash);
-    let scope = format!("{day}/{region}/dynamodb/aws4_request");
-    let string_to_sign = format!(
-        "AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{}",
-        hex(&Sha256::digest(canonical.as_bytes()))
-    );
+    let mut string_to_sign = String::with_capacity(160);
+    string_to_sign.push_str("AWS4-HMAC-SHA256\n");
+    string_to_sign.push_str(stamp);
+    string_to_sign.push('\n');
+    push_scope(&mut string_to_sign, day, region);
+    string_to_sign.push('\n');
+    push_hex(&mut string_to_sign, &Sha256::digest(canonical.as_bytes()));
     let signature =
         aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
-    format!(
-        "AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed_headers}, Signature={signature}"
-    )
+    let mut header = String::with_capacity(
+        100 + access_key.len() + region.len() + signed_headers.len() + signature.len(),
+    );
+    header.push_str("AWS4-HMAC-SHA256 Credential=");
+    header.push_str(access_key);
+    header.push('/');
+    push_scope(&mut header, day, region);
+    header.push_str(", SignedHeaders=");
+    header.push_str(signed_headers);
+    header.push_str(", Signature=");
+    header.push_str(&signature);
+    header
+}
+
+/// The credential scope: `<day>/<region>/dynamodb/aws4_request`.
+fn push_scope(out: &mut String, day: &str, region: &str) {
+    out.push_str(day);
+    out.push('/');
+    out.push_str(region);
+    out.push_str("/dynamodb/aws4_request");
 }
 
 /// `(YYYYMMDD, YYYYMMDD'T'HHMMSS'Z')` of `time` in UTC.
@@ -563,24 +602,39 @@ fn amz_date(time: SystemTime) -> (String, String) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    let date = format!("{year:04}{month:02}{day:02}");
-    let stamp = format!(
-        "{date}T{:02}{:02}{:02}Z",
-        of_day / 3600,
-        of_day / 60 % 60,
-        of_day % 60
-    );
+    // Digits written by hand: this runs once per request.
+    let digits = |out: &mut String, n: i64, width: u32| {
+        for place in (0..width).rev() {
+            let digit = (n / 10i64.pow(place)).rem_euclid(10) as u8;
+            out.push(char::from(b'0' + digit));
+        }
+    };
+    let mut date = String::with_capacity(8);
+    digits(&mut date, year, 4);
+    digits(&mut date, month, 2);
+    digits(&mut date, day, 2);
+    let mut stamp = String::with_capacity(16);
+    stamp.push_str(&date);
+    stamp.push('T');
+    digits(&mut stamp, of_day / 3600, 2);
+    digits(&mut stamp, of_day / 60 % 60, 2);
+    digits(&mut stamp, of_day % 60, 2);
+    stamp.push('Z');
     (date, stamp)
 }
 
 fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
+    push_hex(&mut out, bytes);
+    out
+}
+
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     for b in bytes {
         out.push(DIGITS[usize::from(b >> 4)] as char);
         out.push(DIGITS[usize::from(b & 0xf)] as char);
     }
-    out
 }
 
 fn describe_transport(endpoint: &http::Uri, error: &hyper_util::client::legacy::Error) -> String {
@@ -594,122 +648,19 @@ fn describe_transport(endpoint: &http::Uri, error: &hyper_util::client::legacy::
     text
 }
 
-// --- The JSON 1.0 protocol --------------------------------------------------------------
+// --- The JSON 1.0 protocol's responses -------------------------------------------------
 
-/// An attribute value as DynamoDB's JSON protocol writes it (`{"N": "5"}`, `{"B": base64}`).
-struct Wire<'a>(&'a AttributeValue);
-
-impl Serialize for Wire<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(1))?;
-        match self.0 {
-            AttributeValue::S(s) => map.serialize_entry("S", s)?,
-            AttributeValue::N(n) => map.serialize_entry("N", n)?,
-            AttributeValue::B(b) => map.serialize_entry("B", &STANDARD.encode(b.as_ref()))?,
-            AttributeValue::Bool(b) => map.serialize_entry("BOOL", b)?,
-            AttributeValue::Null(b) => map.serialize_entry("NULL", b)?,
-            AttributeValue::M(m) => map.serialize_entry("M", &WireMap(m))?,
-            AttributeValue::L(l) => map.serialize_entry("L", &WireList(l))?,
-            AttributeValue::Ss(v) => map.serialize_entry("SS", v)?,
-            AttributeValue::Ns(v) => map.serialize_entry("NS", v)?,
-            AttributeValue::Bs(v) => map.serialize_entry(
-                "BS",
-                &v.iter()
-                    .map(|b| STANDARD.encode(b.as_ref()))
-                    .collect::<Vec<_>>(),
-            )?,
-            other => {
-                return Err(serde::ser::Error::custom(format!(
-                    "attribute value {other:?} is not supported"
-                )));
-            }
-        }
-        map.end()
-    }
-}
-
-struct WireMap<'a>(&'a HashMap<String, AttributeValue>);
-
-impl Serialize for WireMap<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (name, value) in self.0 {
-            map.serialize_entry(name, &Wire(value))?;
-        }
-        map.end()
-    }
-}
-
-struct WireList<'a>(&'a [AttributeValue]);
-
-impl Serialize for WireList<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for value in self.0 {
-            seq.serialize_element(&Wire(value))?;
-        }
-        seq.end()
-    }
-}
-
-/// The body of an `UpdateItem` request.
-#[derive(Serialize)]
-#[serde(rename_all = "PascalCase")]
-struct UpdateItemBody<'a> {
-    table_name: &'a str,
-    key: WireMap<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    update_expression: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    condition_expression: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expression_attribute_names: Option<&'a HashMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    expression_attribute_values: Option<WireMap<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    return_values: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    return_values_on_condition_check_failure: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    return_consumed_capacity: Option<&'a str>,
-}
-
-/// Serializes `input` as DynamoDB's JSON 1.0 `UpdateItem` body. The legacy parameters
-/// (`AttributeUpdates`, `Expected`, `ConditionalOperator`, `ReturnItemCollectionMetrics`)
-/// are refused: the store never sets them.
-pub(super) fn update_item_body(input: &UpdateItemInputBuilder) -> Result<Vec<u8>, String> {
-    if input.get_attribute_updates().is_some()
-        || input.get_expected().is_some()
-        || input.get_conditional_operator().is_some()
-        || input.get_return_item_collection_metrics().is_some()
-    {
-        return Err("UpdateItem with legacy parameters is not supported by the lean client".into());
-    }
-    let empty = HashMap::new();
-    let body = UpdateItemBody {
-        table_name: input
-            .get_table_name()
-            .as_deref()
-            .ok_or("UpdateItem without a table name")?,
-        key: WireMap(input.get_key().as_ref().unwrap_or(&empty)),
-        update_expression: input.get_update_expression().as_deref(),
-        condition_expression: input.get_condition_expression().as_deref(),
-        expression_attribute_names: input.get_expression_attribute_names().as_ref(),
-        expression_attribute_values: input
-            .get_expression_attribute_values()
-            .as_ref()
-            .map(WireMap),
-        return_values: input.get_return_values().as_ref().map(|v| v.as_str()),
-        return_values_on_condition_check_failure: input
-            .get_return_values_on_condition_check_failure()
-            .as_ref()
-            .map(|v| v.as_str()),
-        return_consumed_capacity: input
-            .get_return_consumed_capacity()
-            .as_ref()
-            .map(|v| v.as_str()),
-    };
-    serde_json::to_vec(&body).map_err(|e| format!("UpdateItem body: {e}"))
+/// Whether the store reads attribute `name` of an item an `UpdateItem` returns: the value
+/// (`v`, or `a` of a general aggregate), the version `ver`, the format `fv`, the newest
+/// record time `mt`, the watermarks (`w:<topic>-<partition>`) and, under exactly-once
+/// output, the outbox (`ob:<tp>` lists and the `oo:`/`ov:`/`on:`/`ot:`/`om:<tp>` slots).
+/// The others (the raw key `k`, TTL and closing attributes) are skipped unread, so a
+/// response costs no allocation for them.
+pub fn store_reads(name: &str) -> bool {
+    matches!(name, "v" | "a" | "ver" | "fv" | "mt")
+        || name.starts_with(super::WATERMARK_PREFIX)
+        || name.starts_with(super::OUTBOX_PREFIX)
+        || super::SLOT_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// An attribute value as the JSON protocol reads it.
@@ -746,7 +697,11 @@ impl WireValue {
             WireValue::B(b) => AttributeValue::B(blob(b)?),
             WireValue::Bool(b) => AttributeValue::Bool(b),
             WireValue::Null(b) => AttributeValue::Null(b),
-            WireValue::M(m) => AttributeValue::M(into_item(m)?),
+            WireValue::M(m) => AttributeValue::M(
+                m.into_iter()
+                    .map(|(name, value)| Ok((name, value.into_value()?)))
+                    .collect::<Result<_, String>>()?,
+            ),
             WireValue::L(l) => AttributeValue::L(
                 l.into_iter()
                     .map(WireValue::into_value)
@@ -761,17 +716,66 @@ impl WireValue {
     }
 }
 
-fn into_item(wire: HashMap<String, WireValue>) -> Result<HashMap<String, AttributeValue>, String> {
-    wire.into_iter()
-        .map(|(name, value)| Ok((name, value.into_value()?)))
-        .collect()
+/// An attribute name, borrowed from the response unless it holds escapes.
+struct Name<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NameVisitor;
+        impl<'de> Visitor<'de> for NameVisitor {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an attribute name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Name(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(NameVisitor)
+    }
 }
 
+/// An item of a response: the attributes the store reads ([`store_reads`]), the others
+/// skipped; a binary value that is not base64 is an error.
+struct StoreItem(HashMap<String, AttributeValue>);
+
+impl<'de> Deserialize<'de> for StoreItem {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ItemVisitor;
+        impl<'de> Visitor<'de> for ItemVisitor {
+            type Value = StoreItem;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an item")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut item = HashMap::with_capacity(8);
+                while let Some(Name(name)) = map.next_key::<Name<'de>>()? {
+                    if store_reads(&name) {
+                        let value = map
+                            .next_value::<WireValue>()?
+                            .into_value()
+                            .map_err(serde::de::Error::custom)?;
+                        item.insert(name.into_owned(), value);
+                    } else {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+                Ok(StoreItem(item))
+            }
+        }
+        deserializer.deserialize_map(ItemVisitor)
+    }
+}
+
+/// The fields of a response body this client reads (the others skipped).
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
 struct OutputBody {
     #[serde(default)]
-    attributes: Option<HashMap<String, WireValue>>,
+    attributes: Option<StoreItem>,
     #[serde(default)]
     consumed_capacity: Option<Capacity>,
 }
@@ -784,34 +788,39 @@ struct Capacity {
 }
 
 #[derive(Deserialize)]
-struct ErrorBody {
-    #[serde(rename = "__type", default)]
-    kind: Option<String>,
+struct ErrorBody<'a> {
+    #[serde(rename = "__type", default, borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
     #[serde(default, alias = "Message")]
     message: Option<String>,
     #[serde(rename = "Item", default)]
-    item: Option<HashMap<String, WireValue>>,
+    item: Option<StoreItem>,
 }
 
 fn parse_output(bytes: &[u8]) -> Result<LeanOutput, String> {
     let body: OutputBody = serde_json::from_slice(bytes)
         .map_err(|e| format!("DynamoDB UpdateItem response is not readable: {e}"))?;
     Ok(LeanOutput {
-        attributes: body
-            .attributes
-            .map(into_item)
-            .transpose()?
-            .unwrap_or_default(),
+        attributes: body.attributes.map(|item| item.0).unwrap_or_default(),
         capacity_units: body.consumed_capacity.and_then(|c| c.capacity_units),
     })
 }
 
 fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
-    let Ok(body) = serde_json::from_slice::<ErrorBody>(bytes) else {
-        return LeanError::Service {
-            code: format!("HTTP {}", status.as_u16()),
-            message: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
-        };
+    let body = match serde_json::from_slice::<ErrorBody<'_>>(bytes) {
+        Ok(body) => body,
+        Err(e) => {
+            // A DynamoDB error whose failed condition's item does not read.
+            if let Ok(failed) = serde_json::from_slice::<FailedCondition<'_>>(bytes)
+                && failed.kind.ends_with("#ConditionalCheckFailedException")
+            {
+                return LeanError::Transport(format!("the failed condition's item: {e}"));
+            }
+            return LeanError::Service {
+                code: format!("HTTP {}", status.as_u16()),
+                message: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
+            };
+        }
     };
     let code = body
         .kind
@@ -819,10 +828,7 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
         .map(|kind| kind.rsplit('#').next().unwrap_or(kind).to_owned())
         .unwrap_or_else(|| format!("HTTP {}", status.as_u16()));
     if code == "ConditionalCheckFailedException" {
-        return match body.item.map(into_item).transpose() {
-            Ok(item) => LeanError::ConditionFailed(item),
-            Err(e) => LeanError::Transport(format!("the failed condition's item: {e}")),
-        };
+        return LeanError::ConditionFailed(body.item.map(|item| item.0));
     }
     LeanError::Service {
         code,
@@ -830,59 +836,50 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
     }
 }
 
+/// The error type of an error body whose other fields may not read.
+#[derive(Deserialize)]
+struct FailedCondition<'a> {
+    #[serde(rename = "__type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_sdk_dynamodb::types::{ReturnValue, ReturnValuesOnConditionCheckFailure};
 
-    fn sample_input() -> UpdateItemInputBuilder {
-        aws_sdk_dynamodb::operation::update_item::UpdateItemInput::builder()
-            .table_name("state")
-            .key("pk", AttributeValue::S("counts#Zm94".into()))
-            .key("sk", AttributeValue::N("0".into()))
-            .update_expression("ADD #v :d, #ver :one SET #k = :k")
-            .condition_expression("attribute_not_exists(#w0) OR #w0 < :f0")
-            .expression_attribute_names("#v", "v")
-            .expression_attribute_values(":d", AttributeValue::N("3".into()))
-            .expression_attribute_values(":k", AttributeValue::B(Blob::new(b"fox\"\n".to_vec())))
-            .return_values(ReturnValue::UpdatedNew)
-            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
-    }
-
-    #[test]
-    fn the_body_is_dynamodbs_json_protocol() {
-        let body: serde_json::Value =
-            serde_json::from_slice(&update_item_body(&sample_input()).unwrap()).unwrap();
-        let expected = serde_json::json!({
-            "TableName": "state",
-            "Key": {"pk": {"S": "counts#Zm94"}, "sk": {"N": "0"}},
-            "UpdateExpression": "ADD #v :d, #ver :one SET #k = :k",
-            "ConditionExpression": "attribute_not_exists(#w0) OR #w0 < :f0",
-            "ExpressionAttributeNames": {"#v": "v"},
-            "ExpressionAttributeValues": {":d": {"N": "3"}, ":k": {"B": "Zm94Igo="}},
-            "ReturnValues": "UPDATED_NEW",
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        });
-        assert_eq!(body, expected);
+    /// An `UpdateItem` body (the client sends it as it is).
+    fn sample_body() -> Bytes {
+        Bytes::from_static(
+            br##"{"TableName":"state","Key":{"pk":{"S":"counts#Zm94"},"sk":{"N":"0"}},"UpdateExpression":"ADD #v :d","ExpressionAttributeNames":{"#v":"v"},"ExpressionAttributeValues":{":d":{"N":"3"}},"ReturnValues":"UPDATED_NEW"}"##,
+        )
     }
 
     #[test]
     fn responses_and_errors_parse_into_the_sdks_types() {
         let out = parse_output(
-            br#"{"Attributes":{"v":{"N":"7"},"a":{"B":"AAE="},"l":{"L":[{"S":"x"}]}},
+            br#"{"Attributes":{"v":{"N":"7"},"a":{"B":"AAE="},"l":{"L":[{"S":"x"}]},
+                "k":{"B":"Zm94"},"ver":{"N":"2"},"w:t\u002d0":{"N":"41"},"ttl":{"N":"9"},
+                "mt":{"N":"5"},"fv":{"N":"1"},"cq":{"S":"counts"},"m":{"M":{"x":{"NULL":true}}}},
                 "ConsumedCapacity":{"TableName":"state","CapacityUnits":1.0}}"#,
         )
         .unwrap();
-        assert_eq!(out.attributes["v"], AttributeValue::N("7".into()));
-        assert_eq!(
-            out.attributes["a"],
-            AttributeValue::B(Blob::new(vec![0, 1]))
-        );
-        assert_eq!(
-            out.attributes["l"],
-            AttributeValue::L(vec![AttributeValue::S("x".into())])
-        );
+        let n = |v: &str| AttributeValue::N(v.into());
+        let expected = HashMap::from([
+            ("v".to_owned(), n("7")),
+            ("a".to_owned(), AttributeValue::B(Blob::new(vec![0, 1]))),
+            ("ver".to_owned(), n("2")),
+            ("w:t-0".to_owned(), n("41")),
+            ("mt".to_owned(), n("5")),
+            ("fv".to_owned(), n("1")),
+        ]);
+        assert_eq!(out.attributes, expected, "only what the store reads");
         assert_eq!(out.capacity_units, Some(1.0));
+        assert!(
+            parse_output(br#"{"Attributes":{"a":{"B":"!!"}}}"#)
+                .unwrap_err()
+                .contains("not base64")
+        );
+        assert!(parse_output(br#"{"Attributes":{"v":{"X":"1"}}}"#).is_err());
         let failed = parse_error(
             http::StatusCode::BAD_REQUEST,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
@@ -892,6 +889,14 @@ mod tests {
             LeanError::ConditionFailed(Some(item)) => {
                 assert_eq!(item["ver"], AttributeValue::N("2".into()));
             }
+            other => panic!("{other:?}"),
+        }
+        match parse_error(
+            http::StatusCode::BAD_REQUEST,
+            br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
+                "message":"The conditional request failed","Item":{"a":{"B":"!"}}}"#,
+        ) {
+            LeanError::Transport(text) => assert!(text.contains("failed condition"), "{text}"),
             other => panic!("{other:?}"),
         }
         match parse_error(
@@ -993,7 +998,7 @@ mod tests {
         ])
         .await;
         let out = client(&endpoint, 6)
-            .update_item(&sample_input())
+            .update_item(sample_body())
             .await
             .unwrap();
         assert_eq!(out.attributes["v"], AttributeValue::N("1".into()));
@@ -1003,7 +1008,7 @@ mod tests {
     #[tokio::test]
     async fn retries_stop_at_max_attempts_and_conditions_are_not_retried() {
         let (endpoint, served) = scripted(vec![(400, THROTTLED)]).await;
-        match client(&endpoint, 3).update_item(&sample_input()).await {
+        match client(&endpoint, 3).update_item(sample_body()).await {
             Err(LeanError::Service { code, .. }) => {
                 assert_eq!(code, "ProvisionedThroughputExceededException");
             }
@@ -1015,7 +1020,7 @@ mod tests {
             r#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException","message":"no"}"#,
         )])
         .await;
-        let result = client(&endpoint, 6).update_item(&sample_input()).await;
+        let result = client(&endpoint, 6).update_item(sample_body()).await;
         assert!(
             matches!(result, Err(LeanError::ConditionFailed(None))),
             "{result:?}"
@@ -1041,7 +1046,7 @@ mod tests {
         let started = Instant::now();
         let result = client(&endpoint, 2)
             .with_attempt_timeout(Duration::from_millis(100))
-            .update_item(&sample_input())
+            .update_item(sample_body())
             .await;
         match result {
             Err(LeanError::Transport(text)) => assert!(text.contains("timed out"), "{text}"),
@@ -1080,7 +1085,7 @@ mod tests {
                 None,
                 "test",
             );
-            let body = update_item_body(&sample_input()).unwrap();
+            let body = sample_body();
             let host = "dynamodb.eu-west-1.amazonaws.com";
             let (day, stamp) = amz_date(now);
             let key = aws_sigv4::sign::v4::generate_signing_key(

@@ -21,8 +21,10 @@ mod admin;
 mod cache;
 mod item;
 mod lean;
+mod request;
 mod retry;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -32,9 +34,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
-use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
-use aws_sdk_dynamodb::primitives::Blob;
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, ReturnConsumedCapacity};
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
@@ -56,6 +56,7 @@ pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
 use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
+use request::{Returned, Update, Value, placeholder};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
 
@@ -159,11 +160,13 @@ impl DynamoStore {
     /// refusal adds its write units and conditional failure to `stats`.
     async fn update_item(
         &self,
-        request: UpdateItemFluentBuilder,
+        request: Update<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
-            return match lean.update_item(request.as_input()).await {
+            // Boxed: the HTTP client's future is large, and the store's futures (boxed by
+            // `async_trait` per write) would otherwise carry and copy it.
+            return match Box::pin(lean.update_item(request.body().into())).await {
                 Ok(out) => {
                     if let Some(units) = out.capacity_units {
                         stats.consumed_write_units += units;
@@ -182,7 +185,7 @@ impl DynamoStore {
                 }),
             };
         }
-        match request.send().await {
+        match Box::pin(request.to_sdk(&self.client).send()).await {
             Ok(out) => {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
@@ -208,7 +211,7 @@ impl DynamoStore {
     /// errors name the write's store and key.
     async fn send(
         &self,
-        request: UpdateItemFluentBuilder,
+        request: Update<'_>,
         write: &ItemWrite<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, StateError> {
@@ -250,7 +253,7 @@ impl DynamoStore {
                 "ADD #v :d, #ver :one SET {}",
                 Self::base_set(write).join(", ")
             ))
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+            .value(":d", Value::N(delta));
         if write.timestamp.is_some() {
             // The newest record time only moves forward (see `apply_additive`).
             request = request.condition_expression("attribute_not_exists(#mt) OR #mt <= :mt");
@@ -380,8 +383,7 @@ impl DynamoStore {
                     .and_then(|s| s.timestamp)
                     .map_or(at, |t| t.max(at));
                 newest_time = Some(newest);
-                request = request
-                    .expression_attribute_values(":mt", AttributeValue::N(newest.to_string()));
+                request = request.value(":mt", Value::N(newest));
             }
             let mut add = "ADD #ver :one".to_owned();
             let mut remove: Vec<String> = Vec::new();
@@ -416,49 +418,39 @@ impl DynamoStore {
                         .filter(|_| write.close_at.is_none())
                     {
                         Some(Some(at)) => {
-                            request = closing_names(request, write.store)
-                                .expression_attribute_values(
-                                    ":cl",
-                                    AttributeValue::N(at.to_string()),
-                                );
-                            set.push("#cq = :cq, #cl = :cl".to_owned());
+                            request =
+                                closing_names(request, write.store).value(":cl", Value::N(at));
+                            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
                         }
                         Some(None) => {
-                            request = request
-                                .expression_attribute_names("#cq", CLOSING_STORE)
-                                .expression_attribute_names("#cl", CLOSING_TIME);
+                            request = request.name("#cq", CLOSING_STORE).name("#cl", CLOSING_TIME);
                             remove.push("#cq, #cl".to_owned());
                         }
                         None => {}
                     }
-                    new_aggregate = Some(aggregate.clone());
-                    request = request
-                        .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)));
-                    set.push("#v = :a".to_owned());
+                    if ob.is_some() {
+                        // The outbox keeps the state after the write.
+                        new_aggregate = Some(aggregate.clone());
+                    }
+                    request = request.value(":a", Value::B(Cow::Owned(aggregate)));
+                    set.push(Cow::Borrowed("#v = :a"));
                 }
                 None => {
-                    request = request
-                        .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+                    request = request.value(":d", Value::N(delta));
                     add = "ADD #v :d, #ver :one".to_owned();
                 }
             }
             for (i, (tp, last)) in marks.iter().enumerate() {
                 let tp = &write.partitions[*tp as usize];
                 request = request
-                    .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
-                    .expression_attribute_values(
-                        format!(":l{i}"),
-                        AttributeValue::N(last.to_string()),
-                    );
-                set.push(format!("#w{i} = :l{i}"));
+                    .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                    .value(placeholder(":l", i), Value::N(*last));
+                set.push(Cow::Owned(format!("#w{i} = :l{i}")));
             }
             request = match &stored {
                 Some(state) => request
                     .condition_expression("#ver = :read")
-                    .expression_attribute_values(
-                        ":read",
-                        AttributeValue::N(state.version.to_string()),
-                    ),
+                    .value(":read", Value::U(state.version)),
                 None => request.condition_expression("attribute_not_exists(#ver)"),
             };
             // The outbox: per event partition the entries kept, the write's own added, in
@@ -474,10 +466,7 @@ impl DynamoStore {
                 };
                 for (n, (i, mut entries, slot)) in kept.into_iter().enumerate() {
                     let tp = &ob.partitions[i as usize];
-                    request = request.expression_attribute_names(
-                        format!("#ob{n}"),
-                        format!("{OUTBOX_PREFIX}{tp}"),
-                    );
+                    request = request.name(format!("#ob{n}"), format!("{OUTBOX_PREFIX}{tp}"));
                     if let Some((_, offset)) = origin.filter(|o| o.0 == i) {
                         let entry = Entry {
                             offset,
@@ -500,25 +489,17 @@ impl DynamoStore {
                                 entry.time,
                             ];
                             for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
-                                request = request.expression_attribute_names(
-                                    format!("#os{n}x{j}"),
-                                    format!("{prefix}{tp}"),
-                                );
+                                request = request
+                                    .name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
                             }
                             for (j, number) in numbers.iter().enumerate() {
-                                request = request.expression_attribute_values(
-                                    format!(":os{n}x{j}"),
-                                    AttributeValue::N(number.to_string()),
-                                );
-                                set.push(format!("#os{n}x{j} = :os{n}x{j}"));
+                                request = request.value(format!(":os{n}x{j}"), Value::N(*number));
+                                set.push(Cow::Owned(format!("#os{n}x{j} = :os{n}x{j}")));
                             }
                             match entry.state.timestamp {
                                 Some(at) => {
-                                    request = request.expression_attribute_values(
-                                        format!(":os{n}x4"),
-                                        AttributeValue::N(at.to_string()),
-                                    );
-                                    set.push(format!("#os{n}x4 = :os{n}x4"));
+                                    request = request.value(format!(":os{n}x4"), Value::N(at));
+                                    set.push(Cow::Owned(format!("#os{n}x4 = :os{n}x4")));
                                 }
                                 None => remove.push(format!("#os{n}x4")),
                             }
@@ -530,18 +511,16 @@ impl DynamoStore {
                     if entries.is_empty() {
                         remove.push(format!("#ob{n}"));
                     } else {
-                        request = request.expression_attribute_values(
+                        request = request.value(
                             format!(":ob{n}"),
-                            AttributeValue::B(Blob::new(outbox::encode(&entries))),
+                            Value::B(Cow::Owned(outbox::encode(&entries))),
                         );
-                        set.push(format!("#ob{n} = :ob{n}"));
+                        set.push(Cow::Owned(format!("#ob{n} = :ob{n}")));
                     }
                     if slot {
                         for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
-                            request = request.expression_attribute_names(
-                                format!("#os{n}x{j}"),
-                                format!("{prefix}{tp}"),
-                            );
+                            request =
+                                request.name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
                             remove.push(format!("#os{n}x{j}"));
                         }
                     }
@@ -586,9 +565,7 @@ impl DynamoStore {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = Self::base_set(write);
         let mut conditions = Vec::new();
-        let mut request = self
-            .update(write, false)
-            .expression_attribute_values(":d", AttributeValue::N(delta.to_string()));
+        let mut request = self.update(write, false).value(":d", Value::N(delta));
         // Under exactly-once output: the write's entry in the partition's single slot,
         // computed in the write (`v` and `ver` set, not added, so that the slot can
         // repeat them), on the condition that what the slot and the list of the
@@ -609,18 +586,14 @@ impl DynamoStore {
             // The record time only with a window's (`om`, as `mt`).
             let named = if write.timestamp.is_some() { 5 } else { 4 };
             for (j, prefix) in SLOT_PREFIXES.iter().enumerate().take(named) {
-                request =
-                    request.expression_attribute_names(format!("#os{j}"), format!("{prefix}{tp}"));
+                request = request.name(format!("#os{j}"), format!("{prefix}{tp}"));
             }
             request = request
-                .expression_attribute_names("#ob", format!("{OUTBOX_PREFIX}{tp}"))
-                .expression_attribute_values(":zero", AttributeValue::N("0".into()))
-                .expression_attribute_values(":oo", AttributeValue::N(offset.to_string()))
-                .expression_attribute_values(":ot", AttributeValue::N(time.to_string()))
-                .expression_attribute_values(
-                    ":s",
-                    AttributeValue::N(ob.shadow[i as usize].to_string()),
-                );
+                .name("#ob", format!("{OUTBOX_PREFIX}{tp}"))
+                .value(":zero", Value::N(0))
+                .value(":oo", Value::N(offset))
+                .value(":ot", Value::N(time))
+                .value(":s", Value::N(ob.shadow[i as usize]));
             add = "SET #v = if_not_exists(#v, :zero) + :d, \
                    #ver = if_not_exists(#ver, :zero) + :one, #os0 = :oo, \
                    #os1 = if_not_exists(#v, :zero) + :d, \
@@ -635,10 +608,10 @@ impl DynamoStore {
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
             request = request
-                .expression_attribute_names(format!("#w{i}"), format!("{WATERMARK_PREFIX}{tp}"))
-                .expression_attribute_values(format!(":f{i}"), AttributeValue::N(first.to_string()))
-                .expression_attribute_values(format!(":l{i}"), AttributeValue::N(last.to_string()));
-            set.push(format!("#w{i} = :l{i}"));
+                .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                .value(placeholder(":f", i), Value::N(first))
+                .value(placeholder(":l", i), Value::N(last));
+            set.push(Cow::Owned(format!("#w{i} = :l{i}")));
             conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
         }
         if write.timestamp.is_some() {
@@ -1024,27 +997,22 @@ impl Store for DynamoStore {
             ..WriteStats::default()
         };
         let pk = item_key(store, &item.key);
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(pk.clone()))
-            .key("sk", AttributeValue::N("0".into()))
+        let request = Update::new(&self.table, pk.as_str(), 0)
             .condition_expression("#ver = :read")
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_names("#a", "a")
-            .expression_attribute_names("#cq", CLOSING_STORE)
-            .expression_attribute_names("#cl", CLOSING_TIME)
-            .expression_attribute_values(":read", AttributeValue::N(item.state.version.to_string()))
-            .expression_attribute_values(":one", AttributeValue::N("1".into()))
-            .expression_attribute_values(":a", AttributeValue::B(Blob::new(aggregate)))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .name("#ver", "ver")
+            .name("#a", "a")
+            .name("#cq", CLOSING_STORE)
+            .name("#cl", CLOSING_TIME)
+            .value(":read", Value::U(item.state.version))
+            .value(":one", Value::N(1))
+            .value(":a", Value::B(Cow::Borrowed(aggregate)))
+            .returned(Returned::AllNew)
+            .consumed_capacity();
         let request = match close_at {
             Some(at) => request
                 .update_expression("SET #a = :a, #cq = :cq, #cl = :cl ADD #ver :one")
-                .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
-                .expression_attribute_values(":cl", AttributeValue::N(at.to_string())),
+                .value(":cq", Value::S(Cow::Borrowed(store)))
+                .value(":cl", Value::N(at)),
             None => request.update_expression("SET #a = :a ADD #ver :one REMOVE #cq, #cl"),
         };
         let result = self.update_item(request, &mut stats).await;
@@ -1160,19 +1128,14 @@ impl DynamoStore {
             requests: 1,
             ..WriteStats::default()
         };
-        let request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(item_key(store, &window.key)))
-            .key("sk", AttributeValue::N(window.start.to_string()))
+        let request = Update::new(&self.table, item_key(store, &window.key), window.start)
             .update_expression("REMOVE #cq, #cl")
             .condition_expression("#ver = :v")
-            .expression_attribute_names("#cq", CLOSING_STORE)
-            .expression_attribute_names("#cl", CLOSING_TIME)
-            .expression_attribute_names("#ver", "ver")
-            .expression_attribute_values(":v", AttributeValue::N(window.state.version.to_string()))
-            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+            .name("#cq", CLOSING_STORE)
+            .name("#cl", CLOSING_TIME)
+            .name("#ver", "ver")
+            .value(":v", Value::U(window.state.version))
+            .consumed_capacity();
         match self.update_item(request, &mut stats).await {
             // Refused: the window changed since it was read, its next close marks it.
             Ok(_) => Ok(stats),
@@ -1188,22 +1151,17 @@ impl DynamoStore {
         time: i64,
         stamp: Option<(&str, i64)>,
     ) -> Result<(), StateErrorKind> {
-        let mut request = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", AttributeValue::S(STREAM_TIME_KEY.to_owned()))
-            .key("sk", AttributeValue::N("0".into()))
+        let mut request = Update::new(&self.table, STREAM_TIME_KEY, 0)
             .update_expression("SET #t = :t")
             .condition_expression("attribute_not_exists(#t) OR #t < :t")
-            .expression_attribute_names("#t", name)
-            .expression_attribute_values(":t", AttributeValue::N(time.to_string()));
+            .name("#t", name)
+            .value(":t", Value::N(time));
         if let Some((stamp, at)) = stamp {
             request = request
                 .update_expression("SET #t = :t, #u = :u, #s = if_not_exists(#s, :u)")
-                .expression_attribute_names("#u", stamp)
-                .expression_attribute_names("#s", "s")
-                .expression_attribute_values(":u", AttributeValue::N(at.to_string()));
+                .name("#u", stamp)
+                .name("#s", "s")
+                .value(":u", Value::N(at));
         }
         // A refused condition: the clock is at `time` or later already.
         let mut stats = WriteStats::default();
@@ -1301,9 +1259,9 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// Names the closing index's attributes (`#cq`, `#cl`) and the store (`:cq`) in `request`.
-fn closing_names(request: UpdateItemFluentBuilder, store: &str) -> UpdateItemFluentBuilder {
+fn closing_names<'a>(request: Update<'a>, store: &'a str) -> Update<'a> {
     request
-        .expression_attribute_names("#cq", CLOSING_STORE)
-        .expression_attribute_names("#cl", CLOSING_TIME)
-        .expression_attribute_values(":cq", AttributeValue::S(store.to_owned()))
+        .name("#cq", CLOSING_STORE)
+        .name("#cl", CLOSING_TIME)
+        .value(":cq", Value::S(Cow::Borrowed(store)))
 }
