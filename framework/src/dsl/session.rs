@@ -134,6 +134,10 @@ struct Timed<V> {
     /// The close time when the record was read: stream time − gap − grace. The record is
     /// late when the session it merges into ends before it.
     close: i64,
+    /// The sessions ending at or before it merge with nothing: Kafka Streams' session store
+    /// (retention gap + grace) no longer returns them, its time being the partition's
+    /// stream time before the record.
+    expired: i64,
     at: ReadAt,
     batch: Arc<Vec<(String, i64)>>,
 }
@@ -454,6 +458,13 @@ where
                     .stream_time()
                     .saturating_sub(windows.gap)
                     .saturating_sub(windows.grace);
+                let prior = match ctx.resumed_stream_time {
+                    Some(time) => time,
+                    None => ctx.prior_stream_time,
+                };
+                let expired = prior
+                    .saturating_sub(windows.gap)
+                    .saturating_sub(windows.grace);
                 let batch = ctx
                     .partitions
                     .iter()
@@ -464,6 +475,7 @@ where
                     value,
                     ts,
                     close,
+                    expired,
                     at: (tp.to_string(), offset),
                     batch: Arc::new(batch),
                 };
@@ -492,6 +504,7 @@ where
                     value,
                     ts,
                     close,
+                    expired,
                     at,
                     batch,
                 } = timed;
@@ -516,15 +529,15 @@ where
                 }
                 // The sessions within the gap of `ts` merge with the record, those that
                 // Kafka Streams' session store still returns: its retention is gap + grace
-                // behind its stream time, so a session ending at or before the close time
-                // is expired there (it stays apart, as it was emitted).
+                // behind its time (the stream time before the record), so a session
+                // ending at or before that is expired there (it stays apart).
                 let (near, far): (Vec<Session<A>>, Vec<Session<A>>) =
                     std::mem::take(&mut all.sessions)
                         .into_iter()
                         .partition(|s| {
                             s.start.saturating_sub(windows.gap) <= ts
                                 && ts <= s.end.saturating_add(windows.gap)
-                                && s.end > close
+                                && s.end > expired
                         });
                 // Kafka Streams' order: from `init()`, merge each session (earliest first)
                 // as `merger(key, aggregate, session)`, then add the record.
