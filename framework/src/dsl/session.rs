@@ -34,8 +34,9 @@
 //! state like the time windows'): a record is late when the session it merges into ends
 //! before stream time − gap − grace (the close time), so a record behind that is on time
 //! when it falls within the gap of a session still open. A session that ends at or before
-//! the close time takes no more records (Kafka's session store, of retention gap + grace,
-//! no longer returns it). The decision is taken when the key's item is written, with its
+//! the stream time before the record − gap − grace takes no more records (Kafka's session
+//! store, of the DSL's retention gap + grace, no longer returns it; a longer retention is
+//! not offered). The decision is taken when the key's item is written, with its
 //! sessions; a late record is dropped and counted in
 //! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`)
 //! by the batch that read it (its retry counts it again). A key's sessions are kept while they end less than `2 * gap + grace`
