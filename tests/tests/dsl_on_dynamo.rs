@@ -383,14 +383,16 @@ async fn scan(client: &aws_sdk_dynamodb::Client, table: &str) -> Vec<String> {
 /// with are those within the gap that end after the stream time before it − 5 (the session
 /// store's retention).
 fn session_late(inputs: &[Input]) -> u64 {
-    let mut sessions: std::collections::BTreeMap<String, Vec<(i64, i64)>> = Default::default();
+    /// A session: start, end.
+    type Span = (i64, i64);
+    let mut sessions: std::collections::BTreeMap<String, Vec<Span>> = Default::default();
     let (mut stream_time, mut late) = (i64::MIN, 0);
     for (_, key, _, ts) in inputs {
         let expired = stream_time.saturating_sub(5);
         stream_time = stream_time.max(*ts);
         let close = stream_time - 5;
         let of_key = sessions.entry(key.clone()).or_default();
-        let (near, mut far): (Vec<(i64, i64)>, Vec<(i64, i64)>) = of_key
+        let (near, mut far): (Vec<Span>, Vec<Span>) = of_key
             .iter()
             .partition(|(s, e)| s - 5 <= *ts && *ts <= e + 5 && *e > expired);
         let start = near.iter().map(|s| s.0).fold(*ts, i64::min);
