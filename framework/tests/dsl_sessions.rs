@@ -68,10 +68,10 @@ fn reference(inputs: &[(String, i64)]) -> Sessions {
 /// The records that are not late, and how many are, as Kafka Streams'
 /// `KStreamSessionWindowAggregate` judges them record by record: a record is late when the
 /// session it merges into (its own `[t, t]` joined with every session of the key within
-/// the gap of `t` that the store still returns: its retention is gap + grace, so a session
-/// ending at or before the close time is not) ends before the close time, stream time −
-/// gap − grace, the stream time being the highest timestamp so far (its own included; one
-/// partition).
+/// the gap of `t` that the store still returns: its retention is gap + grace behind its time,
+/// the stream time before the record, so a session ending at or before that minus gap +
+/// grace is not) ends before the close time, stream time − gap − grace, the stream time
+/// being the highest timestamp so far (its own included; one partition).
 /// Also returns the sessions Kafka Streams then holds, per key, with their counts
 /// (`Held`: start, end, count).
 fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64, Sessions) {
@@ -81,12 +81,14 @@ fn on_time(inputs: &[(String, i64)], grace: i64) -> (Vec<(String, i64)>, u64, Se
     let mut kept = Vec::new();
     let mut late = 0;
     for (key, ts) in inputs {
+        // Kafka's session store time: the stream time before the record.
+        let expired = stream_time.saturating_sub(GAP + grace);
         stream_time = stream_time.max(*ts);
         let close = stream_time - GAP - grace;
         let of_key = sessions.entry(key.clone()).or_default();
         let (near, mut far): (Vec<Held>, Vec<Held>) = of_key
             .iter()
-            .partition(|(start, end, _)| start - GAP <= *ts && *ts <= end + GAP && *end > close);
+            .partition(|(start, end, _)| start - GAP <= *ts && *ts <= end + GAP && *end > expired);
         let start = near.iter().map(|s| s.0).fold(*ts, i64::min);
         let end = near.iter().map(|s| s.1).fold(*ts, i64::max);
         if end < close {

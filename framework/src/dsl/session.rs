@@ -34,8 +34,9 @@
 //! state like the time windows'): a record is late when the session it merges into ends
 //! before stream time − gap − grace (the close time), so a record behind that is on time
 //! when it falls within the gap of a session still open. A session that ends at or before
-//! the close time takes no more records (Kafka's session store, of retention gap + grace,
-//! no longer returns it). The decision is taken when the key's item is written, with its
+//! the stream time before the record − gap − grace takes no more records (Kafka's session
+//! store, of the DSL's retention gap + grace, no longer returns it; a longer retention is
+//! not offered). The decision is taken when the key's item is written, with its
 //! sessions; a late record is dropped and counted in
 //! [`BatchReport::late_records`](crate::BatchReport::late_records) (metric `LateRecordsDropped`)
 //! by the batch that read it (its retry counts it again). A key's sessions are kept while they end less than `2 * gap + grace`
@@ -134,6 +135,10 @@ struct Timed<V> {
     /// The close time when the record was read: stream time − gap − grace. The record is
     /// late when the session it merges into ends before it.
     close: i64,
+    /// The sessions ending at or before it merge with nothing: Kafka Streams' session store
+    /// (retention gap + grace) no longer returns them, its time being the partition's
+    /// stream time before the record.
+    expired: i64,
     at: ReadAt,
     batch: Arc<Vec<(String, i64)>>,
 }
@@ -454,6 +459,13 @@ where
                     .stream_time()
                     .saturating_sub(windows.gap)
                     .saturating_sub(windows.grace);
+                let prior = match ctx.resumed_stream_time {
+                    Some(time) => time,
+                    None => ctx.prior_stream_time,
+                };
+                let expired = prior
+                    .saturating_sub(windows.gap)
+                    .saturating_sub(windows.grace);
                 let batch = ctx
                     .partitions
                     .iter()
@@ -464,6 +476,7 @@ where
                     value,
                     ts,
                     close,
+                    expired,
                     at: (tp.to_string(), offset),
                     batch: Arc::new(batch),
                 };
@@ -492,6 +505,7 @@ where
                     value,
                     ts,
                     close,
+                    expired,
                     at,
                     batch,
                 } = timed;
@@ -516,15 +530,15 @@ where
                 }
                 // The sessions within the gap of `ts` merge with the record, those that
                 // Kafka Streams' session store still returns: its retention is gap + grace
-                // behind its stream time, so a session ending at or before the close time
-                // is expired there (it stays apart, as it was emitted).
+                // behind its time (the stream time before the record), so a session
+                // ending at or before that is expired there (it stays apart).
                 let (near, far): (Vec<Session<A>>, Vec<Session<A>>) =
                     std::mem::take(&mut all.sessions)
                         .into_iter()
                         .partition(|s| {
                             s.start.saturating_sub(windows.gap) <= ts
                                 && ts <= s.end.saturating_add(windows.gap)
-                                && s.end > close
+                                && s.end > expired
                         });
                 // Kafka Streams' order: from `init()`, merge each session (earliest first)
                 // as `merger(key, aggregate, session)`, then add the record.

@@ -159,6 +159,7 @@ impl Topology {
                 // A poison record's timestamp must not count (a far-future one would close
                 // every window): restored below when the record fails.
                 let (stream_time, late) = (ctx.stream_times[index], ctx.late_records);
+                ctx.prior_stream_time = stream_time;
                 if record_time {
                     ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 }

@@ -134,6 +134,9 @@ pub(crate) struct Ctx {
     /// Records not aggregated because their value is a Kafka null (where Kafka Streams
     /// skips one: `count`, `aggregate`, `reduce`, sliding windows).
     pub(crate) dropped_null_values: u64,
+    /// The current source record's partition stream time before the record (Kafka
+    /// Streams' session store time when the record is processed).
+    pub(crate) prior_stream_time: i64,
     /// Per store (by index): whether its non-windowed items keep their newest record time
     /// ([`StoreSpec::keeps_time`](super::StoreSpec::keeps_time)).
     pub(crate) keeps_time: Vec<bool>,
@@ -220,6 +223,7 @@ impl Ctx {
             outputs: Vec::new(),
             dropped_null_keys: 0,
             dropped_null_values: 0,
+            prior_stream_time: i64::MIN,
             keeps_time: vec![false; stores],
             stream_times: Vec::new(),
             late_records: 0,

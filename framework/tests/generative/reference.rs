@@ -20,6 +20,8 @@ struct Rec {
     /// The stream time of the record's source partition when it is processed (its own
     /// timestamp included): the highest timestamp of the partition up to it.
     stream_time: i64,
+    /// The stream time of that partition before the record.
+    prior: i64,
     /// The source record it comes from: (stream topic index, partition, offset); `None`
     /// for records made by a join of streams or a table's update stream.
     source: Option<(usize, i32, usize)>,
@@ -187,12 +189,14 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                     if r.bad {
                         continue;
                     }
+                    let prior = time;
                     time = time.max(r.ts);
                     out.push(Rec {
                         key: r.key.clone(),
                         value: r.value,
                         ts: r.ts,
                         stream_time: time,
+                        prior,
                         source: Some((*i, p, offset)),
                     });
                 }
@@ -284,6 +288,7 @@ fn stream(s: &S, inputs: &Inputs) -> Vec<Rec> {
                 value: Some(v),
                 ts: 0,
                 stream_time: 0,
+                prior: 0,
                 source: None,
             })
             .collect(),
@@ -424,6 +429,7 @@ fn stream_join(
                     value: stream_stream_joiner(l.value, r.value),
                     ts,
                     stream_time: ts,
+                    prior: ts,
                     source: None,
                 });
             }
@@ -447,6 +453,7 @@ fn stream_join(
                 value,
                 ts: a.ts,
                 stream_time: a.ts,
+                prior: a.ts,
                 source: None,
             });
         }
@@ -731,10 +738,11 @@ fn low_watermark(read: &BTreeSet<usize>, inputs: &Inputs) -> Option<i64> {
 /// the merger). Without lateness the sessions are the runs of a key's records whose
 /// consecutive timestamps are at most `gap` apart, whatever the order.
 ///
-/// Lateness is Kafka 4's: with the close time `stream time - grace - gap` at the record, a
-/// session ending at or before it is no longer returned by the session store (retention
-/// gap + grace) and merges with nothing, and the record is dropped as late when the
-/// session it merges into ends before the close time.
+/// Lateness is Kafka 4's: a session ending at or before `stream time before the record -
+/// grace - gap` is no longer returned by the session store (retention gap + grace, its time
+/// that of the records put before) and merges with nothing, and the record is dropped as
+/// late when the session it merges into ends before the close time `stream time - grace -
+/// gap` (its own timestamp included).
 /// Returns the sessions `<key>@<start>-<end>` and, per key, the horizon `newest session
 /// end - (2 * gap + grace)`.
 fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
@@ -750,8 +758,10 @@ fn sessions(w: &DynW, inputs: &Inputs) -> (BTreeMap<String, i64>, BTreeMap<Strin
         let mut rest = Vec::new();
         let mut merged = Vec::new();
         let close = r.stream_time.saturating_sub(w.grace).saturating_sub(gap);
+        // The session store's time is the stream time before the record.
+        let expired = r.prior.saturating_sub(w.grace).saturating_sub(gap);
         for s in sessions.drain(..) {
-            if s.1 >= r.ts - gap && s.0 <= r.ts + gap && s.1 > close {
+            if s.1 >= r.ts - gap && s.0 <= r.ts + gap && s.1 > expired {
                 merged.push(s);
             } else {
                 rest.push(s);
