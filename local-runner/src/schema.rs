@@ -197,7 +197,7 @@ mod tests {
         );
         assert!(
             SchemaValidationConfig::sides("values")
-                .unwrap_err()
+                .expect_err("not a side")
                 .starts_with("--schema-validation: \"values\"")
         );
         assert_eq!("JSON".parse(), Ok(EventRecordFormat::Json));
@@ -205,7 +205,7 @@ mod tests {
         assert!(
             "avro"
                 .parse::<EventRecordFormat>()
-                .unwrap_err()
+                .expect_err("not a format")
                 .starts_with("--event-record-format")
         );
     }
