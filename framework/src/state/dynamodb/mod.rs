@@ -489,8 +489,8 @@ impl DynamoStore {
                                 entry.time,
                             ];
                             for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
-                                request = request
-                                    .name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
+                                request =
+                                    request.name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
                             }
                             for (j, number) in numbers.iter().enumerate() {
                                 request = request.value(format!(":os{n}x{j}"), Value::N(*number));
@@ -519,8 +519,7 @@ impl DynamoStore {
                     }
                     if slot {
                         for (j, prefix) in SLOT_PREFIXES.iter().enumerate() {
-                            request =
-                                request.name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
+                            request = request.name(format!("#os{n}x{j}"), format!("{prefix}{tp}"));
                             remove.push(format!("#os{n}x{j}"));
                         }
                     }
