@@ -7,6 +7,7 @@ pub const NAMES: &[&str] = &[
     "wordcount",
     "enrich-orders",
     "pageviews",
+    "orders-avro",
     "bench-stateless",
     "bench-count",
 ];
@@ -21,6 +22,7 @@ pub fn topology(name: &str) -> Result<Topology, String> {
         "wordcount" => wordcount::topology_from_env()?,
         "enrich-orders" => enrich_orders::topology_from_env(),
         "pageviews" => pageviews::topology_from_env(),
+        "orders-avro" => orders_avro::topology_from_env()?,
         // The end-to-end benchmark's pipelines (bench/e2e.py; topics from BENCH_INPUT_TOPIC
         // and BENCH_OUTPUT_TOPIC).
         "bench-stateless" => bench_topologies::stateless_from_env(),
