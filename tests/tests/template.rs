@@ -94,6 +94,7 @@ fn every_event_source_mapping_has_the_retry_controls_a_destination_and_metrics()
         ("WordcountFunction", 2),
         ("EnrichOrdersFunction", 2),
         ("PageviewsFunction", 1),
+        ("OrdersAvroFunction", 1),
     ] {
         assert_eq!(
             functions.iter().filter(|f| **f == function).count(),
@@ -182,6 +183,7 @@ fn the_dashboard_and_alarms_watch_lag_errors_and_the_frameworks_metrics() {
         "WordcountFunction",
         "EnrichOrdersFunction",
         "PageviewsFunction",
+        "OrdersAvroFunction",
     ] {
         assert!(
             dashboard.contains(&format!("${{{function}}}")),
