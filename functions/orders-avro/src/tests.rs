@@ -63,7 +63,8 @@ fn order(id: u32, item: &str, qty: i64) -> Vec<u8> {
 
 #[test]
 fn totals_per_item_and_minute_once_the_minute_closes() {
-    let topology = topology("in", "out", WireFormat::Confluent, schemas()).unwrap();
+    let topology =
+        topology("in", "out", WireFormat::Confluent, schemas()).expect("the topology builds");
     let driver = TestDriver::new(topology);
     let pipe = |item: &str, id: u32, qty: i64, ts: i64| {
         driver
@@ -74,7 +75,7 @@ fn totals_per_item_and_minute_once_the_minute_closes() {
                 Some(order(id, item, qty)),
                 ts,
             )
-            .unwrap();
+            .expect("the order is processed");
     };
     pipe("tea", 1, 2, 1_000);
     pipe("tea", 2, 3, 20_000);
@@ -88,15 +89,18 @@ fn totals_per_item_and_minute_once_the_minute_closes() {
         schemas(),
         Subject::topic("out", Side::Value),
     )
-    .unwrap();
+    .expect("the reader's schema parses");
     let out: Vec<(String, OrderTotal)> = driver
         .read_output("out")
         .into_iter()
         .map(|r| {
-            let key = Utf8.deserialize(r.key.as_deref()).unwrap();
-            let value = r.value.unwrap();
+            let key = Utf8.deserialize(r.key.as_deref()).expect("a UTF-8 key");
+            let value = r.value.expect("a value");
             assert_eq!(&value[..5], &[0, 0, 0, 0, 3], "Confluent header, id 3");
-            (key, reader.deserialize(Some(&value)).unwrap())
+            (
+                key,
+                reader.deserialize(Some(&value)).expect("an Avro total"),
+            )
         })
         .collect();
     let total = |item: &str, orders, qty| OrderTotal {
@@ -119,7 +123,8 @@ fn totals_per_item_and_minute_once_the_minute_closes() {
 
 #[test]
 fn an_undecodable_order_fails_naming_record_schema_id_and_subject() {
-    let topology = topology("in", "out", WireFormat::Confluent, schemas()).unwrap();
+    let topology =
+        topology("in", "out", WireFormat::Confluent, schemas()).expect("the topology builds");
     let driver = TestDriver::new(topology);
     let err = driver
         .pipe(
@@ -129,7 +134,7 @@ fn an_undecodable_order_fails_naming_record_schema_id_and_subject() {
             Some(vec![0, 0, 0, 0, 42, 2]),
             0,
         )
-        .unwrap_err();
+        .expect_err("an unknown schema id is refused");
     assert!(
         err.to_string().starts_with(
             "record in-0 offset 0: cannot deserialize the value: schema id 42 (subject in-value): not among the compiled-in schemas"
