@@ -190,6 +190,13 @@ struct Read {
     value: String,
 }
 
+/// How long the console consumer waits for a record before it exits, in ms. Its first poll
+/// also joins a fresh consumer group, which the broker holds back for its initial rebalance
+/// delay (3 s by default): with 6 s, a loaded machine once read a whole topic as empty (every
+/// dead letter of `a_zombie_is_fenced_and_a_delayed_duplicate_produces_nothing` "seen 0
+/// times", while a rerun of the same build passed).
+const READ_IDLE_MS: &str = "12000";
+
 /// Every record of `topic` as Kafka's console consumer reads it with `isolation_level`.
 fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
     let classpath = format!("{}/*", kafka_libs().display());
@@ -206,7 +213,7 @@ fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
             topic,
             "--from-beginning",
         ])
-        .args(["--isolation-level", isolation_level, "--timeout-ms", "6000"])
+        .args(["--isolation-level", isolation_level, "--timeout-ms", READ_IDLE_MS])
         .args(["--formatter-property", "print.headers=true"])
         .args(["--formatter-property", "print.partition=true"])
         .args(["--formatter-property", "print.offset=true"])
@@ -262,7 +269,7 @@ fn console_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
             topic,
             "--from-beginning",
         ])
-        .args(["--isolation-level", isolation_level, "--timeout-ms", "6000"])
+        .args(["--isolation-level", isolation_level, "--timeout-ms", READ_IDLE_MS])
         .args(["--formatter-property", "print.headers=true"])
         .args(["--formatter-property", "print.key=true"])
         .args(["--formatter-property", "headers.separator=|#|"])
