@@ -261,9 +261,34 @@ impl DynamoStore {
         let mut stats = WriteStats::default();
         match self.send(request, write, &mut stats).await? {
             Ok(item) => Ok((self.written(write, item)?, stats)),
-            Err(current) if write.timestamp.is_some() => {
-                let state = self.merge(write, current, &mut stats).await?;
-                Ok((state, stats))
+            Err(_) if write.timestamp.is_some() => {
+                // The item holds a newer record time than the batch's: add the batch all
+                // the same (at least once: a redelivery is applied again, no watermark is
+                // read or written), keeping the stored time, which the update returns.
+                let set: Vec<Cow<'static, str>> = Self::base_set(write)
+                    .into_iter()
+                    .map(|s| {
+                        if s == "#mt = :mt" {
+                            Cow::Borrowed("#mt = if_not_exists(#mt, :mt)")
+                        } else {
+                            s
+                        }
+                    })
+                    .collect();
+                let request = self
+                    .update(write, false)
+                    .update_expression(format!("ADD #v :d, #ver :one SET {}", set.join(", ")))
+                    .value(":d", Value::N(delta));
+                match self.send(request, write, &mut stats).await? {
+                    Ok(item) => Ok((self.written(write, item)?, stats)),
+                    Err(_) => Err(StateError::new(
+                        write.store,
+                        write.key,
+                        StateErrorKind::Request(
+                            "an unconditional write reported a failed condition".into(),
+                        ),
+                    )),
+                }
             }
             Err(_) => Err(StateError::new(
                 write.store,
