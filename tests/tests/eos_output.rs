@@ -213,7 +213,12 @@ fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
             topic,
             "--from-beginning",
         ])
-        .args(["--isolation-level", isolation_level, "--timeout-ms", READ_IDLE_MS])
+        .args([
+            "--isolation-level",
+            isolation_level,
+            "--timeout-ms",
+            READ_IDLE_MS,
+        ])
         .args(["--formatter-property", "print.headers=true"])
         .args(["--formatter-property", "print.partition=true"])
         .args(["--formatter-property", "print.offset=true"])
@@ -269,7 +274,12 @@ fn console_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
             topic,
             "--from-beginning",
         ])
-        .args(["--isolation-level", isolation_level, "--timeout-ms", READ_IDLE_MS])
+        .args([
+            "--isolation-level",
+            isolation_level,
+            "--timeout-ms",
+            READ_IDLE_MS,
+        ])
         .args(["--formatter-property", "print.headers=true"])
         .args(["--formatter-property", "print.key=true"])
         .args(["--formatter-property", "headers.separator=|#|"])
