@@ -14,7 +14,7 @@
 //! | [`Json`] | any `T: Serialize + DeserializeOwned` | JSON (read with `sonic-rs`, `serde_json` the arbiter; written with `serde_json`) |
 //! | [`Unit`] | `()` | anything in, null out |
 //! | [`Nullable`] | `Option<T>` | null is `None` |
-//! | [`schema::Avro`], [`schema::Protobuf`], [`schema::JsonSchema`] | schema'd values | a schema registry's wire formats (module [`schema`], features `avro`, `protobuf`, `json-schema`) |
+//! | `schema::Avro`, `schema::Protobuf`, `schema::JsonSchema` | schema'd values | a schema registry's wire formats (module [`schema`], features `avro`, `protobuf`, `json-schema`) |
 //!
 //! A user format implements [`Serde`]; a decode failure is a [`SerdeError`] message, and the
 //! framework turns it into [`StreamError::Deserialize`](crate::StreamError::Deserialize)

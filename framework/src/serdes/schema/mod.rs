@@ -23,8 +23,9 @@
 //! subject; the framework adds the record's topic-partition and offset and applies the
 //! poison policy. Nothing here panics on bad input.
 //!
-//! The formats are behind features: `avro` ([`Avro`], [`AvroGeneric`]), `protobuf`
-//! ([`Protobuf`]) and `json-schema` ([`JsonSchema`]); `schema` enables all three.
+//! The formats are behind features: `avro` (`Avro`, `AvroGeneric`), `protobuf`
+//! (`Protobuf`) and `json-schema` (`JsonSchema`); `schema` enables all three (docs.rs
+//! documents the crate with all of them).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
