@@ -33,7 +33,9 @@ use lambda_streams::dsl::Grouped;
 use lambda_streams::dsl::Topology;
 use lambda_streams::event::TopicPartition;
 use lambda_streams::event::{EventSource, KafkaEvent, PartitionRecords, Record, TimestampType};
-use lambda_streams::kafka::{ExactlyOnceOutput, TransactionalLog, TransactionalProducer, TxnError};
+use lambda_streams::kafka::{
+    CommittedOffset, ExactlyOnceOutput, TransactionalLog, TransactionalProducer, TxnError,
+};
 use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::sink::{OutputRecord, SEQUENCE_HEADER, SOURCE_HEADER, VERSION_HEADER};
 use lambda_streams::state::memory::MemoryStore;
@@ -814,7 +816,12 @@ fn a_partial_batch_response_commits_the_progress_up_to_the_failed_record() {
         .collect();
     out.sort();
     assert_eq!(out, ["x/1", "x/2", "y/1", "y/2"], "offsets 0 and 1, once");
-    assert_eq!(log.offsets.get(&("app-eos".to_owned(), tp)), Some(&2));
+    assert_eq!(
+        log.offsets
+            .get(&("app-eos".to_owned(), tp))
+            .map(|c| c.offset),
+        Some(2)
+    );
 }
 
 /// A log whose first initialisation of one transactional id fails.
@@ -851,7 +858,7 @@ impl TransactionalLog for FailingInit {
         &self,
         group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError> {
+    ) -> Result<Vec<Option<CommittedOffset>>, TxnError> {
         self.broker.committed(group, tps).await
     }
 }

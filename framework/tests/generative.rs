@@ -25,13 +25,13 @@
 #![allow(clippy::unwrap_used)]
 
 #[path = "generative/harness.rs"]
-mod harness;
+pub mod harness;
 #[path = "reference/kafka_sliding.rs"]
-mod kafka_sliding;
+pub mod kafka_sliding;
 #[path = "generative/plan.rs"]
-mod plan;
+pub mod plan;
 #[path = "generative/reference.rs"]
-mod reference;
+pub mod reference;
 /// The run over the families, shared with the test on DynamoDB.
 #[path = "generative/suite.rs"]
 pub mod suite;

@@ -10,8 +10,8 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::sink::context;
+use super::{CommittedOffset, TransactionalLog, TransactionalProducer, TxnError};
 use super::{KafkaSettings, KafkaSink, SinkContext};
-use super::{TransactionalLog, TransactionalProducer, TxnError};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::sink::{OutputRecord, Sink};
@@ -188,7 +188,7 @@ impl TransactionalLog for KafkaTransactions {
         &self,
         _group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError> {
+    ) -> Result<Vec<Option<CommittedOffset>>, TxnError> {
         let mut list = TopicPartitionList::new();
         for tp in tps {
             list.add_partition(&tp.topic, tp.partition);
@@ -203,7 +203,13 @@ impl TransactionalLog for KafkaTransactions {
                 committed
                     .find_partition(&tp.topic, tp.partition)
                     .and_then(|e| match e.offset() {
-                        Offset::Offset(n) => Some(n),
+                        Offset::Offset(n) => Some(CommittedOffset {
+                            offset: n,
+                            // The client's accessor panics on metadata that is not
+                            // UTF-8 (not ours): read as none.
+                            metadata: std::panic::catch_unwind(|| e.metadata().to_owned())
+                                .unwrap_or_default(),
+                        }),
                         _ => None,
                     })
             })
@@ -245,13 +251,18 @@ impl TransactionalProducer for KafkaTxnProducer {
         _group: &str,
         tp: &TopicPartition,
         next: i64,
+        offset_metadata: &str,
     ) -> Result<(), TxnError> {
         let metadata = self.consumer.group_metadata().ok_or_else(|| {
             TxnError::abortable("the shadow group's consumer has no group metadata")
         })?;
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(next))
-            .map_err(|e| TxnError::abortable(e.to_string()))?;
+        {
+            let mut elem = list.add_partition(&tp.topic, tp.partition);
+            elem.set_offset(Offset::Offset(next))
+                .map_err(|e| TxnError::abortable(e.to_string()))?;
+            elem.set_metadata(offset_metadata);
+        }
         let producer = self.sink.producer.clone();
         blocking(move || producer.send_offsets_to_transaction(&list, &metadata, STEP_TIMEOUT))
             .await

@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
-use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee};
+use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee, Shadow, StreamTime};
 use crate::sink::{OutputRecord, Sink, SinkError};
 use crate::state::Store;
 use crate::wire::{ERROR_HEADER, SOURCE_HEADER, SourceHeader, TRANSACTION_HEADER};
@@ -70,13 +70,14 @@ pub trait TransactionalProducer: Send + Sync {
     async fn begin(&self) -> Result<(), TxnError>;
     /// Produces `records` in the open transaction and waits for their acknowledgements.
     async fn send(&self, records: Vec<OutputRecord>) -> Result<(), TxnError>;
-    /// Commits, inside the open transaction, the offset `next` of `tp` in the consumer
-    /// group `group` (a group the producer is not a member of: generation -1).
+    /// Commits, inside the open transaction, the offset `next` of `tp` with `metadata` in
+    /// the consumer group `group` (a group the producer is not a member of: generation -1).
     async fn send_offset(
         &self,
         group: &str,
         tp: &TopicPartition,
         next: i64,
+        metadata: &str,
     ) -> Result<(), TxnError>;
     /// Commits the open transaction.
     async fn commit(&self) -> Result<(), TxnError>;
@@ -102,13 +103,50 @@ pub trait TransactionalLog: Send + Sync {
         first: i64,
         last: i64,
     ) -> Result<Vec<i64>, TxnError>;
-    /// The offsets committed in `group` for `tps` (`None`: none), *stable*: waiting out
-    /// the transactional offsets not yet materialised (`require_stable`).
+    /// The offsets committed in `group` for `tps` (`None`: none), with their metadata,
+    /// *stable*: waiting out the transactional offsets not yet materialised
+    /// (`require_stable`).
     async fn committed(
         &self,
         group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError>;
+    ) -> Result<Vec<Option<CommittedOffset>>, TxnError>;
+}
+
+/// An offset committed in a consumer group, with the metadata committed with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The next offset to read.
+    pub offset: i64,
+    /// The commit's metadata string (empty: none).
+    pub metadata: String,
+}
+
+/// The prefix of the shadow group's commit metadata: the partition's stream time as of the
+/// committed offset follows it (`none`: no record time yet), so that a retry decides
+/// lateness as the attempt that committed would have (Kafka Streams keeps its partition
+/// time in the commit metadata too).
+const STREAM_TIME_METADATA: &str = "lambda-streams stream-time=";
+
+/// The shadow group's commit metadata for stream time `time`.
+fn stream_time_metadata(time: i64) -> String {
+    if time == i64::MIN {
+        format!("{STREAM_TIME_METADATA}none")
+    } else {
+        format!("{STREAM_TIME_METADATA}{time}")
+    }
+}
+
+/// The stream time a shadow group commit's `metadata` holds: [`StreamTime::Unknown`] for
+/// a commit without it (by an earlier version of the framework).
+fn parse_stream_time(metadata: &str) -> StreamTime {
+    match metadata.strip_prefix(STREAM_TIME_METADATA) {
+        Some("none") => StreamTime::Committed(i64::MIN),
+        Some(time) => time
+            .parse()
+            .map_or(StreamTime::Unknown, StreamTime::Committed),
+        None => StreamTime::Unknown,
+    }
 }
 
 /// What one invocation did with its transactions (in the handler's log and in tests).
@@ -255,7 +293,15 @@ impl ExactlyOnceOutput {
                 });
             }
         };
-        let shadow: Vec<i64> = shadow.into_iter().map(|s| s.unwrap_or(i64::MIN)).collect();
+        // Nothing committed: no outputs, no stream time yet (whatever an aborted attempt
+        // left in the store's clock).
+        let (shadow, stream_times): (Vec<i64>, Vec<StreamTime>) = shadow
+            .into_iter()
+            .map(|s| match s {
+                Some(c) => (c.offset, parse_stream_time(&c.metadata)),
+                None => (i64::MIN, StreamTime::Committed(i64::MIN)),
+            })
+            .unzip();
         // 2b. The batches of transactional topics, as read_committed reads them.
         let original = event;
         let filtered;
@@ -316,12 +362,16 @@ impl ExactlyOnceOutput {
         };
         let mut eos_options = options.clone();
         eos_options.output = OutputGuarantee::ExactlyOnce;
+        let committed = Shadow {
+            offsets: shadow.clone(),
+            stream_times,
+        };
         let result = topology
-            .process_transactional(event, store, &sink, &eos_options, Some(&shadow))
+            .process_transactional(event, store, &sink, &eos_options, Some(&committed))
             .await;
         report.skipped_outputs = sink.skipped.load(Ordering::Relaxed);
-        let outcome = match result {
-            Ok(outcome) => outcome,
+        let (outcome, end_times) = match result {
+            Ok(done) => done,
             Err(e) => {
                 let fatal = sink
                     .failure
@@ -355,6 +405,7 @@ impl ExactlyOnceOutput {
                 let progress = committed_before.max(next);
                 let produced = sink.produced[i].load(Ordering::Relaxed);
                 let (p, group) = (&producers[i], group.as_str());
+                let metadata = stream_time_metadata(end_times[i]);
                 async move {
                     if !produced && progress == committed_before {
                         // Nothing to produce and nothing to record: no round trip.
@@ -365,7 +416,7 @@ impl ExactlyOnceOutput {
                             .map_err(|e| ("abort_transaction", e));
                     }
                     if progress > i64::MIN {
-                        p.send_offset(group, &batch.tp, progress)
+                        p.send_offset(group, &batch.tp, progress, &metadata)
                             .await
                             .map_err(|e| ("send_offsets_to_transaction", e))?;
                     }

@@ -38,6 +38,25 @@ use crate::wire::HopHeaders;
 /// records must be sorted with the ones held, see `topology::order`).
 pub const OUTPUT_CHUNK: usize = 20_000;
 
+/// Under exactly-once output, what the shadow consumer group holds for each event
+/// partition (in the event's order), read after every producer's initialisation.
+pub(crate) struct Shadow {
+    /// The offset up to which the partition's outputs are committed (`i64::MIN`: none).
+    pub(crate) offsets: Vec<i64>,
+    /// The partition's stream time as of that offset, committed with it.
+    pub(crate) stream_times: Vec<StreamTime>,
+}
+
+/// A partition's stream time as the shadow group's commit holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamTime {
+    /// Committed with the progress (`i64::MIN`: nothing committed, no time yet).
+    Committed(i64),
+    /// A progress committed without it (by an earlier version): the store's persisted
+    /// stream time stands in, as under at-least-once output.
+    Unknown,
+}
+
 /// How many times a join's closing pass reads an item again after another writer changed
 /// it between its read and its write.
 const CLOSE_ATTEMPTS: u32 = 4;
@@ -71,21 +90,24 @@ impl Topology {
     ) -> Result<BatchOutcome, StreamError> {
         self.process_transactional(event, store, sink, options, None)
             .await
+            .map(|(outcome, _)| outcome)
     }
 
     /// [`process_with`](Self::process_with); under exactly-once output with `shadow`, per
     /// event partition, the offset up to which its outputs are committed (`i64::MIN`:
-    /// none): the stores whose updates reach a sink keep the outbox of updates
-    /// (`state::outbox`) and emit from it, each update in the transaction of the record
-    /// it is kept under.
+    /// none) and the partition's stream time as of that offset: the stores whose updates
+    /// reach a sink keep the outbox of updates (`state::outbox`) and emit from it, each
+    /// update in the transaction of the record it is kept under. Returns, besides the
+    /// outcome, every event partition's stream time after the batch (what the transaction
+    /// commits with the partition's progress).
     pub(crate) async fn process_transactional(
         &self,
         event: &KafkaEvent,
         store: &dyn Store,
         sink: &dyn Sink,
         options: &BatchOptions,
-        shadow: Option<&[i64]>,
-    ) -> Result<BatchOutcome, StreamError> {
+        shadow: Option<&Shadow>,
+    ) -> Result<(BatchOutcome, Vec<i64>), StreamError> {
         let started = Instant::now();
         let partitions = event.partitions.iter().map(|p| p.tp.clone()).collect();
         let mut ctx = Ctx::new(partitions, self.inner.stores.len());
@@ -110,7 +132,16 @@ impl Topology {
             .collect();
         ctx.stream_times = initial_times
             .iter()
-            .map(|t| t.unwrap_or(i64::MIN))
+            .enumerate()
+            .map(|(i, t)| match shadow.map(|s| s.stream_times[i]) {
+                // Under exactly-once output, lateness is decided on the stream time as of
+                // the committed progress, not on the persisted one: an attempt whose
+                // transaction aborted (a fenced zombie, a crash before the commit) has
+                // moved the persisted time past records whose updates its retry must
+                // produce again; judged late, they would be lost.
+                Some(StreamTime::Committed(committed)) => committed,
+                Some(StreamTime::Unknown) | None => t.unwrap_or(i64::MIN),
+            })
             .collect();
         for (index, spec) in self.inner.stores.iter().enumerate() {
             if let Some(closed) = clock.closed.get(&spec.name) {
@@ -201,7 +232,7 @@ impl Topology {
                 }
             }
         }
-        if let Some(shadow) = shadow {
+        if let Some(shadow) = shadow.map(|s| s.offsets.as_slice()) {
             // The outputs this batch commits per partition: up to a partial batch
             // response's failed record, exclusive (its retry emits from there).
             let mut ranges = ctx.ranges.clone();
@@ -345,7 +376,7 @@ impl Topology {
         }
         outcome.report.late_records = ctx.late_records;
         outcome.report.duration = started.elapsed();
-        Ok(outcome)
+        Ok((outcome, ctx.stream_times))
     }
 
     /// Writes store `index`'s pending items and sends their updates downstream (unless

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lambda_streams::event::TopicPartition;
-use lambda_streams::kafka::{TransactionalLog, TransactionalProducer, TxnError};
+use lambda_streams::kafka::{CommittedOffset, TransactionalLog, TransactionalProducer, TxnError};
 use lambda_streams::sink::OutputRecord;
 
 /// Which partition a record of a topic goes to: `None` for topics not read back (their
@@ -53,8 +53,9 @@ pub struct Log {
     /// Per transaction: `None` open, `Some(true)` committed, `Some(false)` aborted.
     pub txns: HashMap<TxnKey, Option<bool>>,
     pub tids: BTreeMap<String, Tid>,
-    pub offsets: HashMap<(String, TopicPartition), i64>,
-    pub pending: HashMap<(String, TopicPartition), HashMap<TxnKey, i64>>,
+    /// Per group and partition: the committed offset and its metadata.
+    pub offsets: HashMap<(String, TopicPartition), CommittedOffset>,
+    pub pending: HashMap<(String, TopicPartition), HashMap<TxnKey, CommittedOffset>>,
     /// Markers to write: (transactional id, transaction, commit).
     pub markers: Vec<(String, TxnKey, bool)>,
     /// Transactions whose marker is written and whose offsets are not materialised yet.
@@ -257,6 +258,7 @@ impl TransactionalProducer for MemoryProducer {
         group: &str,
         tp: &TopicPartition,
         next: i64,
+        metadata: &str,
     ) -> Result<(), TxnError> {
         self.broker
             .run_checked(|log| {
@@ -266,7 +268,13 @@ impl TransactionalProducer for MemoryProducer {
                 log.pending
                     .entry((group.to_owned(), tp.clone()))
                     .or_default()
-                    .insert(key, next);
+                    .insert(
+                        key,
+                        CommittedOffset {
+                            offset: next,
+                            metadata: metadata.to_owned(),
+                        },
+                    );
                 Ok(Step::Done(()))
             })
             .await
@@ -351,7 +359,7 @@ impl TransactionalLog for Broker {
         &self,
         group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError> {
+    ) -> Result<Vec<Option<CommittedOffset>>, TxnError> {
         Ok(self
             .run(|log| {
                 let unstable = tps.iter().any(|tp| {
@@ -364,11 +372,10 @@ impl TransactionalLog for Broker {
                 }
                 Step::Done(
                     tps.iter()
-                        .map(|tp| log.offsets.get(&(group.to_owned(), tp.clone())).copied())
+                        .map(|tp| log.offsets.get(&(group.to_owned(), tp.clone())).cloned())
                         .collect(),
                 )
             })
             .await)
     }
 }
-

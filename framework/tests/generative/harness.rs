@@ -125,6 +125,29 @@ fn process(
     result.map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// An input partition's records as the event carries them (a bad record's value does not
+/// decode).
+pub fn input_log(records: &[super::plan::In]) -> Vec<Record> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(offset, r)| Record {
+            offset: offset as i64,
+            timestamp: r.ts,
+            timestamp_type: TimestampType::CreateTime,
+            key: Nullable(Utf8).serialize(&r.key).map(Into::into),
+            value: if r.bad {
+                Some(b"#not-a-number".to_vec().into())
+            } else {
+                Nullable(DecimalI64).serialize(&r.value).map(Into::into)
+            },
+            headers: Vec::new(),
+            key_schema_metadata: None,
+            value_schema_metadata: None,
+        })
+        .collect()
+}
+
 /// Runs the inputs through `topology` batch by batch, with the faults of `faults`.
 pub fn run_schedule(
     topology: &Topology,
@@ -161,24 +184,7 @@ pub fn run_schedule(
             continue;
         }
         let tp = TopicPartition::new(topic.as_str(), *p);
-        let log: Vec<Record> = records
-            .iter()
-            .enumerate()
-            .map(|(offset, r)| Record {
-                offset: offset as i64,
-                timestamp: r.ts,
-                timestamp_type: TimestampType::CreateTime,
-                key: Nullable(Utf8).serialize(&r.key).map(Into::into),
-                value: if r.bad {
-                    Some(b"#not-a-number".to_vec().into())
-                } else {
-                    Nullable(DecimalI64).serialize(&r.value).map(Into::into)
-                },
-                headers: Vec::new(),
-                key_schema_metadata: None,
-                value_schema_metadata: None,
-            })
-            .collect();
+        let log: Vec<Record> = input_log(records);
         source.committed.insert(tp.clone(), 0);
         source.logs.insert(tp, log);
     }

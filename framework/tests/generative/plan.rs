@@ -1003,7 +1003,14 @@ impl Plan {
 
     /// Builds the plan with the real DSL (it may panic: the builder refused it).
     pub fn build(&self) -> Topology {
+        self.build_with(lambda_streams::OutputGuarantee::AtLeastOnce)
+    }
+
+    /// The plan's topology under the output guarantee `output` (the builder may refuse it:
+    /// a panic).
+    pub fn build_with(&self, output: lambda_streams::OutputGuarantee) -> Topology {
         let builder = StreamsBuilder::new();
+        builder.output_guarantee(output);
         let mut b = Builder {
             builder: &builder,
             streams: HashMap::new(),
