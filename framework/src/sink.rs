@@ -24,7 +24,8 @@ pub enum OutputGuarantee {
     /// section 5a; `docs/state.md`). Aggregate and table updates straight from their
     /// store's write are produced from the items' outbox of updates (`state::outbox`);
     /// other outputs with no source record (window closes, sessions and sliding windows, a
-    /// join's closing pass) are not supported yet: a topology with them is refused.
+    /// join's closing pass) and the pairs of inner stream–stream joins are not supported
+    /// yet: a topology that produces them is refused.
     ExactlyOnce,
 }
 

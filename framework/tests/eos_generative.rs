@@ -15,7 +15,9 @@
 //! be seen twice with one version. A topology `build()` refuses counts as refused: the
 //! project's rule allows refusing, never a silent loss or copy.
 //!
-//! Environment: `EOS_GENERATIVE_CASES=N` cases per family (default 40),
+//! `tests/tests/eos_generative_dynamo.rs` runs the same cases on DynamoDB (dynoxide).
+//!
+//! Environment: `EOS_GENERATIVE_CASES=N` cases per family (default 40 here),
 //! `EOS_GENERATIVE_FAMILIES=a,b` (default: the generative suite's default families),
 //! `EOS_GENERATIVE_SEED=<family>:<seed>` replays one case.
 
@@ -137,6 +139,7 @@ async fn schedule(
     inputs: &Inputs,
     store: Arc<dyn Store>,
     rng: &mut Rng,
+    io: bool,
 ) -> Result<Run, String> {
     let reads: BTreeSet<String> = topology.source_topics().into_iter().collect();
     let repartition: BTreeSet<String> = reads
@@ -192,7 +195,14 @@ async fn schedule(
     let mut next_id = 0usize;
     let mut complete = false;
     let trace = std::env::var("EOS_GENERATIVE_TRACE").is_ok_and(|v| v == "1");
-    for _ in 0..40_000 {
+    // On a store behind the network, invocations wait on requests: the schedule runs by
+    // the clock, its waits short sleeps (the requests go on meanwhile).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let steps = if io { u64::MAX } else { 40_000 };
+    for _ in 0..steps {
+        if io && std::time::Instant::now() > deadline {
+            break;
+        }
         // Finished invocations: the event source commits what succeeded.
         let mut i = 0;
         while i < running.len() {
@@ -358,6 +368,7 @@ async fn schedule(
                     },
                 ));
             }
+            1 if io => tokio::time::sleep(std::time::Duration::from_micros(300)).await,
             1 => tokio::task::yield_now().await,
             2 => {
                 // The event source gives up waiting: the partitions go to a retry while
@@ -487,13 +498,27 @@ enum Verdict {
     Failed(String),
 }
 
-fn run_case(rt: &tokio::runtime::Runtime, family: &str, seed: u64) -> (Plan, Verdict) {
+/// A fresh store for one case.
+pub type NewStore<'a> = &'a dyn Fn() -> Arc<dyn Store>;
+
+fn run_case(
+    rt: &tokio::runtime::Runtime,
+    family: &str,
+    seed: u64,
+    new_store: NewStore,
+    io: bool,
+) -> (Plan, Verdict) {
     let mut rng = Rng::new(seed);
     let plan = Plan::generate(family, &mut rng);
     let inputs = Inputs::generate(&plan, &mut rng);
-    let topology = match catch_unwind(AssertUnwindSafe(|| {
+    // The builder's refusals are expected panics: kept off the output.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let built = catch_unwind(AssertUnwindSafe(|| {
         plan.build_with(OutputGuarantee::ExactlyOnce)
-    })) {
+    }));
+    std::panic::set_hook(hook);
+    let topology = match built {
         Ok(t) => Arc::new(t),
         Err(panic) => {
             let message = panic
@@ -505,7 +530,7 @@ fn run_case(rt: &tokio::runtime::Runtime, family: &str, seed: u64) -> (Plan, Ver
         }
     };
     let expected = reference::evaluate(&plan, &inputs);
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store = new_store();
     let mut schedule_rng = Rng::new(seed ^ 0x00e0_5eed);
     let result = rt
         .block_on(schedule(
@@ -514,6 +539,7 @@ fn run_case(rt: &tokio::runtime::Runtime, family: &str, seed: u64) -> (Plan, Ver
             &inputs,
             Arc::clone(&store),
             &mut schedule_rng,
+            io,
         ))
         .and_then(|run| {
             check_once(&run)?;
@@ -535,15 +561,24 @@ fn families() -> Vec<String> {
 
 #[test]
 fn every_topology_accepted_under_exactly_once_output_is_seen_once_by_read_committed() {
+    // This file is also a module of the test on DynamoDB; the in-memory run is this crate's.
+    if module_path!() != "eos_generative" {
+        return;
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
-    let hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
+    run_all(&rt, 40, &|| Arc::new(MemoryStore::new()), false);
+}
+
+/// Runs `cases` cases (or `EOS_GENERATIVE_CASES`) of every family on `rt`, each on a store
+/// from `new_store` (`io`: behind the network); panics with each failing family's first
+/// failing case.
+pub fn run_all(rt: &tokio::runtime::Runtime, cases: u64, new_store: NewStore, io: bool) {
     if let Ok(replay) = std::env::var("EOS_GENERATIVE_SEED") {
-        std::panic::set_hook(hook);
         let (family, seed) = replay.split_once(':').expect("<family>:<seed>");
-        let (plan, verdict) = run_case(&rt, family, seed.parse().expect("a u64 seed"));
+        let (plan, verdict) =
+            run_case(rt, family, seed.parse().expect("a u64 seed"), new_store, io);
         println!("plan: {plan:#?}");
         match verdict {
             Verdict::Passed => println!("passed"),
@@ -555,7 +590,7 @@ fn every_topology_accepted_under_exactly_once_output_is_seen_once_by_read_commit
     let cases: u64 = std::env::var("EOS_GENERATIVE_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(cases);
     let mut failures = Vec::new();
     let mut accepted_total = 0;
     for family in families() {
@@ -569,7 +604,7 @@ fn every_topology_accepted_under_exactly_once_output_is_seen_once_by_read_commit
                         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
                     }),
             );
-            match run_case(&rt, &family, seed).1 {
+            match run_case(rt, &family, seed, new_store, io).1 {
                 Verdict::Passed => passed += 1,
                 Verdict::Refused(m) => {
                     refused += 1;
@@ -591,7 +626,6 @@ fn every_topology_accepted_under_exactly_once_output_is_seen_once_by_read_commit
         );
         failures.extend(first_failure);
     }
-    std::panic::set_hook(hook);
     assert!(accepted_total > 0, "every case was refused");
     assert!(
         failures.is_empty(),

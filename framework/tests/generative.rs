@@ -25,13 +25,13 @@
 #![allow(clippy::unwrap_used)]
 
 #[path = "generative/harness.rs"]
-pub mod harness;
+pub(crate) mod harness;
 #[path = "reference/kafka_sliding.rs"]
-pub mod kafka_sliding;
+pub(crate) mod kafka_sliding;
 #[path = "generative/plan.rs"]
-pub mod plan;
+pub(crate) mod plan;
 #[path = "generative/reference.rs"]
-pub mod reference;
+pub(crate) mod reference;
 /// The run over the families, shared with the test on DynamoDB.
 #[path = "generative/suite.rs"]
 pub mod suite;

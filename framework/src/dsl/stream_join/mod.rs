@@ -17,8 +17,9 @@
 //! delivered once, each pair is emitted once whatever the batch boundaries. A redelivered
 //! record (a retry with the same or other boundaries) emits its pairs again, and two
 //! batches running at the same time (one per side) can each see the other's record: the
-//! pair is then emitted twice, identically (the output is at least once, as every output
-//! of the framework; the `lambda-streams-source` header names the record that emitted it).
+//! pair is then emitted twice, identically (the output is at least once; the
+//! `lambda-streams-source` header names the record that emitted it). Under exactly-once
+//! output, a topology that produces the pairs is refused by `build()` for that reason.
 //! The buffers themselves are exact.
 //!
 //! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
