@@ -233,6 +233,7 @@ class Windows:
         self.idx = {}
         self.idx_pending = []
         self.late_writes = []
+        self.late_claims = set()               # (window, attempt): statistics only
 
     def _index(self, wk, view):
         self.idx_pending.append((wk, view))
@@ -521,6 +522,8 @@ class World:
                     if 'no_reclaim' in m:
                         break
                     if W.reclaim(wk, tp, cl, X, replace='no_history' in m):
+                        if (wk, cl[-1]) in W.late_claims:
+                            self.stats['zombie_claims_after_a_later_commit_reclaimed'] += 1
                         self.log(f"I{inv.id} re-claim {wk} (claimers {cl})")
                         yield from emit_window(tp, wk, 'reclaims')
                         break
@@ -547,6 +550,12 @@ class World:
                 tag = inv.batch[tp0][1] if 'offset_keyed' in m else X
                 if W.claim(wk, tp0, tag, low):
                     self.log(f"I{inv.id} claim {wk} for {tp0}")
+                    last = K.offsets.get((group, tp0), (-1, None))[1]
+                    if last is not None and int(last[1:]) > inv.id:
+                        # A zombie's claim, made after a later attempt of its partition
+                        # committed (the hole of offset-keyed claims).
+                        W.late_claims.add((wk, X))
+                        self.stats['zombie_claims_after_a_later_commit'] += 1
                     yield from emit_window(tp0, wk, 'claims')
                 yield
 

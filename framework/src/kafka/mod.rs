@@ -37,6 +37,7 @@ pub use settings::{AWS_MSK_IAM, ENV_PREFIX, KafkaProperty, KafkaSettings};
 pub use sink::KafkaSink;
 pub use transactional::KafkaTransactions;
 pub use transactions::{
-    ExactlyOnceOutput, TransactionReport, TransactionalLog, TransactionalProducer, TxnError,
+    Committed, ExactlyOnceOutput, TransactionReport, TransactionalLog, TransactionalProducer,
+    TxnError,
     check_application_id,
 };

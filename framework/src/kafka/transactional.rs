@@ -11,7 +11,7 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::sink::context;
 use super::{KafkaSettings, KafkaSink, SinkContext};
-use super::{TransactionalLog, TransactionalProducer, TxnError};
+use super::{Committed, TransactionalLog, TransactionalProducer, TxnError};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::sink::{OutputRecord, Sink};
@@ -188,7 +188,7 @@ impl TransactionalLog for KafkaTransactions {
         &self,
         _group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError> {
+    ) -> Result<Vec<Option<Committed>>, TxnError> {
         let mut list = TopicPartitionList::new();
         for tp in tps {
             list.add_partition(&tp.topic, tp.partition);
@@ -203,7 +203,10 @@ impl TransactionalLog for KafkaTransactions {
                 committed
                     .find_partition(&tp.topic, tp.partition)
                     .and_then(|e| match e.offset() {
-                        Offset::Offset(n) => Some(n),
+                        Offset::Offset(n) => Some(Committed {
+                            offset: n,
+                            metadata: e.metadata().to_owned(),
+                        }),
                         _ => None,
                     })
             })
@@ -245,13 +248,19 @@ impl TransactionalProducer for KafkaTxnProducer {
         _group: &str,
         tp: &TopicPartition,
         next: i64,
+        attempt: &str,
     ) -> Result<(), TxnError> {
         let metadata = self.consumer.group_metadata().ok_or_else(|| {
             TxnError::abortable("the shadow group's consumer has no group metadata")
         })?;
         let mut list = TopicPartitionList::new();
-        list.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(next))
-            .map_err(|e| TxnError::abortable(e.to_string()))?;
+        {
+            let mut entry = list.add_partition(&tp.topic, tp.partition);
+            entry
+                .set_offset(Offset::Offset(next))
+                .map_err(|e| TxnError::abortable(e.to_string()))?;
+            entry.set_metadata(attempt);
+        }
         let producer = self.sink.producer.clone();
         blocking(move || producer.send_offsets_to_transaction(&list, &metadata, STEP_TIMEOUT))
             .await

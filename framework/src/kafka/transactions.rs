@@ -29,7 +29,7 @@ use tokio::sync::Mutex;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
-use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee};
+use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee, WindowClaims};
 use crate::sink::{OutputRecord, Sink, SinkError};
 use crate::state::Store;
 use crate::wire::{ERROR_HEADER, SOURCE_HEADER, SourceHeader, TRANSACTION_HEADER};
@@ -71,12 +71,15 @@ pub trait TransactionalProducer: Send + Sync {
     /// Produces `records` in the open transaction and waits for their acknowledgements.
     async fn send(&self, records: Vec<OutputRecord>) -> Result<(), TxnError>;
     /// Commits, inside the open transaction, the offset `next` of `tp` in the consumer
-    /// group `group` (a group the producer is not a member of: generation -1).
+    /// group `group` (a group the producer is not a member of: generation -1), with
+    /// `metadata` as the offset's metadata (the attempt id of the batch that commits it,
+    /// which claims of closed windows are keyed by).
     async fn send_offset(
         &self,
         group: &str,
         tp: &TopicPartition,
         next: i64,
+        metadata: &str,
     ) -> Result<(), TxnError>;
     /// Commits the open transaction.
     async fn commit(&self) -> Result<(), TxnError>;
@@ -102,13 +105,23 @@ pub trait TransactionalLog: Send + Sync {
         first: i64,
         last: i64,
     ) -> Result<Vec<i64>, TxnError>;
-    /// The offsets committed in `group` for `tps` (`None`: none), *stable*: waiting out
-    /// the transactional offsets not yet materialised (`require_stable`).
+    /// The offsets committed in `group` for `tps` with their metadata (`None`: none),
+    /// *stable*: waiting out the transactional offsets not yet materialised
+    /// (`require_stable`).
     async fn committed(
         &self,
         group: &str,
         tps: &[TopicPartition],
-    ) -> Result<Vec<Option<i64>>, TxnError>;
+    ) -> Result<Vec<Option<Committed>>, TxnError>;
+}
+
+/// An offset committed in the shadow group, with the metadata committed with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The next offset of the partition whose outputs are not committed.
+    pub offset: i64,
+    /// The attempt id of the batch whose transaction committed it (empty: none).
+    pub metadata: String,
 }
 
 /// What one invocation did with its transactions (in the handler's log and in tests).
@@ -255,7 +268,18 @@ impl ExactlyOnceOutput {
                 });
             }
         };
-        let shadow: Vec<i64> = shadow.into_iter().map(|s| s.unwrap_or(i64::MIN)).collect();
+        let committed_attempts: Vec<Option<String>> = shadow
+            .iter()
+            .map(|s| s.as_ref().map(|c| c.metadata.clone()).filter(|m| !m.is_empty()))
+            .collect();
+        let shadow: Vec<i64> = shadow
+            .into_iter()
+            .map(|s| s.map_or(i64::MIN, |c| c.offset))
+            .collect();
+        // This attempt's id: committed as the shadow offsets' metadata, and kept in the
+        // claims of the windows it closes (see `WindowClaims`).
+        let attempt = format!("{:032x}", rand::random::<u128>());
+        let claims = WindowClaims::new(&attempt, &committed_attempts);
         // 2b. The batches of transactional topics, as read_committed reads them.
         let original = event;
         let filtered;
@@ -317,7 +341,7 @@ impl ExactlyOnceOutput {
         let mut eos_options = options.clone();
         eos_options.output = OutputGuarantee::ExactlyOnce;
         let result = topology
-            .process_transactional(event, store, &sink, &eos_options, Some(&shadow))
+            .process_transactional(event, store, &sink, &eos_options, Some((&shadow, &claims)))
             .await;
         report.skipped_outputs = sink.skipped.load(Ordering::Relaxed);
         let outcome = match result {
@@ -353,8 +377,9 @@ impl ExactlyOnceOutput {
                 };
                 let committed_before = shadow[i];
                 let progress = committed_before.max(next);
-                let produced = sink.produced[i].load(Ordering::Relaxed);
-                let (p, group) = (&producers[i], group.as_str());
+                // A batch that claimed windows commits, so that its attempt is recorded.
+                let produced = sink.produced[i].load(Ordering::Relaxed) || claims.claimed(i);
+                let (p, group, attempt) = (&producers[i], group.as_str(), attempt.as_str());
                 async move {
                     if !produced && progress == committed_before {
                         // Nothing to produce and nothing to record: no round trip.
@@ -365,7 +390,7 @@ impl ExactlyOnceOutput {
                             .map_err(|e| ("abort_transaction", e));
                     }
                     if progress > i64::MIN {
-                        p.send_offset(group, &batch.tp, progress)
+                        p.send_offset(group, &batch.tp, progress, attempt)
                             .await
                             .map_err(|e| ("send_offsets_to_transaction", e))?;
                     }

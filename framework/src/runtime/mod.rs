@@ -9,3 +9,4 @@ pub use crate::wire::ERROR_HEADER;
 pub use batch::OUTPUT_CHUNK;
 pub use options::{BatchOptions, DEFAULT_IDLE_PARTITION_TIMEOUT, OutputGuarantee, PoisonPolicy};
 pub use report::{BatchOutcome, BatchReport};
+pub(crate) use batch::WindowClaims;

@@ -351,9 +351,28 @@ impl Walk<'_> {
                 ));
             }
             if self.graph.is_sink(node) {
+                let straight = |store: usize| {
+                    !input.updates_via_join
+                        && input.update_stores.len() == 1
+                        && input.closing_of.is_none()
+                        && !self.stores[store].fans_out
+                };
                 let from = match (input.updates_of, input.closing_of) {
+                    // A time window's close straight from its store: claimed before it is
+                    // emitted (`Topology::claim_and_close_windows`), so exactly once.
+                    (Some(store), _)
+                        if input.on_close_of == Some(store)
+                            && straight(store)
+                            && self.stores[store]
+                                .closing
+                                .as_ref()
+                                .is_none_or(|c| c.close.is_none()) =>
+                    {
+                        None
+                    }
                     (Some(store), _) if input.on_close_of == Some(store) => Some(format!(
-                        "the windows of store {:?} when they close",
+                        "the windows of store {:?} when they close (through a join or merged \
+                         with another store's records)",
                         store_name(store)
                     )),
                     // Straight from one store's write: its outbox makes them exactly once.
