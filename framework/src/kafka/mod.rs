@@ -38,6 +38,5 @@ pub use sink::KafkaSink;
 pub use transactional::KafkaTransactions;
 pub use transactions::{
     Committed, ExactlyOnceOutput, TransactionReport, TransactionalLog, TransactionalProducer,
-    TxnError,
-    check_application_id,
+    TxnError, check_application_id,
 };

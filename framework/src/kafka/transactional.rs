@@ -10,8 +10,8 @@ use rdkafka::producer::Producer;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use super::sink::context;
-use super::{KafkaSettings, KafkaSink, SinkContext};
 use super::{Committed, TransactionalLog, TransactionalProducer, TxnError};
+use super::{KafkaSettings, KafkaSink, SinkContext};
 use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::sink::{OutputRecord, Sink};

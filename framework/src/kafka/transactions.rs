@@ -270,7 +270,11 @@ impl ExactlyOnceOutput {
         };
         let committed_attempts: Vec<Option<String>> = shadow
             .iter()
-            .map(|s| s.as_ref().map(|c| c.metadata.clone()).filter(|m| !m.is_empty()))
+            .map(|s| {
+                s.as_ref()
+                    .map(|c| c.metadata.clone())
+                    .filter(|m| !m.is_empty())
+            })
             .collect();
         let shadow: Vec<i64> = shadow
             .into_iter()

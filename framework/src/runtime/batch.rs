@@ -657,7 +657,11 @@ impl Topology {
                 let mut forget = Vec::new();
                 let mut emit = Vec::new();
                 for claimed in named {
-                    let ClaimState::Claimed { tp: owner, attempts } = &claimed.claim else {
+                    let ClaimState::Claimed {
+                        tp: owner,
+                        attempts,
+                    } = &claimed.claim
+                    else {
                         if claimed.claim == ClaimState::Closed {
                             forget.push((claimed.window.key.clone(), claimed.window.start));
                         }

@@ -523,7 +523,11 @@ impl Store for MemoryStore {
             return Ok((false, stats));
         };
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-        let id = (store.to_owned(), window.window.key.clone(), Some(window.window.start));
+        let id = (
+            store.to_owned(),
+            window.window.key.clone(),
+            Some(window.window.start),
+        );
         match items.get_mut(&id) {
             Some(Item {
                 claim: Some((t, a)),
@@ -554,7 +558,11 @@ impl Store for MemoryStore {
         };
         let finished = {
             let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-            let id = (store.to_owned(), window.window.key.clone(), Some(window.window.start));
+            let id = (
+                store.to_owned(),
+                window.window.key.clone(),
+                Some(window.window.start),
+            );
             match items.get_mut(&id) {
                 Some(item)
                     if item

@@ -1021,7 +1021,10 @@ impl Store for DynamoStore {
                 continue;
             };
             let parsed = entry.rsplit_once(':').and_then(|(key, start)| {
-                Some((URL_SAFE_NO_PAD.decode(key).ok()?, start.parse::<i64>().ok()?))
+                Some((
+                    URL_SAFE_NO_PAD.decode(key).ok()?,
+                    start.parse::<i64>().ok()?,
+                ))
             });
             match parsed {
                 Some(window) => named.push(window),
@@ -1133,7 +1136,10 @@ impl Store for DynamoStore {
         let ClaimState::Claimed { tp, attempts } = &window.claim else {
             return Ok((false, stats));
         };
-        let (read, new) = (attempts.join(" "), format!("{} {attempt}", attempts.join(" ")));
+        let (read, new) = (
+            attempts.join(" "),
+            format!("{} {attempt}", attempts.join(" ")),
+        );
         let request = Update::new(
             &self.table,
             item_key(store, &window.window.key),
