@@ -153,8 +153,12 @@ pub struct TransactionReport {
 /// `read_committed` and only what that finds is processed); the batch runs as ever (state written
 /// before producing), its outputs of records below `s[tp]` dropped and each other output
 /// produced in the transaction of its source record's partition; then per partition
-/// `{tp: max(s[tp], last + 1)}` is committed to the shadow group in the transaction and
-/// the transaction is committed. Any failure aborts every open transaction and fails the
+/// `{tp: max(s[tp], last + 1)}` is committed to the shadow group in the transaction, with
+/// the batch attempt's random id as the offset's metadata, and the transaction is
+/// committed. The progress read returns the last committed attempt of each partition with
+/// its offset: emit-on-close windows are claimed by attempt before they are emitted, and a
+/// claim holding that attempt was committed (`Topology::claim_and_close_windows`, in
+/// `runtime/batch.rs`). Any failure aborts every open transaction and fails the
 /// invocation, naming the partition and its transactional id.
 pub struct ExactlyOnceOutput {
     application_id: String,

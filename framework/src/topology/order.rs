@@ -119,10 +119,12 @@ pub(crate) struct WriteOrder {
     /// that a batch must put its repartition records back in source order before sending
     /// them (see the module documentation).
     pub(crate) sort_hops: bool,
-    /// The sinks that produce records with no source record (a table's updates, a window's
-    /// close, a join's closing pass), which the exactly-once output cannot put in a source
+    /// The sinks that produce records with no source record (a table's updates after a join
+    /// or merged, a session's or sliding window's results, a join's closing pass, a window's
+    /// close through a join or merged), which the exactly-once output cannot put in a source
     /// partition's transaction yet: under `exactly_once`, the topology is refused with the
-    /// first of these.
+    /// first of these. (A time window's close straight from its store is claimed before it
+    /// is emitted, and accepted.)
     pub(crate) unsourced_sinks: Vec<TopologyError>,
     /// The stores whose updates reach a sink straight from their write (through stateless
     /// operators only): under exactly-once output they keep the outbox of updates
