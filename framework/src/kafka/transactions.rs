@@ -397,11 +397,11 @@ impl ExactlyOnceOutput {
                             .map(|()| false)
                             .map_err(|e| ("abort_transaction", e));
                     }
-                    if progress > i64::MIN {
-                        p.send_offset(group, &batch.tp, progress, attempt)
-                            .await
-                            .map_err(|e| ("send_offsets_to_transaction", e))?;
-                    }
+                    // Always with the attempt: a transaction that holds claimed windows
+                    // must record it (no offset yet: 0, below every record).
+                    p.send_offset(group, &batch.tp, progress.max(0), attempt)
+                        .await
+                        .map_err(|e| ("send_offsets_to_transaction", e))?;
                     p.commit()
                         .await
                         .map(|()| true)
