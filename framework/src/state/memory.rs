@@ -61,13 +61,16 @@ fn unix_seconds() -> i64 {
 /// An item's identity: store, key, window start.
 type ItemId = (String, Vec<u8>, Option<i64>);
 
+/// The windows (key, start) an event partition's attempts claimed or meant to claim.
+type ClaimRegister = BTreeSet<(Vec<u8>, i64)>;
+
 /// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     items: Mutex<HashMap<ItemId, Item>>,
     clock: Mutex<Clock>,
     /// Under exactly-once output: per (store, event partition), its claim register.
-    claims: Mutex<HashMap<(String, String), BTreeSet<(Vec<u8>, i64)>>>,
+    claims: Mutex<HashMap<(String, String), ClaimRegister>>,
 }
 
 impl MemoryStore {
