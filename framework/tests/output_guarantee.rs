@@ -1,9 +1,11 @@
 //! The output guarantee's configuration and its refusals (issue 15): under
 //! `exactly_once`, aggregate and table updates straight from their store's write are
-//! accepted (the outbox of updates makes them exactly once); a topology whose sinks
-//! produce other records with no source record (a window's close, the closing pass of a
-//! left or outer stream–stream join, updates merged from two stores or after a join,
-//! sessions and sliding windows) is refused, by `try_build` when the builder asks for it
+//! accepted (the outbox of updates makes them exactly once), and so are time windows'
+//! closes straight from their store (emit on close, `suppress`: claimed before they are
+//! emitted); a topology whose sinks produce other records with no source record (a
+//! window's close merged with other records, the closing pass of a left or outer
+//! stream–stream join, updates merged from two stores or after a join, sessions and
+//! sliding windows) is refused, by `try_build` when the builder asks for it
 //! and by the handler when its configuration does, naming the sink. Never a silent
 //! at-least-once output.
 
@@ -47,6 +49,10 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
     let clicks = builder.stream("clicks", Utf8, Utf8);
     let store = match kind {
         0 => {
+            let views = builder
+                .stream("views", Utf8, Utf8)
+                .group_by_key(Utf8)
+                .count("view-counts");
             clicks
                 .group_by_key(Utf8)
                 .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
@@ -54,6 +60,7 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
                 .count("per-minute")
                 .to_stream()
                 .map(|w, n| (w.key, n))
+                .merge(&views.to_stream())
                 .to("per-minute", Utf8, BigEndianI64);
             "per-minute"
         }
@@ -104,6 +111,41 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
         }
     };
     (builder, store)
+}
+
+/// Time windows' closes straight from their store, emitted on close or suppressed until
+/// the window closes: under exactly-once output each window is claimed before it is
+/// emitted, and the topology is accepted.
+#[test]
+fn time_window_closes_build_under_exactly_once() {
+    use lambda_streams::dsl::Suppressed;
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    let clicks = builder.stream("clicks", Utf8, Utf8);
+    clicks
+        .group_by_key(Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(60)))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count("per-minute")
+        .to_stream()
+        .map(|w, n| (w.key, n))
+        .filter(|_, n| *n > 0)
+        .to("per-minute", Utf8, BigEndianI64);
+    clicks
+        .group_by_key(Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_secs(3600)).grace(Duration::from_secs(1)))
+        .count("per-hour")
+        .suppress(Suppressed::until_window_closes())
+        .to_stream()
+        .map(|w, n| (w.key, n))
+        .to("per-hour", Utf8, BigEndianI64);
+    let topology = builder.try_build().expect("accepted under exactly_once");
+    Handler::try_from_config(
+        topology,
+        Arc::new(MemoryStore::new()),
+        &config(EXACTLY_ONCE),
+    )
+    .expect("a handler configured exactly once accepts it");
 }
 
 /// Aggregate updates straight from their store's write: counts, reductions and

@@ -276,7 +276,7 @@ impl StreamsBuilder {
     /// ```
     /// use std::time::Duration;
     /// use lambda_streams::{OutputGuarantee, StreamsBuilder};
-    /// use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+    /// use lambda_streams::dsl::{EmitStrategy, SessionWindows, TimeWindows};
     /// use lambda_streams::serdes::{BigEndianI64, Utf8};
     ///
     /// let builder = StreamsBuilder::new();
@@ -295,9 +295,17 @@ impl StreamsBuilder {
     ///     .count("per-minute")
     ///     .to_stream()
     ///     .map(|w, n| (w.key, n))
-    ///     .to("per-minute", Utf8, BigEndianI64); // a window's close: not yet
+    ///     .to("per-minute", Utf8, BigEndianI64); // a window's close: fine (claimed)
+    /// words
+    ///     .group_by_key(Utf8)
+    ///     .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
+    ///     .count("sessions")
+    ///     .to_stream()
+    ///     .map(|w, n| (w.key, n))
+    ///     .to("sessions", Utf8, BigEndianI64); // sessions: not yet
     /// let refused = builder.try_build().err().expect("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
+    /// assert!(refused.to_string().contains("sessions"), "{refused}");
     /// ```
     pub fn output_guarantee(&self, guarantee: crate::OutputGuarantee) {
         lock(&self.shared).output = guarantee;

@@ -29,7 +29,9 @@ use tokio::sync::Mutex;
 use crate::dsl::Topology;
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
-use crate::runtime::{BatchOptions, BatchOutcome, OutputGuarantee, Shadow, StreamTime};
+use crate::runtime::{
+    BatchOptions, BatchOutcome, OutputGuarantee, Shadow, StreamTime, WindowClaims,
+};
 use crate::sink::{OutputRecord, Sink, SinkError};
 use crate::state::Store;
 use crate::wire::{ERROR_HEADER, SOURCE_HEADER, SourceHeader, TRANSACTION_HEADER};
@@ -122,30 +124,58 @@ pub struct CommittedOffset {
     pub metadata: String,
 }
 
-/// The prefix of the shadow group's commit metadata: the partition's stream time as of the
-/// committed offset follows it (`none`: no record time yet), so that a retry decides
-/// lateness as the attempt that committed would have (Kafka Streams keeps its partition
-/// time in the commit metadata too).
-const STREAM_TIME_METADATA: &str = "lambda-streams stream-time=";
-
-/// The shadow group's commit metadata for stream time `time`.
-fn stream_time_metadata(time: i64) -> String {
-    if time == i64::MIN {
-        format!("{STREAM_TIME_METADATA}none")
-    } else {
-        format!("{STREAM_TIME_METADATA}{time}")
-    }
+/// What the shadow group's commit metadata holds for a partition:
+/// `lambda-streams attempt=<id> stream-time=<ms|none>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProgressMetadata {
+    /// The random id of the batch attempt whose transaction committed the offset: claims of
+    /// closed windows are keyed by it (see `WindowClaims`).
+    attempt: Option<String>,
+    /// The partition's stream time as of the committed offset, so that a retry decides
+    /// lateness as the attempt that committed did (Kafka Streams keeps its partition time in
+    /// the commit metadata too).
+    stream_time: StreamTime,
 }
 
-/// The stream time a shadow group commit's `metadata` holds: [`StreamTime::Unknown`] for
-/// a commit without it (by an earlier version of the framework).
-fn parse_stream_time(metadata: &str) -> StreamTime {
-    match metadata.strip_prefix(STREAM_TIME_METADATA) {
-        Some("none") => StreamTime::Committed(i64::MIN),
-        Some(time) => time
-            .parse()
-            .map_or(StreamTime::Unknown, StreamTime::Committed),
-        None => StreamTime::Unknown,
+/// The first word of the shadow group's commit metadata.
+const PROGRESS_METADATA: &str = "lambda-streams";
+
+impl ProgressMetadata {
+    fn encode(attempt: &str, stream_time: i64) -> String {
+        let time = if stream_time == i64::MIN {
+            "none".to_owned()
+        } else {
+            stream_time.to_string()
+        };
+        format!("{PROGRESS_METADATA} attempt={attempt} stream-time={time}")
+    }
+
+    /// Reads `metadata`; a commit without it (by an earlier version of the framework) has
+    /// no attempt and an unknown stream time.
+    fn parse(metadata: &str) -> Self {
+        let mut parsed = ProgressMetadata {
+            attempt: None,
+            stream_time: StreamTime::Unknown,
+        };
+        let mut words = metadata.split_ascii_whitespace();
+        if words.next() != Some(PROGRESS_METADATA) {
+            return parsed;
+        }
+        for word in words {
+            match word.split_once('=') {
+                Some(("attempt", id)) if !id.is_empty() => parsed.attempt = Some(id.to_owned()),
+                Some(("stream-time", "none")) => {
+                    parsed.stream_time = StreamTime::Committed(i64::MIN)
+                }
+                Some(("stream-time", time)) => {
+                    if let Ok(time) = time.parse() {
+                        parsed.stream_time = StreamTime::Committed(time);
+                    }
+                }
+                _ => {}
+            }
+        }
+        parsed
     }
 }
 
@@ -178,8 +208,12 @@ pub struct TransactionReport {
 /// `read_committed` and only what that finds is processed); the batch runs as ever (state written
 /// before producing), its outputs of records below `s[tp]` dropped and each other output
 /// produced in the transaction of its source record's partition; then per partition
-/// `{tp: max(s[tp], last + 1)}` is committed to the shadow group in the transaction and
-/// the transaction is committed. Any failure aborts every open transaction and fails the
+/// `{tp: max(s[tp], last + 1)}` is committed to the shadow group in the transaction, with
+/// the batch attempt's random id as the offset's metadata, and the transaction is
+/// committed. The progress read returns the last committed attempt of each partition with
+/// its offset: emit-on-close windows are claimed by attempt before they are emitted, and a
+/// claim holding that attempt was committed (`Topology::claim_and_close_windows`, in
+/// `runtime/batch.rs`). Any failure aborts every open transaction and fails the
 /// invocation, naming the partition and its transactional id.
 pub struct ExactlyOnceOutput {
     application_id: String,
@@ -293,15 +327,29 @@ impl ExactlyOnceOutput {
                 });
             }
         };
-        // Nothing committed: no outputs, no stream time yet (whatever an aborted attempt
-        // left in the store's clock).
-        let (shadow, stream_times): (Vec<i64>, Vec<StreamTime>) = shadow
+        // Nothing committed: no outputs, no attempt, no stream time yet (whatever an
+        // aborted attempt left in the store's clock).
+        let progress: Vec<(i64, ProgressMetadata)> = shadow
             .into_iter()
             .map(|s| match s {
-                Some(c) => (c.offset, parse_stream_time(&c.metadata)),
-                None => (i64::MIN, StreamTime::Committed(i64::MIN)),
+                Some(c) => (c.offset, ProgressMetadata::parse(&c.metadata)),
+                None => (
+                    i64::MIN,
+                    ProgressMetadata {
+                        attempt: None,
+                        stream_time: StreamTime::Committed(i64::MIN),
+                    },
+                ),
             })
-            .unzip();
+            .collect();
+        let committed_attempts: Vec<Option<String>> =
+            progress.iter().map(|(_, m)| m.attempt.clone()).collect();
+        let stream_times: Vec<StreamTime> = progress.iter().map(|(_, m)| m.stream_time).collect();
+        let shadow: Vec<i64> = progress.iter().map(|(offset, _)| *offset).collect();
+        // This attempt's id: committed as the shadow offsets' metadata, and kept in the
+        // claims of the windows it closes (see `WindowClaims`).
+        let attempt = format!("{:032x}", rand::random::<u128>());
+        let claims = WindowClaims::new(&attempt, &committed_attempts);
         // 2b. The batches of transactional topics, as read_committed reads them.
         let original = event;
         let filtered;
@@ -367,7 +415,13 @@ impl ExactlyOnceOutput {
             stream_times,
         };
         let result = topology
-            .process_transactional(event, store, &sink, &eos_options, Some(&committed))
+            .process_transactional(
+                event,
+                store,
+                &sink,
+                &eos_options,
+                Some((&committed, &claims)),
+            )
             .await;
         report.skipped_outputs = sink.skipped.load(Ordering::Relaxed);
         let (outcome, end_times) = match result {
@@ -403,9 +457,10 @@ impl ExactlyOnceOutput {
                 };
                 let committed_before = shadow[i];
                 let progress = committed_before.max(next);
-                let produced = sink.produced[i].load(Ordering::Relaxed);
+                // A batch that claimed windows commits, so that its attempt is recorded.
+                let produced = sink.produced[i].load(Ordering::Relaxed) || claims.claimed(i);
                 let (p, group) = (&producers[i], group.as_str());
-                let metadata = stream_time_metadata(end_times[i]);
+                let metadata = ProgressMetadata::encode(&attempt, end_times[i]);
                 async move {
                     if !produced && progress == committed_before {
                         // Nothing to produce and nothing to record: no round trip.
@@ -415,11 +470,11 @@ impl ExactlyOnceOutput {
                             .map(|()| false)
                             .map_err(|e| ("abort_transaction", e));
                     }
-                    if progress > i64::MIN {
-                        p.send_offset(group, &batch.tp, progress, &metadata)
-                            .await
-                            .map_err(|e| ("send_offsets_to_transaction", e))?;
-                    }
+                    // Always with the attempt: a transaction that holds claimed windows
+                    // must record it (no offset yet: 0, below every record).
+                    p.send_offset(group, &batch.tp, progress.max(0), &metadata)
+                        .await
+                        .map_err(|e| ("send_offsets_to_transaction", e))?;
                     p.commit()
                         .await
                         .map(|()| true)

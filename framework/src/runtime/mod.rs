@@ -7,6 +7,6 @@ pub(crate) mod report;
 
 pub use crate::wire::ERROR_HEADER;
 pub use batch::OUTPUT_CHUNK;
-pub(crate) use batch::{Shadow, StreamTime};
+pub(crate) use batch::{Shadow, StreamTime, WindowClaims};
 pub use options::{BatchOptions, DEFAULT_IDLE_PARTITION_TIMEOUT, OutputGuarantee, PoisonPolicy};
 pub use report::{BatchOutcome, BatchReport};

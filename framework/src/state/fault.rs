@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError, StateErrorKind, Store,
-    WriteStats,
+    ClaimedWindow, Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError,
+    StateErrorKind, Store, WriteStats,
 };
 use crate::event::TopicPartition;
 
@@ -158,6 +158,56 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
         self.inner.get(store, key).await
+    }
+
+    async fn claimed_windows(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+    ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
+        self.inner.claimed_windows(store, tp).await
+    }
+
+    /// A write: it counts towards a crash, and can be delayed.
+    async fn claim_window(
+        &self,
+        store: &str,
+        window: &ClosedWindow,
+        tp: &TopicPartition,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        self.inject(store, &window.key).await?;
+        self.inner.claim_window(store, window, tp, attempt).await
+    }
+
+    /// A write: it counts towards a crash, and can be delayed.
+    async fn reclaim_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        self.inject(store, &window.window.key).await?;
+        self.inner.reclaim_window(store, window, attempt).await
+    }
+
+    /// A write: it counts towards a crash, and can be delayed.
+    async fn finish_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+    ) -> Result<(bool, WriteStats), StateError> {
+        self.inject(store, &window.window.key).await?;
+        self.inner.finish_window(store, window).await
+    }
+
+    async fn forget_claims(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        windows: &[(Vec<u8>, i64)],
+    ) -> Result<WriteStats, StateError> {
+        self.inner.forget_claims(store, tp, windows).await
     }
 
     async fn get_many(

@@ -1,7 +1,7 @@
 //! An in-memory store with the same exactly-once semantics as the DynamoDB store.
 //! For unit tests of a topology and for the test driver; not durable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,8 +11,8 @@ use crate::event::TopicPartition;
 
 use super::outbox::{self, Emission, Entry, Outbox};
 use super::{
-    Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, Store,
-    WriteStats, above_watermarks, limits,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite,
+    PartitionTime, StateError, Store, WriteStats, above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -29,6 +29,9 @@ struct Item {
     timestamp: Option<i64>,
     /// Under exactly-once output: the outbox of updates, by event partition.
     outbox: HashMap<String, Vec<Entry>>,
+    /// Under exactly-once output, a closed window's claim: the event partition and the
+    /// attempts that claimed it (out of the closing index meanwhile).
+    claim: Option<(String, Vec<String>)>,
 }
 
 impl Item {
@@ -58,11 +61,16 @@ fn unix_seconds() -> i64 {
 /// An item's identity: store, key, window start.
 type ItemId = (String, Vec<u8>, Option<i64>);
 
+/// The windows (key, start) an event partition's attempts claimed or meant to claim.
+type ClaimRegister = BTreeSet<(Vec<u8>, i64)>;
+
 /// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     items: Mutex<HashMap<ItemId, Item>>,
     clock: Mutex<Clock>,
+    /// Under exactly-once output: per (store, event partition), its claim register.
+    claims: Mutex<HashMap<(String, String), ClaimRegister>>,
 }
 
 impl MemoryStore {
@@ -383,7 +391,9 @@ impl Store for MemoryStore {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out: Vec<_> = items
             .iter()
-            .filter(|((s, _, _), item)| s == store && item.close_at.is_some_and(|c| c <= up_to))
+            .filter(|((s, _, _), item)| {
+                s == store && item.claim.is_none() && item.close_at.is_some_and(|c| c <= up_to)
+            })
             .filter_map(|((_, key, window), item)| {
                 window.map(|start| ClosedWindow {
                     key: key.clone(),
@@ -416,6 +426,194 @@ impl Store for MemoryStore {
         let closed = clock.closed.entry(store.to_owned()).or_insert(up_to);
         *closed = (*closed).max(up_to);
         Ok(stats)
+    }
+
+    async fn claimed_windows(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+    ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
+        let named: Vec<(Vec<u8>, i64)> = self
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&(store.to_owned(), tp.to_string()))
+            .map(|r| r.iter().cloned().collect())
+            .unwrap_or_default();
+        let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = named
+            .into_iter()
+            .map(|(key, start)| {
+                let item = items.get(&(store.to_owned(), key.clone(), Some(start)));
+                let claim = match item {
+                    Some(Item {
+                        claim: Some((tp, attempts)),
+                        ..
+                    }) => ClaimState::Claimed {
+                        tp: tp.clone(),
+                        attempts: attempts.clone(),
+                    },
+                    Some(item) if item.close_at.is_some() => ClaimState::Open,
+                    _ => ClaimState::Closed,
+                };
+                ClaimedWindow {
+                    window: ClosedWindow {
+                        key,
+                        start,
+                        state: item.map_or(ItemState::number(0, 0), Item::state),
+                    },
+                    claim,
+                }
+            })
+            .collect();
+        Ok((
+            out,
+            WriteStats {
+                requests: 2,
+                ..WriteStats::default()
+            },
+        ))
+    }
+
+    async fn claim_window(
+        &self,
+        store: &str,
+        window: &ClosedWindow,
+        tp: &TopicPartition,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        self.claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((store.to_owned(), tp.to_string()))
+            .or_default()
+            .insert((window.key.clone(), window.start));
+        let mut stats = WriteStats {
+            requests: 2,
+            ..WriteStats::default()
+        };
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = (store.to_owned(), window.key.clone(), Some(window.start));
+        match items.get_mut(&id) {
+            Some(item)
+                if item.claim.is_none()
+                    && item.close_at.is_some()
+                    && item.version == window.state.version =>
+            {
+                item.close_at = None;
+                item.claim = Some((tp.to_string(), vec![attempt.to_owned()]));
+                Ok((true, stats))
+            }
+            _ => {
+                stats.conditional_failures += 1;
+                Ok((false, stats))
+            }
+        }
+    }
+
+    async fn reclaim_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        let ClaimState::Claimed { tp, attempts } = &window.claim else {
+            stats.conditional_failures += 1;
+            return Ok((false, stats));
+        };
+        let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = (
+            store.to_owned(),
+            window.window.key.clone(),
+            Some(window.window.start),
+        );
+        match items.get_mut(&id) {
+            Some(Item {
+                claim: Some((t, a)),
+                ..
+            }) if t == tp && a == attempts => {
+                a.push(attempt.to_owned());
+                Ok((true, stats))
+            }
+            _ => {
+                stats.conditional_failures += 1;
+                Ok((false, stats))
+            }
+        }
+    }
+
+    async fn finish_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let mut stats = WriteStats {
+            requests: 2,
+            ..WriteStats::default()
+        };
+        let ClaimState::Claimed { tp, attempts } = &window.claim else {
+            stats.conditional_failures += 1;
+            return Ok((false, stats));
+        };
+        let finished = {
+            let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+            let id = (
+                store.to_owned(),
+                window.window.key.clone(),
+                Some(window.window.start),
+            );
+            match items.get_mut(&id) {
+                Some(item)
+                    if item
+                        .claim
+                        .as_ref()
+                        .is_some_and(|(t, a)| t == tp && a == attempts) =>
+                {
+                    item.claim = None;
+                    true
+                }
+                _ => false,
+            }
+        };
+        if !finished {
+            stats.conditional_failures += 1;
+            return Ok((false, stats));
+        }
+        if let Some(register) = self
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&(store.to_owned(), tp.clone()))
+        {
+            register.remove(&(window.window.key.clone(), window.window.start));
+        }
+        Ok((true, stats))
+    }
+
+    async fn forget_claims(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        windows: &[(Vec<u8>, i64)],
+    ) -> Result<WriteStats, StateError> {
+        if let Some(register) = self
+            .claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(&(store.to_owned(), tp.to_string()))
+        {
+            for w in windows {
+                register.remove(w);
+            }
+        }
+        Ok(WriteStats {
+            requests: u64::from(!windows.is_empty()),
+            ..WriteStats::default()
+        })
     }
 
     async fn closing_items(&self, store: &str, up_to: i64) -> Result<Vec<ClosingItem>, StateError> {

@@ -198,6 +198,35 @@ pub struct ClosedWindow {
     pub state: ItemState,
 }
 
+/// Where a window of an emit-on-close store stands under exactly-once output (see
+/// [`Store::claim_window`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimState {
+    /// Still in the closing index: not claimed (or not closable yet).
+    Open,
+    /// Claimed by attempts of the event partition `tp` (its `topic-partition`): the
+    /// attempt ids of the batches that claimed it, in order (a batch re-claims a claim
+    /// whose attempts did not commit).
+    Claimed {
+        /// The event partition whose transactions emit it.
+        tp: String,
+        /// The attempts that claimed it, the first one first.
+        attempts: Vec<String>,
+    },
+    /// Emitted by a committed transaction and finished (or no longer there).
+    Closed,
+}
+
+/// A window named in an event partition's claim register, as it stands (strongly
+/// consistent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimedWindow {
+    /// The window (its state as read).
+    pub window: ClosedWindow,
+    /// Its claim.
+    pub claim: ClaimState,
+}
+
 /// An item of a store that closes on its content (a left or outer stream–stream join's)
 /// whose closing time has passed: what the closing pass reads, rewrites and emits from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,6 +258,112 @@ pub trait Store: Send + Sync {
             write.key,
             StateErrorKind::Request(
                 "this store keeps no outbox of updates, which exactly-once output needs".into(),
+            ),
+        ))
+    }
+
+    /// Under exactly-once output: the windows of emit-on-close `store` named in the claim
+    /// register of event partition `tp` (the windows its attempts claimed or meant to
+    /// claim), each read strongly consistent with its claim. A store without claims
+    /// refuses.
+    async fn claimed_windows(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+    ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
+        let _ = tp;
+        Err(StateError::new(
+            store,
+            b"",
+            StateErrorKind::Request(
+                "this store keeps no claims of closed windows, which exactly-once output of \
+                 window closes needs"
+                    .into(),
+            ),
+        ))
+    }
+
+    /// Under exactly-once output: claims the closed `window` (as
+    /// [`closed_windows`](Self::closed_windows) returned it) for event partition `tp` and
+    /// the batch attempt `attempt`: first names it in `tp`'s claim register, then takes it
+    /// out of the closing index into a claim by `[attempt]`, on the condition that it is
+    /// still in the index with the version read. `Ok((false, _))`: another closer (or an
+    /// update) came first.
+    async fn claim_window(
+        &self,
+        store: &str,
+        window: &ClosedWindow,
+        tp: &TopicPartition,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let _ = (window, tp, attempt);
+        Err(StateError::new(
+            store,
+            b"",
+            StateErrorKind::Request(
+                "this store keeps no claims of closed windows, which exactly-once output of \
+                 window closes needs"
+                    .into(),
+            ),
+        ))
+    }
+
+    /// Under exactly-once output: adds `attempt` to the claim of `window` (whose attempts
+    /// did not commit), on the condition that its claim is still the one read.
+    async fn reclaim_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let _ = (window, attempt);
+        Err(StateError::new(
+            store,
+            b"",
+            StateErrorKind::Request(
+                "this store keeps no claims of closed windows, which exactly-once output of \
+                 window closes needs"
+                    .into(),
+            ),
+        ))
+    }
+
+    /// Under exactly-once output: finishes the claim of `window` (one of its attempts
+    /// committed): the window is closed, on the condition that its claim is still the one
+    /// read, and leaves its partition's claim register.
+    async fn finish_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let _ = window;
+        Err(StateError::new(
+            store,
+            b"",
+            StateErrorKind::Request(
+                "this store keeps no claims of closed windows, which exactly-once output of \
+                 window closes needs"
+                    .into(),
+            ),
+        ))
+    }
+
+    /// Under exactly-once output: takes `windows` (key, start) out of `tp`'s claim register
+    /// (windows closed, or claimed by another partition: never `tp`'s again).
+    async fn forget_claims(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        windows: &[(Vec<u8>, i64)],
+    ) -> Result<WriteStats, StateError> {
+        let _ = (tp, windows);
+        Err(StateError::new(
+            store,
+            b"",
+            StateErrorKind::Request(
+                "this store keeps no claims of closed windows, which exactly-once output of \
+                 window closes needs"
+                    .into(),
             ),
         ))
     }
@@ -320,6 +455,45 @@ macro_rules! forward_store {
             }
             async fn get(&self, store: &str, key: &[u8]) -> Result<Option<ItemState>, StateError> {
                 (**self).get(store, key).await
+            }
+            async fn claimed_windows(
+                &self,
+                store: &str,
+                tp: &TopicPartition,
+            ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
+                (**self).claimed_windows(store, tp).await
+            }
+            async fn claim_window(
+                &self,
+                store: &str,
+                window: &ClosedWindow,
+                tp: &TopicPartition,
+                attempt: &str,
+            ) -> Result<(bool, WriteStats), StateError> {
+                (**self).claim_window(store, window, tp, attempt).await
+            }
+            async fn reclaim_window(
+                &self,
+                store: &str,
+                window: &ClaimedWindow,
+                attempt: &str,
+            ) -> Result<(bool, WriteStats), StateError> {
+                (**self).reclaim_window(store, window, attempt).await
+            }
+            async fn finish_window(
+                &self,
+                store: &str,
+                window: &ClaimedWindow,
+            ) -> Result<(bool, WriteStats), StateError> {
+                (**self).finish_window(store, window).await
+            }
+            async fn forget_claims(
+                &self,
+                store: &str,
+                tp: &TopicPartition,
+                windows: &[(Vec<u8>, i64)],
+            ) -> Result<WriteStats, StateError> {
+                (**self).forget_claims(store, tp, windows).await
             }
             async fn get_many(
                 &self,

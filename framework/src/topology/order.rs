@@ -122,10 +122,12 @@ pub(crate) struct WriteOrder {
     /// that a batch must put its repartition records back in source order before sending
     /// them (see the module documentation).
     pub(crate) sort_hops: bool,
-    /// The sinks that produce records with no source record (a table's updates, a window's
-    /// close, a join's closing pass), which the exactly-once output cannot put in a source
+    /// The sinks that produce records with no source record (a table's updates after a join
+    /// or merged, a session's or sliding window's results, a join's closing pass, a window's
+    /// close through a join or merged), which the exactly-once output cannot put in a source
     /// partition's transaction yet: under `exactly_once`, the topology is refused with the
-    /// first of these.
+    /// first of these. (A time window's close straight from its store is claimed before it
+    /// is emitted, and accepted.)
     pub(crate) unsourced_sinks: Vec<TopologyError>,
     /// The stores whose updates reach a sink straight from their write (through stateless
     /// operators only): under exactly-once output they keep the outbox of updates
@@ -380,10 +382,29 @@ impl Walk<'_> {
                          their two records), or join in a topology that produces at least once",
                     ));
                 }
+                let straight = |store: usize| {
+                    !input.updates_via_join
+                        && input.update_stores.len() == 1
+                        && input.closing_of.is_none()
+                        && !self.stores[store].fans_out
+                };
                 let from = match (input.updates_of, input.closing_of) {
                     _ if input.pairs_of.is_some() => None,
+                    // A time window's close straight from its store: claimed before it is
+                    // emitted (`Topology::claim_and_close_windows`), so exactly once.
+                    (Some(store), _)
+                        if input.on_close_of == Some(store)
+                            && straight(store)
+                            && self.stores[store]
+                                .closing
+                                .as_ref()
+                                .is_none_or(|c| c.close.is_none()) =>
+                    {
+                        None
+                    }
                     (Some(store), _) if input.on_close_of == Some(store) => Some(format!(
-                        "the windows of store {:?} when they close",
+                        "the windows of store {:?} when they close (through a join or merged \
+                         with another store's records)",
                         store_name(store)
                     )),
                     // Straight from one store's write: its outbox makes them exactly once.

@@ -38,9 +38,12 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    Clock, ClosedWindow, ClosingItem, Guarantee, ItemState, ItemWrite, PartitionTime, StateError,
-    StateErrorKind, Store, WriteStats, above_watermarks, limits, offset_ranges,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingItem, Guarantee, ItemState, ItemWrite,
+    PartitionTime, StateError, StateErrorKind, Store, WriteStats, above_watermarks, limits,
+    offset_ranges,
 };
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 /// The HTTPS client of the AWS SDK clients, now owned by [`crate::aws`].
 pub use crate::aws::https_client;
@@ -79,6 +82,31 @@ pub struct DynamoStore {
 
 /// A DynamoDB item's attributes.
 type Item = HashMap<String, AttributeValue>;
+
+/// A closed window's claiming event partition (`topic-partition`), under exactly-once
+/// output.
+const CLAIM_PARTITION: &str = "ck";
+/// The attempts that claimed a closed window (space-separated ids, the first first).
+const CLAIM_ATTEMPTS: &str = "ca";
+
+/// The partition key of `tp`'s claim register for `store`: `__claims#<store>@<tp>` (no
+/// item of a store has `@` in its partition key: base64url has none).
+fn claims_key(store: &str, tp: &TopicPartition) -> String {
+    format!("__claims#{store}@{tp}")
+}
+
+/// A window's attribute in a claim register: `w:<key in base64url>:<start>`.
+fn claim_entry(key: &[u8], start: i64) -> String {
+    format!("w:{}:{start}", URL_SAFE_NO_PAD.encode(key))
+}
+
+/// A primary key (`pk`, `sk`) for `BatchGetItem`.
+fn primary_key(pk: &str, sk: i64) -> Item {
+    HashMap::from([
+        ("pk".to_owned(), AttributeValue::S(pk.to_owned())),
+        ("sk".to_owned(), AttributeValue::N(sk.to_string())),
+    ])
+}
 
 /// An `UpdateItem` that failed other than on its condition: what it means.
 struct UpdateRefused {
@@ -966,6 +994,250 @@ impl Store for DynamoStore {
         }
         windows.sort_by(|a, b| (&a.key, a.start).cmp(&(&b.key, b.start)));
         Ok(windows)
+    }
+
+    /// `tp`'s claim register (one item, `pk = __claims#<store>@<topic>-<partition>`, an
+    /// attribute `w:<key in base64url>:<window start>` per window), read strongly
+    /// consistent, then its windows (strongly consistent `BatchGetItem`): a window with
+    /// `ck` (the claiming partition) and `ca` (the attempts, space-separated) is claimed,
+    /// one with `cq` open, any other closed.
+    async fn claimed_windows(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+    ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
+        let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
+        let mut stats = WriteStats {
+            requests: 1,
+            ..WriteStats::default()
+        };
+        let register = self
+            .batch_get(vec![primary_key(&claims_key(store, tp), 0)])
+            .await
+            .map_err(&err)?;
+        let mut named: Vec<(Vec<u8>, i64)> = Vec::new();
+        for name in register.first().map(|r| r.keys()).into_iter().flatten() {
+            let Some(entry) = name.strip_prefix("w:") else {
+                continue;
+            };
+            let parsed = entry.rsplit_once(':').and_then(|(key, start)| {
+                Some((
+                    URL_SAFE_NO_PAD.decode(key).ok()?,
+                    start.parse::<i64>().ok()?,
+                ))
+            });
+            match parsed {
+                Some(window) => named.push(window),
+                None => return Err(err(format!("claim register entry {name:?} unreadable"))),
+            }
+        }
+        named.sort();
+        if named.is_empty() {
+            return Ok((Vec::new(), stats));
+        }
+        let keys = named
+            .iter()
+            .map(|(key, start)| primary_key(&item_key(store, key), *start))
+            .collect();
+        stats.requests += named.len().div_ceil(100) as u64;
+        let mut found: HashMap<(String, i64), Item> = HashMap::new();
+        for item in self.batch_get(keys).await.map_err(&err)? {
+            let pk = match item.get("pk") {
+                Some(AttributeValue::S(pk)) => pk.clone(),
+                _ => continue,
+            };
+            let sk = number::<i64>(&item, "sk").map_err(&err)?;
+            found.insert((pk, sk), item);
+        }
+        let mut out = Vec::with_capacity(named.len());
+        for (key, start) in named {
+            let item = found.remove(&(item_key(store, &key), start));
+            let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
+            let (state, claim) = match &item {
+                None => (ItemState::number(0, 0), ClaimState::Closed),
+                Some(item) => {
+                    let state = parse_state(item).map_err(corrupt)?;
+                    let claim = match (item.get(CLAIM_PARTITION), item.get(CLAIM_ATTEMPTS)) {
+                        (Some(AttributeValue::S(tp)), Some(AttributeValue::S(attempts))) => {
+                            ClaimState::Claimed {
+                                tp: tp.clone(),
+                                attempts: attempts.split(' ').map(str::to_owned).collect(),
+                            }
+                        }
+                        _ if item.contains_key(CLOSING_STORE) => ClaimState::Open,
+                        _ => ClaimState::Closed,
+                    };
+                    (state, claim)
+                }
+            };
+            out.push(ClaimedWindow {
+                window: ClosedWindow { key, start, state },
+                claim,
+            });
+        }
+        Ok((out, stats))
+    }
+
+    /// `SET w:<window> = 1` on `tp`'s claim register, then on the window
+    /// `SET ck = :tp, ca = :attempt REMOVE cq, cl` on the condition
+    /// `cq = :store AND ver = :read AND attribute_not_exists(ck)`.
+    async fn claim_window(
+        &self,
+        store: &str,
+        window: &ClosedWindow,
+        tp: &TopicPartition,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let mut stats = WriteStats::default();
+        let entry = claim_entry(&window.key, window.start);
+        let intent = Update::new(&self.table, claims_key(store, tp), 0)
+            .update_expression("SET #e = :one")
+            .name("#e", entry.as_str())
+            .value(":one", Value::N(1))
+            .consumed_capacity();
+        stats.requests += 1;
+        if let Err(refused) = self.update_item(intent, &mut stats).await {
+            return Err(StateError::new(store, &window.key, refused.kind));
+        }
+        let tp = tp.to_string();
+        let claim = Update::new(&self.table, item_key(store, &window.key), window.start)
+            .update_expression("SET #ck = :tp, #ca = :a REMOVE #cq, #cl")
+            .condition_expression("#cq = :store AND #ver = :v AND attribute_not_exists(#ck)")
+            .name("#ck", CLAIM_PARTITION)
+            .name("#ca", CLAIM_ATTEMPTS)
+            .name("#cq", CLOSING_STORE)
+            .name("#cl", CLOSING_TIME)
+            .name("#ver", "ver")
+            .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+            .value(":a", Value::S(Cow::Borrowed(attempt)))
+            .value(":store", Value::S(Cow::Borrowed(store)))
+            .value(":v", Value::U(window.state.version))
+            .consumed_capacity();
+        stats.requests += 1;
+        match self.update_item(claim, &mut stats).await {
+            Ok(Ok(_)) => Ok((true, stats)),
+            Ok(Err(_)) => {
+                stats.conditional_failures += 1;
+                Ok((false, stats))
+            }
+            Err(refused) => Err(StateError::new(store, &window.key, refused.kind)),
+        }
+    }
+
+    /// `SET ca = :attempts` (the read ones and `attempt`) on the condition that `ck` and
+    /// `ca` are the ones read.
+    async fn reclaim_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+        attempt: &str,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let mut stats = WriteStats::default();
+        let ClaimState::Claimed { tp, attempts } = &window.claim else {
+            return Ok((false, stats));
+        };
+        let (read, new) = (
+            attempts.join(" "),
+            format!("{} {attempt}", attempts.join(" ")),
+        );
+        let request = Update::new(
+            &self.table,
+            item_key(store, &window.window.key),
+            window.window.start,
+        )
+        .update_expression("SET #ca = :new")
+        .condition_expression("#ck = :tp AND #ca = :read")
+        .name("#ck", CLAIM_PARTITION)
+        .name("#ca", CLAIM_ATTEMPTS)
+        .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+        .value(":read", Value::S(Cow::Borrowed(read.as_str())))
+        .value(":new", Value::S(Cow::Borrowed(new.as_str())))
+        .consumed_capacity();
+        stats.requests += 1;
+        match self.update_item(request, &mut stats).await {
+            Ok(Ok(_)) => Ok((true, stats)),
+            Ok(Err(_)) => {
+                stats.conditional_failures += 1;
+                Ok((false, stats))
+            }
+            Err(refused) => Err(StateError::new(store, &window.window.key, refused.kind)),
+        }
+    }
+
+    /// `REMOVE ck, ca` on the condition that they are the ones read, then
+    /// `REMOVE w:<window>` from the claiming partition's register.
+    async fn finish_window(
+        &self,
+        store: &str,
+        window: &ClaimedWindow,
+    ) -> Result<(bool, WriteStats), StateError> {
+        let mut stats = WriteStats::default();
+        let ClaimState::Claimed { tp, attempts } = &window.claim else {
+            return Ok((false, stats));
+        };
+        let read = attempts.join(" ");
+        let request = Update::new(
+            &self.table,
+            item_key(store, &window.window.key),
+            window.window.start,
+        )
+        .update_expression("REMOVE #ck, #ca")
+        .condition_expression("#ck = :tp AND #ca = :read")
+        .name("#ck", CLAIM_PARTITION)
+        .name("#ca", CLAIM_ATTEMPTS)
+        .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+        .value(":read", Value::S(Cow::Borrowed(read.as_str())))
+        .consumed_capacity();
+        stats.requests += 1;
+        match self.update_item(request, &mut stats).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => {
+                stats.conditional_failures += 1;
+                return Ok((false, stats));
+            }
+            Err(refused) => return Err(StateError::new(store, &window.window.key, refused.kind)),
+        }
+        let entry = claim_entry(&window.window.key, window.window.start);
+        let forget = Update::new(&self.table, format!("__claims#{store}@{tp}"), 0)
+            .update_expression("REMOVE #e")
+            .name("#e", entry.as_str())
+            .consumed_capacity();
+        stats.requests += 1;
+        match self.update_item(forget, &mut stats).await {
+            Ok(_) => Ok((true, stats)),
+            Err(refused) => Err(StateError::new(store, &window.window.key, refused.kind)),
+        }
+    }
+
+    /// `REMOVE w:<window>, …` from `tp`'s claim register, 50 entries a request.
+    async fn forget_claims(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        windows: &[(Vec<u8>, i64)],
+    ) -> Result<WriteStats, StateError> {
+        let mut stats = WriteStats::default();
+        for chunk in windows.chunks(50) {
+            let entries: Vec<String> = chunk
+                .iter()
+                .map(|(key, start)| claim_entry(key, *start))
+                .collect();
+            let mut request = Update::new(&self.table, claims_key(store, tp), 0);
+            let mut removes = Vec::with_capacity(entries.len());
+            for (i, entry) in entries.iter().enumerate() {
+                let p = placeholder("#e", i);
+                removes.push(p.to_string());
+                request = request.name(p, entry.as_str());
+            }
+            let request = request
+                .update_expression(format!("REMOVE {}", removes.join(", ")))
+                .consumed_capacity();
+            stats.requests += 1;
+            if let Err(refused) = self.update_item(request, &mut stats).await {
+                return Err(StateError::new(store, &chunk[0].0, refused.kind));
+            }
+        }
+        Ok(stats)
     }
 
     /// Per window, `REMOVE cq, cl` on the condition that its version is the one read (an

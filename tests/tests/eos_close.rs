@@ -1,0 +1,400 @@
+//! Exactly-once output of window closes on the real broker (issue 15): an emit-on-close
+//! windowed count run by the local runner (duplicate deliveries, retries ending elsewhere,
+//! a crash after state writes injected on purpose) and by handlers (a fenced zombie that
+//! re-claims the windows its retry committed), with `exactly_once` output and a DynamoDB
+//! store on the emulator. Kafka's own console consumer with `--isolation-level
+//! read_committed` must see every window that closed exactly once, with the count computed
+//! here by brute force from the records produced, and no window still open.
+//!
+//! Under exactly-once output a batch claims a closed window before emitting it (a
+//! conditional write, keyed by the batch's attempt id, which its transaction commits as the
+//! shadow offset's metadata): see `docs/state.md`, "Exactly-once output of window closes".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+use lambda_streams::lambda::Handler;
+use lambda_streams::serdes::{DecimalI64, Utf8};
+use lambda_streams::state::Store;
+use lambda_streams::state::dynamodb::{DynamoStore, create_table};
+use lambda_streams::state::fault::FaultyStore;
+use lambda_streams::{BatchOptions, Guarantee, OutputGuarantee, StreamsBuilder, Topology};
+use lambda_streams_e2e::*;
+use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+
+const PARTITIONS: i32 = 3;
+/// Records per partition.
+const RECORDS: i64 = 24;
+/// The windows' size, ms (no grace).
+const SIZE: i64 = 20;
+/// The first record's time (a multiple of [`SIZE`]).
+const BASE: i64 = 1_700_000_000_000;
+
+/// Partition `p`'s record `i`: key `k<(i + p) mod 3>` at time `BASE + 5 i + p`.
+fn records(p: i32) -> Vec<(String, i64)> {
+    (0..RECORDS)
+        .map(|i| {
+            (
+                format!("k{}", (i + i64::from(p)) % 3),
+                BASE + 5 * i + i64::from(p),
+            )
+        })
+        .collect()
+}
+
+/// The reference, by brute force: per window (`<key>@<start>`) that closed, its count. A
+/// window closes once every partition's stream time (its latest record's time) reaches
+/// its end.
+fn closed_windows() -> BTreeMap<String, i64> {
+    let low = (0..PARTITIONS)
+        .map(|p| records(p).iter().map(|r| r.1).max().unwrap_or(i64::MIN))
+        .min()
+        .unwrap_or(i64::MIN);
+    let mut counts = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        for (key, t) in records(p) {
+            let start = t - t.rem_euclid(SIZE);
+            if start + SIZE <= low {
+                *counts.entry(format!("{key}@{start}")).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// A tumbling count of `input` emitted on close, each window as `<key>@<start>` → count.
+fn topology(input: &str, output: &str) -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(input, Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by(TimeWindows::of_size(Duration::from_millis(SIZE as u64)))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .count("closing")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to(output, Utf8, DecimalI64);
+    builder.build()
+}
+
+struct Setup {
+    input: String,
+    output: String,
+    table: String,
+    app: String,
+}
+
+async fn setup(name: &str) -> Setup {
+    require_services();
+    let s = Setup {
+        input: unique(&format!("{name}-in")),
+        output: unique(&format!("{name}-out")),
+        table: unique(name),
+        app: unique(&format!("{name}-app")),
+    };
+    let servers = bootstrap();
+    for topic in [&s.input, &s.output] {
+        admin::create_topic(&servers, topic, PARTITIONS)
+            .await
+            .expect("topic");
+    }
+    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", servers)
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for p in 0..PARTITIONS {
+        for (key, t) in records(p) {
+            let record = rdkafka::producer::FutureRecord::<String, String>::to(&s.input)
+                .key(&key)
+                .payload(&key)
+                .partition(p)
+                .timestamp(t);
+            producer
+                .send(record, Duration::from_secs(10))
+                .await
+                .expect("produced");
+        }
+    }
+    create_table(&dynamo_client(), &s.table)
+        .await
+        .expect("table");
+    s
+}
+
+fn handler(s: &Setup, store: Arc<dyn Store>) -> Handler {
+    Handler::with_kafka_output(topology(&s.input, &s.output), store, None)
+        .with_options(BatchOptions {
+            output: OutputGuarantee::ExactlyOnce,
+            // Every partition holds the windows open until it delivered records past them.
+            source_partitions: BTreeMap::from([(s.input.clone(), PARTITIONS)]),
+            ..BatchOptions::default()
+        })
+        .with_application_id(&s.app)
+        .with_event_read_committed(true)
+}
+
+fn dynamo(s: &Setup) -> DynamoStore {
+    DynamoStore::new(dynamo_client(), s.table.clone(), Guarantee::ExactlyOnce)
+}
+
+/// The broker install's libraries (the console consumer's classpath).
+fn kafka_libs() -> std::path::PathBuf {
+    let cache = std::env::var("LAMBDA_STREAMS_CACHE").map_or_else(
+        |_| {
+            std::path::PathBuf::from(std::env::var("HOME").expect("HOME"))
+                .join(".cache/lambda-streams")
+        },
+        std::path::PathBuf::from,
+    );
+    let mut installs: Vec<_> = std::fs::read_dir(&cache)
+        .expect("the services' cache")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kafka-4"))
+                && p.join("libs").is_dir()
+        })
+        .collect();
+    installs.sort();
+    installs
+        .pop()
+        .expect("a Kafka install (scripts/services up)")
+        .join("libs")
+}
+
+/// Every record of `topic` as Kafka's console consumer reads it with `read_committed`:
+/// `(key, value)`. It waits 12 s for a record before it exits (its first poll joins a
+/// fresh group behind the broker's initial rebalance delay).
+fn console_read_committed(topic: &str) -> Vec<(String, String)> {
+    let classpath = format!("{}/*", kafka_libs().display());
+    let out = std::process::Command::new("java")
+        .args([
+            "-cp",
+            &classpath,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ])
+        .args([
+            "--bootstrap-server",
+            &bootstrap(),
+            "--topic",
+            topic,
+            "--from-beginning",
+        ])
+        .args([
+            "--isolation-level",
+            "read_committed",
+            "--timeout-ms",
+            "12000",
+        ])
+        .args(["--formatter-property", "print.key=true"])
+        .output()
+        .expect("java runs the console consumer");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let read: Vec<(String, String)> = text
+        .lines()
+        .filter_map(|line| {
+            let (key, value) = line.split_once('\t')?;
+            Some((key.to_owned(), value.to_owned()))
+        })
+        .collect();
+    if read.is_empty() {
+        eprintln!(
+            "console consumer of {topic} read nothing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    read
+}
+
+/// The violations of what a `read_committed` reader of the output sees, against
+/// [`closed_windows`]: a closed window missing, seen more than once or with another
+/// count, or a window that has not closed.
+fn check_closes(output: &str) -> Vec<String> {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (key, value) in console_read_committed(output) {
+        seen.entry(key).or_default().push(value);
+    }
+    let mut violations = Vec::new();
+    for (window, count) in closed_windows() {
+        let got = seen.remove(&window).unwrap_or_default();
+        if got != [count.to_string()] {
+            violations.push(format!("window {window}: seen {got:?}, expected [{count}]"));
+        }
+    }
+    for (window, got) in seen {
+        violations.push(format!("window {window} has not closed, seen {got:?}"));
+    }
+    violations
+}
+
+async fn run_runner(s: &Setup, faults: Faults, store: Arc<dyn Store>) -> (u64, u64) {
+    let config = RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: unique("group"),
+        topics: vec![s.input.clone()],
+        batch_size: 5,
+        batching_window: Duration::from_millis(100),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(800),
+        retry_backoff: Duration::from_millis(10),
+        faults,
+        ..RunnerConfig::default()
+    };
+    let runner = Runner::new(
+        config,
+        Arc::new(InProcess::new(Arc::new(handler(s, store)))),
+    )
+    .expect("runner");
+    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded");
+    (summary.invocations, summary.failures)
+}
+
+#[test]
+fn the_reference_closes_windows_and_leaves_some_open() {
+    // 3 keys x 5 closed windows; the windows at the end stay open.
+    let closed = closed_windows();
+    assert_eq!(closed.len(), 15, "{closed:?}");
+    assert_eq!(closed.values().sum::<i64>(), 3 * 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_closed_window_once_under_duplicates_and_shifted_retries() {
+    let s = setup("eosclose-dup").await;
+    let faults = Faults {
+        duplicate_every: Some(2),
+        extend_retry_every: Some(3),
+        ..Faults::default()
+    };
+    let (invocations, _) = run_runner(&s, faults, Arc::new(dynamo(&s))).await;
+    assert!(invocations > 15, "duplicates delivered: {invocations}");
+    let violations = check_closes(&s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_closed_window_once_after_crashes_after_state_writes() {
+    // The crash hits a state write, a claim or a re-claim of some batch: its transaction
+    // aborts with whatever it emitted, and the retry (or the partition's next batch)
+    // emits the claimed windows again, once.
+    for k in [3, 17, 30] {
+        let s = setup(&format!("eosclose-crash{k}")).await;
+        let store = Arc::new(FaultyStore::fail_once_after(dynamo(&s), k));
+        let (_, failures) = run_runner(&s, Faults::default(), store).await;
+        assert_eq!(failures, 1, "one injected crash (after {k} writes)");
+        let violations = check_closes(&s.output);
+        assert!(violations.is_empty(), "after {k} writes: {violations:#?}");
+    }
+}
+
+/// One event with every record, as the event source would deliver it.
+fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: (0..PARTITIONS)
+            .map(|p| PartitionRecords {
+                tp: TopicPartition::new(input, p),
+                records: records(p)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(o, (key, t))| Record {
+                        offset: o as i64,
+                        timestamp: t,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: Some(key.clone().into_bytes().into()),
+                        value: Some(key.into_bytes().into()),
+                        headers: Vec::new(),
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// A zombie: container A initialises its producers, reads the committed progress (none)
+/// and freezes before its first state write; B, a retry of the same event, fences A, claims
+/// and emits every closed window and commits. A then goes on: it finds B's claims, which it
+/// takes for uncommitted (its progress read is older than B's commit), re-claims them (its
+/// attempt id appended to B's) and is fenced when it produces. A delayed duplicate C finds B's
+/// attempt committed and in each claim: it finishes them and emits nothing. Were A's re-claim
+/// to replace B's attempt (the claim keeping only the last), C would emit every window again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
+    let s = setup("eosclose-zombie").await;
+    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let slow: Arc<dyn Store> = {
+        let frozen = Arc::clone(&frozen);
+        Arc::new(FaultyStore::new(dynamo(&s)).on_write(move |before| {
+            if before == 0 {
+                frozen.store(true, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_secs(10));
+            }
+        }))
+    };
+    let a = handler(&s, slow);
+    let b = handler(&s, Arc::new(dynamo(&s)));
+    let c = handler(&s, Arc::new(dynamo(&s)));
+    let event = event_of_all(&s.input);
+    let zombie = {
+        let event = event.clone();
+        tokio::spawn(async move { a.handle_event(&event).await.map(|_| ()) })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !frozen.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "A never reached its state writes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    b.handle_event(&event).await.expect("the retry succeeds");
+    let e = zombie
+        .await
+        .expect("no panic")
+        .expect_err("the zombie is fenced");
+    eprintln!("the zombie: {e}");
+    // A re-claimed every window B committed: each claim holds B's attempt and A's.
+    let claims = claims_in(&s.table).await;
+    assert_eq!(claims.len(), closed_windows().len(), "{claims:?}");
+    assert!(
+        claims.iter().all(|c| c.split(' ').count() == 2),
+        "every claim by B, then A: {claims:?}"
+    );
+    c.handle_event(&event)
+        .await
+        .expect("the duplicate succeeds");
+    let violations = check_closes(&s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The claims (`ca`: the attempts, space-separated) of the window items in `table`.
+async fn claims_in(table: &str) -> Vec<String> {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let mut claims = Vec::new();
+    let mut pages = dynamo_client()
+        .scan()
+        .table_name(table)
+        .consistent_read(true)
+        .into_paginator()
+        .send();
+    while let Some(page) = pages.next().await {
+        for item in page.expect("scan").items() {
+            if let Some(AttributeValue::S(attempts)) = item.get("ca") {
+                claims.push(attempts.clone());
+            }
+        }
+    }
+    claims
+}
