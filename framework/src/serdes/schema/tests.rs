@@ -33,7 +33,7 @@ fn headers_by_hand() {
     // Confluent: 0x00 then 1000 = 0x000003e8.
     let framed = unframe(WireFormat::Confluent, &[0, 0, 0, 3, 0xe8, 1, 2], None).unwrap();
     assert_eq!(framed.id, Some(SchemaId::Confluent(1000)));
-    assert_eq!(framed.payload, &[1, 2]);
+    assert_eq!(&*framed.payload, &[1, 2]);
     assert!(
         unframe(WireFormat::Confluent, &[0, 0, 0], None)
             .unwrap_err()
@@ -51,7 +51,7 @@ fn headers_by_hand() {
     glue.push(0x2a);
     let framed = unframe(WireFormat::Glue, &glue, None).unwrap();
     assert_eq!(framed.id, Some(SchemaId::Glue(GLUE_ID)));
-    assert_eq!(framed.payload, &[0x2a]);
+    assert_eq!(&*framed.payload, &[0x2a]);
     glue[1] = 5;
     assert!(
         unframe(WireFormat::Glue, &glue, None)
@@ -72,7 +72,7 @@ fn headers_by_hand() {
     };
     let framed = unframe(WireFormat::Source, &[1, 2], Some(&meta)).unwrap();
     assert_eq!(framed.id, Some(SchemaId::Confluent(9)));
-    assert_eq!(framed.payload, &[1, 2]);
+    assert_eq!(&*framed.payload, &[1, 2]);
     assert!(
         unframe(WireFormat::Source, &[1, 2], None)
             .unwrap_err()
