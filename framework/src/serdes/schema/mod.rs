@@ -37,6 +37,7 @@ use crate::event::SchemaMetadata;
 #[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
 use crate::serdes::SerdeError;
 
+pub mod glue;
 pub mod registry;
 
 #[cfg(feature = "avro")]

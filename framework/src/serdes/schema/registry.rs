@@ -95,9 +95,35 @@ impl std::fmt::Debug for RegistryClient {
 }
 
 /// A registry's answer: its status and body.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
+pub(super) struct Answer {
+    pub(super) status: u16,
+    pub(super) body: Vec<u8>,
+}
+
+/// Runs `future` on a short thread of its own with a current-thread Tokio runtime, at
+/// most [`REQUEST_TIMEOUT`] (serdes are synchronous; see the module docs). `what` names
+/// the request in the timeout's message.
+pub(super) fn block_on_own_thread<T: Send + 'static>(
+    what: String,
+    future: impl std::future::Future<Output = Result<T, String>> + Send + 'static,
+) -> Result<T, String> {
+    let worker = std::thread::Builder::new()
+        .name("schema-registry".to_owned())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime for the request: {e}"))?;
+            runtime.block_on(async move {
+                tokio::time::timeout(REQUEST_TIMEOUT, future)
+                    .await
+                    .map_err(|_| format!("{what}: no answer in {REQUEST_TIMEOUT:?}"))?
+            })
+        })
+        .map_err(|e| format!("cannot start the request's thread: {e}"))?;
+    worker
+        .join()
+        .map_err(|_| "the request's thread panicked".to_owned())?
 }
 
 impl RegistryClient {
@@ -157,29 +183,18 @@ impl RegistryClient {
     /// Sends one request on a thread of its own (see the module docs).
     fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> Result<Answer, String> {
         let url = format!("{}{path}", self.base);
+        let mut headers = vec![("accept".to_owned(), CONTENT_TYPE.to_owned())];
+        if let Some(authorization) = &self.authorization {
+            headers.push(("authorization".to_owned(), authorization.clone()));
+        }
+        if body.is_some() {
+            headers.push(("content-type".to_owned(), CONTENT_TYPE.to_owned()));
+        }
         let method = method.to_owned();
-        let authorization = self.authorization.clone();
         let roots = self.roots;
-        let worker = std::thread::Builder::new()
-            .name("schema-registry".to_owned())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start a runtime for the request: {e}"))?;
-                runtime.block_on(async move {
-                    tokio::time::timeout(
-                        REQUEST_TIMEOUT,
-                        send(&method, &url, authorization, roots, body),
-                    )
-                    .await
-                    .map_err(|_| format!("{method} {url}: no answer in {REQUEST_TIMEOUT:?}"))?
-                })
-            })
-            .map_err(|e| format!("cannot start the request's thread: {e}"))?;
-        worker
-            .join()
-            .map_err(|_| "the request's thread panicked".to_owned())?
+        block_on_own_thread(format!("{method} {url}"), async move {
+            send(&method, &url, headers, roots, body.unwrap_or_default()).await
+        })
     }
 
     /// GETs `path` and parses the schema it answers; `what` names it in errors.
@@ -275,12 +290,13 @@ impl RegistryClient {
     }
 }
 
-async fn send(
+/// Sends one HTTP(S) request with `headers` and `body`; the answer's status and body.
+pub(super) async fn send(
     method: &str,
     url: &str,
-    authorization: Option<String>,
+    headers: Vec<(String, String)>,
     roots: TlsRoots,
-    body: Option<Vec<u8>>,
+    body: Vec<u8>,
 ) -> Result<Answer, String> {
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
@@ -293,18 +309,12 @@ async fn send(
         .wrap_connector(connector);
     let client: HttpClient<_, Full<bytes::Bytes>> =
         HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("accept", CONTENT_TYPE);
-    if let Some(authorization) = authorization {
-        request = request.header("authorization", authorization);
-    }
-    if body.is_some() {
-        request = request.header("content-type", CONTENT_TYPE);
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name, value);
     }
     let request = request
-        .body(Full::new(bytes::Bytes::from(body.unwrap_or_default())))
+        .body(Full::new(bytes::Bytes::from(body)))
         .map_err(|e| format!("{method} {url}: {e}"))?;
     let response = client
         .request(request)
