@@ -19,7 +19,7 @@
 //! TopicNameStrategy `<topic>-value` / `<topic>-key` by default).
 //!
 //! A value that cannot be decoded (no header, an unknown schema id, bytes that do not match
-//! the schema) is a [`SerdeError`](crate::serdes::SerdeError) naming the schema id and the
+//! the schema) is a [`SerdeError`] naming the schema id and the
 //! subject; the framework adds the record's topic-partition and offset and applies the
 //! poison policy. Nothing here panics on bad input.
 //!
@@ -34,7 +34,6 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use crate::event::SchemaMetadata;
-#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
 use crate::serdes::SerdeError;
 
 pub mod glue;
@@ -297,9 +296,9 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
-impl From<SchemaError> for crate::serdes::SerdeError {
+impl From<SchemaError> for SerdeError {
     fn from(e: SchemaError) -> Self {
-        crate::serdes::SerdeError(e.0)
+        SerdeError(e.0)
     }
 }
 
