@@ -267,9 +267,19 @@ pub(super) fn decode_to_json(
     schema: &RegisteredSchema,
     payload: &[u8],
 ) -> Result<serde_json::Value, String> {
+    // Compiled once per schema for the process (the runner calls this per record).
+    static POOLS: OnceLock<BoundedCache<RegisteredSchema, DescriptorPool>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| BoundedCache::new(DEFAULT_CACHE_CAPACITY));
     let mut rest = payload;
     let path = read_indexes(&mut rest)?;
-    let pool = compile_proto(schema)?;
+    let pool = match pools.get(schema) {
+        Some(pool) => pool,
+        None => {
+            let pool = compile_proto(schema)?;
+            pools.insert(schema.clone(), pool.clone());
+            pool
+        }
+    };
     let descriptor = message_at(&pool, &path)?;
     json_of_binary(&descriptor, rest)
 }
