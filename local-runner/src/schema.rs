@@ -10,8 +10,10 @@
 //! schema), and is done (committed), as the event source does. A registry that cannot be
 //! reached stops the runner with an error instead (nothing is given up for it).
 //!
-//! Protobuf records are checked for their schema id only (the runner has no `.proto`
-//! parser), and cannot be handed over as JSON: with `JSON` they are `DESERIALIZATION_ERROR`.
+//! Protobuf records are decoded with their `.proto` (compiled with its imports, the
+//! schema's references) and handed over as `SOURCE` (the message indexes and the message)
+//! or as `JSON` (Protobuf's JSON mapping: lowerCamelCase names, 64-bit integers as strings).
+//! Schema references of Avro and Protobuf schemas are fetched from the registry.
 
 use lambda_streams::event::{Bytes, Record, SchemaMetadata};
 use lambda_streams::serdes::UNAVAILABLE_PREFIX;
@@ -166,19 +168,16 @@ impl SchemaValidation {
                 glue => glue.to_string(),
             }),
         };
-        let is_protobuf =
-            schema.schema_type == lambda_streams::serdes::schema::SchemaType::Protobuf;
-        let bytes = match (self.config.format, is_protobuf) {
-            (EventRecordFormat::Source, true) => Bytes::copy_from_slice(framed.payload),
-            (format, _) => match decode_to_json(&schema, framed.payload) {
-                Ok(json) if format == EventRecordFormat::Json => Bytes::from(json.to_string()),
-                Ok(_) => Bytes::copy_from_slice(framed.payload),
-                Err(e) => {
-                    return Ok(Err(SchemaFailure::DeserializationError(format!(
-                        "the {what} (schema id {id}, subject {subject}): {e}"
-                    ))));
-                }
-            },
+        let bytes = match decode_to_json(&schema, &framed.payload) {
+            Ok(json) if self.config.format == EventRecordFormat::Json => {
+                Bytes::from(json.to_string())
+            }
+            Ok(_) => Bytes::copy_from_slice(&framed.payload),
+            Err(e) => {
+                return Ok(Err(SchemaFailure::DeserializationError(format!(
+                    "the {what} (schema id {id}, subject {subject}): {e}"
+                ))));
+            }
         };
         Ok(Ok(Some((bytes, metadata))))
     }

@@ -7,17 +7,17 @@ use std::sync::Arc;
 
 use apache_avro::Schema;
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::ResolvedSchema;
 use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    BoundedCache, Common, DEFAULT_CACHE_CAPACITY, RegisteredSchema, SchemaError, SchemaId,
-    SchemaSource, SchemaType, Subject, WireFormat,
+    BoundedCache, Common, DEFAULT_CACHE_CAPACITY, PayloadCodec, RegisteredSchema, SchemaError,
+    SchemaId, SchemaSource, SchemaType, Subject, format_builders, schema_serde,
 };
-use crate::event::SchemaMetadata;
-use crate::serdes::{Serde, SerdeError};
+use crate::serdes::SerdeError;
 
 /// The most `apache_avro` may allocate for one string, byte array or collection while
 /// decoding (see [`Core::new`]).
@@ -27,7 +27,29 @@ const MAX_ALLOCATION_BYTES: usize = 8 << 20;
 /// resolution is needed).
 struct Writer {
     schema: Schema,
+    /// The named types the schema refers to (its references), for resolution.
+    dependencies: Vec<Schema>,
     same_as_reader: bool,
+}
+
+/// A schema with the named types it refers to, dependencies first, as `apache_avro`
+/// resolves references.
+fn with_named<'a>(schema: &'a Schema, dependencies: &'a [Schema]) -> Vec<&'a Schema> {
+    dependencies.iter().chain(std::iter::once(schema)).collect()
+}
+
+/// Parses an Avro schema with the named types of its references.
+fn parse_with_dependencies(schema: &RegisteredSchema) -> Result<(Schema, Vec<Schema>), String> {
+    if schema.dependencies.is_empty() {
+        return Schema::parse_str(&schema.text)
+            .map(|s| (s, Vec::new()))
+            .map_err(|e| e.to_string());
+    }
+    Schema::parse_str_with_list(
+        &schema.text,
+        schema.dependencies.iter().map(|(_, text)| &**text),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// The Avro machinery [`Avro`] and [`AvroGeneric`] share.
@@ -35,6 +57,8 @@ struct Core {
     common: Common,
     /// The reader's (and writer's, for output) schema.
     schema: Schema,
+    /// The named types the reader's schema refers to.
+    dependencies: Vec<Schema>,
     registered: RegisteredSchema,
     canonical: String,
     writers: BoundedCache<SchemaId, Arc<Writer>>,
@@ -42,7 +66,7 @@ struct Core {
 
 impl Core {
     fn new(
-        schema: &str,
+        schema: RegisteredSchema,
         source: Arc<dyn SchemaSource>,
         subject: Subject,
     ) -> Result<Self, SchemaError> {
@@ -51,12 +75,13 @@ impl Core {
         // is an error instead of an allocation the function cannot survive. The setting is
         // the process's, set once.
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
-        let parsed = Schema::parse_str(schema)
+        let (parsed, dependencies) = parse_with_dependencies(&schema)
             .map_err(|e| SchemaError(format!("subject {subject}: invalid Avro schema: {e}")))?;
         Ok(Core {
             canonical: parsed.canonical_form(),
             schema: parsed,
-            registered: RegisteredSchema::new(SchemaType::Avro, schema),
+            dependencies,
+            registered: schema,
             common: Common::new(source, subject),
             writers: BoundedCache::new(DEFAULT_CACHE_CAPACITY),
         })
@@ -67,21 +92,8 @@ impl Core {
         if let Some(writer) = self.writers.get(id) {
             return Ok(writer);
         }
-        let found = self
-            .common
-            .source
-            .schema_by_id(id, &self.common.subject)
-            .map_err(|e| e.0)?;
-        if found.schema_type != SchemaType::Avro {
-            return Err(self.common.error(
-                Some(id),
-                format!(
-                    "the registry's schema is {}, not AVRO",
-                    found.schema_type.as_str()
-                ),
-            ));
-        }
-        let schema = Schema::parse_str(&found.text).map_err(|e| {
+        let found = self.common.writer_schema(id, SchemaType::Avro)?;
+        let (schema, dependencies) = parse_with_dependencies(&found).map_err(|e| {
             self.common.error(
                 Some(id),
                 format!("the writer's schema is not valid Avro: {e}"),
@@ -90,77 +102,114 @@ impl Core {
         let writer = Arc::new(Writer {
             same_as_reader: schema.canonical_form() == self.canonical,
             schema,
+            dependencies,
         });
         self.writers.insert(*id, writer.clone());
         Ok(writer)
     }
 
-    /// Decodes a framed value into a generic value in the reader's schema.
-    fn decode(
-        &self,
-        data: Option<&[u8]>,
-        metadata: Option<&SchemaMetadata>,
-    ) -> Result<Value, SerdeError> {
-        let framed = self.common.unframe(data, metadata).map_err(SerdeError)?;
-        let Some(id) = framed.id else {
-            return Err(SerdeError(self.common.error(None, "no schema id")));
-        };
-        let writer = self.writer(&id).map_err(SerdeError)?;
-        let reader = GenericDatumReader::builder(&writer.schema)
-            .maybe_reader_schema((!writer.same_as_reader).then_some(&self.schema))
-            .build()
-            .map_err(|e| {
-                SerdeError(self.common.error(
-                    Some(&id),
-                    format!("the writer's schema does not resolve to the reader's: {e}"),
-                ))
-            })?;
-        let mut payload = framed.payload;
-        let value = reader.read_value(&mut payload).map_err(|e| {
+    /// Decodes a payload written with schema `id` into a generic value in the reader's
+    /// schema.
+    fn decode(&self, id: &SchemaId, payload: &[u8]) -> Result<Value, SerdeError> {
+        let writer = self.writer(id).map_err(SerdeError)?;
+        let resolve = !writer.same_as_reader;
+        let unresolvable = |e: apache_avro::Error| {
             SerdeError(self.common.error(
-                Some(&id),
+                Some(id),
+                format!("the writer's schema does not resolve to the reader's: {e}"),
+            ))
+        };
+        // References (named types of other schemas) need the names resolved up front.
+        let writer_names = (!writer.dependencies.is_empty())
+            .then(|| {
+                ResolvedSchema::new_with_schemata(with_named(&writer.schema, &writer.dependencies))
+            })
+            .transpose()
+            .map_err(unresolvable)?;
+        let reader_names = (resolve && !self.dependencies.is_empty())
+            .then(|| {
+                ResolvedSchema::new_with_schemata(with_named(&self.schema, &self.dependencies))
+            })
+            .transpose()
+            .map_err(unresolvable)?;
+        let reader = GenericDatumReader::builder(&writer.schema)
+            .maybe_reader_schema(resolve.then_some(&self.schema))
+            .maybe_resolved_writer_schemata(writer_names)
+            .maybe_resolved_reader_schemata(reader_names)
+            .build()
+            .map_err(unresolvable)?;
+        let mut rest = payload;
+        let value = reader.read_value(&mut rest).map_err(|e| {
+            SerdeError(self.common.error(
+                Some(id),
                 format!("the bytes are not Avro of the writer's schema: {e}"),
             ))
         })?;
-        if !payload.is_empty() {
+        if !rest.is_empty() {
             return Err(SerdeError(self.common.error(
-                Some(&id),
-                format!("{} bytes left after the Avro value", payload.len()),
+                Some(id),
+                format!("{} bytes left after the Avro value", rest.len()),
             )));
         }
         // `apache_avro` reads a string or bytes cut short by the end of the input as a
         // null instead of failing: a value that does not match the schema it was read with
         // is such a truncated record.
-        let expected = if writer.same_as_reader {
-            &writer.schema
+        let (expected, named) = if writer.same_as_reader {
+            (&writer.schema, &writer.dependencies)
         } else {
-            &self.schema
+            (&self.schema, &self.dependencies)
         };
-        if !value.validate(expected) {
+        // With references, the names resolved above: `validate_schemata` cannot fail to
+        // resolve them here.
+        let valid = if named.is_empty() {
+            value.validate(expected)
+        } else {
+            value.validate_schemata(&with_named(expected, named))
+        };
+        if !valid {
             return Err(SerdeError(self.common.error(
-                Some(&id),
+                Some(id),
                 "the bytes are not Avro of the writer's schema (truncated)",
             )));
         }
         Ok(value)
     }
 
-    /// Encodes a generic value of the serde's schema with the output format's header.
-    fn encode(&self, value: &Value) -> Result<Vec<u8>, SerdeError> {
-        let mut out = self
-            .common
-            .output_header(&self.registered)
-            .map_err(SerdeError)?;
+    /// Appends a generic value of the serde's schema, encoded, to `out`.
+    fn encode(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        let subject = &self.common.subject;
+        let names = (!self.dependencies.is_empty())
+            .then(|| {
+                ResolvedSchema::new_with_schemata(with_named(&self.schema, &self.dependencies))
+            })
+            .transpose()
+            .map_err(|e| SerdeError(format!("subject {subject}: {e}")))?;
         let writer = GenericDatumWriter::builder(&self.schema)
+            .maybe_resolved_schemata(names)
             .build()
-            .map_err(|e| SerdeError(format!("subject {}: {e}", self.common.subject)))?;
-        writer.write_value_ref(&mut out, value).map_err(|e| {
+            .map_err(|e| SerdeError(format!("subject {subject}: {e}")))?;
+        writer.write_value_ref(out, value).map_err(|e| {
             SerdeError(format!(
                 "subject {}: the value does not match the Avro schema: {e}",
                 self.common.subject
             ))
         })?;
-        Ok(out)
+        Ok(())
+    }
+
+    /// A generic value resolved to the serde's schema.
+    fn resolve(&self, value: Value) -> Result<Value, SerdeError> {
+        let resolved = if self.dependencies.is_empty() {
+            value.resolve(&self.schema)
+        } else {
+            value.resolve_schemata(&self.schema, with_named(&self.schema, &self.dependencies))
+        };
+        resolved.map_err(|e| {
+            SerdeError(format!(
+                "subject {}: the value does not match the Avro schema: {e}",
+                self.common.subject
+            ))
+        })
     }
 }
 
@@ -172,6 +221,9 @@ impl Core {
 /// writer lacks takes the reader's default, a field the reader lacks is skipped, promotions
 /// such as `int` to `long` apply) and turns the value into `T`. Encoding writes `T` with
 /// the serde's own schema, whose id is registered or looked up once under the subject.
+/// A writer's schema with references (named types defined in other subjects) is parsed
+/// with the referenced types; so is the serde's own, given with
+/// [`with_schema`](Self::with_schema).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -227,22 +279,28 @@ impl<T> Avro<T> {
         source: Arc<dyn SchemaSource>,
         subject: Subject,
     ) -> Result<Self, SchemaError> {
+        Self::with_schema(
+            RegisteredSchema::new(SchemaType::Avro, schema),
+            source,
+            subject,
+        )
+    }
+
+    /// As [`new`](Self::new), with a schema that may refer to named types of other
+    /// schemas ([`RegisteredSchema::dependencies`]).
+    ///
+    /// # Errors
+    ///
+    /// `schema` is not a valid Avro schema (with its dependencies).
+    pub fn with_schema(
+        schema: RegisteredSchema,
+        source: Arc<dyn SchemaSource>,
+        subject: Subject,
+    ) -> Result<Self, SchemaError> {
         Ok(Avro {
             core: Core::new(schema, source, subject)?,
             types: PhantomData,
         })
-    }
-
-    /// Reads records laid out as `format`.
-    pub fn input(mut self, format: WireFormat) -> Self {
-        self.core.common.input = format;
-        self
-    }
-
-    /// Writes records laid out as `format`.
-    pub fn output(mut self, format: WireFormat) -> Self {
-        self.core.common.output = format;
-        self
     }
 
     /// The serde's own schema.
@@ -251,54 +309,21 @@ impl<T> Avro<T> {
     }
 }
 
-impl<T: Serialize + DeserializeOwned + 'static> Avro<T> {
-    fn encode(&self, value: &T) -> Result<Vec<u8>, SerdeError> {
-        let subject = &self.core.common.subject;
-        if self.core.common.output == WireFormat::Json {
-            return serde_json::to_vec(value)
-                .map_err(|e| SerdeError(format!("subject {subject}: cannot encode as JSON: {e}")));
-        }
-        let generic = apache_avro::to_value(value)
-            .and_then(|v| v.resolve(&self.core.schema))
-            .map_err(|e| {
-                SerdeError(format!(
-                    "subject {subject}: the value does not match the Avro schema: {e}"
-                ))
-            })?;
-        self.core.encode(&generic)
-    }
-}
+format_builders!([T] Avro<T>, core.common);
 
-impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Avro<T> {
-    /// Encodes `value`; `None` if it cannot be (the sinks call
-    /// [`try_serialize`](Serde::try_serialize), which says why).
-    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
-        self.encode(value).ok()
+impl<T: Serialize + DeserializeOwned + 'static> PayloadCodec<T> for Avro<T> {
+    fn common(&self) -> &Common {
+        &self.core.common
     }
 
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        self.deserialize_with_schema(data, None)
+    fn own_schema(&self) -> &RegisteredSchema {
+        &self.core.registered
     }
 
-    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
-        self.encode(value).map(Some)
-    }
-
-    fn deserialize_with_schema(
-        &self,
-        data: Option<&[u8]>,
-        schema: Option<&SchemaMetadata>,
-    ) -> Result<T, SerdeError> {
-        let common = &self.core.common;
-        if common.input == WireFormat::Json {
-            let framed = common.unframe(data, schema).map_err(SerdeError)?;
-            return serde_json::from_slice(framed.payload).map_err(|e| {
-                SerdeError(common.error(framed.id.as_ref(), format!("invalid JSON: {e}")))
-            });
-        }
-        let value = self.core.decode(data, schema)?;
+    fn decode_payload(&self, id: &SchemaId, payload: &[u8]) -> Result<T, SerdeError> {
+        let value = self.core.decode(id, payload)?;
         apache_avro::from_value::<T>(&value).map_err(|e| {
-            SerdeError(common.error(
+            SerdeError(self.core.common.error(
                 None,
                 format!(
                     "the Avro value does not fit {}: {e}",
@@ -307,11 +332,38 @@ impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Avro<T> {
             ))
         })
     }
+
+    fn decode_json(&self, id: Option<&SchemaId>, json: &[u8]) -> Result<T, SerdeError> {
+        serde_json::from_slice(json)
+            .map_err(|e| SerdeError(self.core.common.error(id, format!("invalid JSON: {e}"))))
+    }
+
+    fn encode_payload(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        let generic = apache_avro::to_value(value).map_err(|e| {
+            SerdeError(format!(
+                "subject {}: the value does not match the Avro schema: {e}",
+                self.core.common.subject
+            ))
+        })?;
+        self.core.encode(&self.core.resolve(generic)?, out)
+    }
+
+    fn encode_json(&self, value: &T) -> Result<Vec<u8>, SerdeError> {
+        serde_json::to_vec(value).map_err(|e| {
+            SerdeError(format!(
+                "subject {}: cannot encode as JSON: {e}",
+                self.core.common.subject
+            ))
+        })
+    }
 }
+
+schema_serde!([T: Serialize + DeserializeOwned + 'static] Avro<T> => T);
 
 /// Avro values as `apache_avro`'s generic [`Value`], in the reader's schema, for code that
 /// does not map records to Rust types (a pass-through, a field projection). Otherwise as
-/// [`Avro`]; [`WireFormat::Json`] is not read or written (use `Avro<serde_json::Value>`).
+/// [`Avro`]; [`WireFormat::Json`](super::WireFormat::Json) is not read or written (use
+/// `Avro<serde_json::Value>`).
 pub struct AvroGeneric {
     core: Core,
 }
@@ -333,73 +385,79 @@ impl AvroGeneric {
         source: Arc<dyn SchemaSource>,
         subject: Subject,
     ) -> Result<Self, SchemaError> {
+        Self::with_schema(
+            RegisteredSchema::new(SchemaType::Avro, schema),
+            source,
+            subject,
+        )
+    }
+
+    /// As [`Avro::with_schema`].
+    ///
+    /// # Errors
+    ///
+    /// `schema` is not a valid Avro schema (with its dependencies).
+    pub fn with_schema(
+        schema: RegisteredSchema,
+        source: Arc<dyn SchemaSource>,
+        subject: Subject,
+    ) -> Result<Self, SchemaError> {
         Ok(AvroGeneric {
             core: Core::new(schema, source, subject)?,
         })
     }
+}
 
-    /// Reads records laid out as `format`.
-    pub fn input(mut self, format: WireFormat) -> Self {
-        self.core.common.input = format;
-        self
+format_builders!([] AvroGeneric, core.common);
+
+impl PayloadCodec<Value> for AvroGeneric {
+    fn common(&self) -> &Common {
+        &self.core.common
     }
 
-    /// Writes records laid out as `format`.
-    pub fn output(mut self, format: WireFormat) -> Self {
-        self.core.common.output = format;
-        self
+    fn own_schema(&self) -> &RegisteredSchema {
+        &self.core.registered
     }
 
-    fn encode(&self, value: &Value) -> Result<Vec<u8>, SerdeError> {
-        if self.core.common.output == WireFormat::Json {
-            return Err(SerdeError(format!(
-                "subject {}: AvroGeneric does not write JSON (use Avro<serde_json::Value>)",
-                self.core.common.subject
-            )));
-        }
-        let resolved = value.clone().resolve(&self.core.schema).map_err(|e| {
-            SerdeError(format!(
-                "subject {}: the value does not match the Avro schema: {e}",
-                self.core.common.subject
-            ))
-        })?;
-        self.core.encode(&resolved)
+    fn decode_payload(&self, id: &SchemaId, payload: &[u8]) -> Result<Value, SerdeError> {
+        self.core.decode(id, payload)
+    }
+
+    fn decode_json(&self, _: Option<&SchemaId>, _: &[u8]) -> Result<Value, SerdeError> {
+        Err(SerdeError(self.core.common.error(
+            None,
+            "AvroGeneric does not read EventRecordFormat JSON (use Avro<serde_json::Value>)",
+        )))
+    }
+
+    fn encode_payload(&self, value: &Value, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        self.core.encode(&self.core.resolve(value.clone())?, out)
+    }
+
+    fn encode_json(&self, _: &Value) -> Result<Vec<u8>, SerdeError> {
+        Err(SerdeError(format!(
+            "subject {}: AvroGeneric does not write JSON (use Avro<serde_json::Value>)",
+            self.core.common.subject
+        )))
     }
 }
 
-impl Serde<Value> for AvroGeneric {
-    fn serialize(&self, value: &Value) -> Option<Vec<u8>> {
-        self.encode(value).ok()
-    }
-
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Value, SerdeError> {
-        self.deserialize_with_schema(data, None)
-    }
-
-    fn try_serialize(&self, value: &Value) -> Result<Option<Vec<u8>>, SerdeError> {
-        self.encode(value).map(Some)
-    }
-
-    fn deserialize_with_schema(
-        &self,
-        data: Option<&[u8]>,
-        schema: Option<&SchemaMetadata>,
-    ) -> Result<Value, SerdeError> {
-        if self.core.common.input == WireFormat::Json {
-            return Err(SerdeError(self.core.common.error(
-                None,
-                "AvroGeneric does not read EventRecordFormat JSON (use Avro<serde_json::Value>)",
-            )));
-        }
-        self.core.decode(data, schema)
-    }
-}
+schema_serde!([] AvroGeneric => Value);
 
 /// [`super::decode_to_json`] for Avro.
-pub(super) fn decode_to_json(schema: &str, payload: &[u8]) -> Result<serde_json::Value, String> {
+pub(super) fn decode_to_json(
+    schema: &RegisteredSchema,
+    payload: &[u8],
+) -> Result<serde_json::Value, String> {
     apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
-    let schema = Schema::parse_str(schema).map_err(|e| format!("invalid Avro schema: {e}"))?;
+    let (schema, dependencies) =
+        parse_with_dependencies(schema).map_err(|e| format!("invalid Avro schema: {e}"))?;
+    let names = (!dependencies.is_empty())
+        .then(|| ResolvedSchema::new_with_schemata(with_named(&schema, &dependencies)))
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let reader = GenericDatumReader::builder(&schema)
+        .maybe_resolved_writer_schemata(names)
         .build()
         .map_err(|e| e.to_string())?;
     let mut rest = payload;
@@ -409,7 +467,12 @@ pub(super) fn decode_to_json(schema: &str, payload: &[u8]) -> Result<serde_json:
     if !rest.is_empty() {
         return Err(format!("{} bytes left after the Avro value", rest.len()));
     }
-    if !value.validate(&schema) {
+    let valid = if dependencies.is_empty() {
+        value.validate(&schema)
+    } else {
+        value.validate_schemata(&with_named(&schema, &dependencies))
+    };
+    if !valid {
         return Err("the bytes are not Avro of the schema (truncated)".to_owned());
     }
     json_of(value)

@@ -9,17 +9,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::{
-    BoundedCache, Common, DEFAULT_CACHE_CAPACITY, RegisteredSchema, SchemaError, SchemaId,
-    SchemaSource, SchemaType, Subject, WireFormat,
+    BoundedCache, Common, DEFAULT_CACHE_CAPACITY, PayloadCodec, RegisteredSchema, SchemaError,
+    SchemaId, SchemaSource, SchemaType, Subject, format_builders, schema_serde,
 };
-use crate::event::SchemaMetadata;
-use crate::serdes::{Serde, SerdeError};
+use crate::serdes::SerdeError;
 
 /// JSON values of a serde type `T`, validated against a JSON Schema, in a registry's wire
 /// formats ([module docs](super)).
 ///
 /// A record is validated against its writer's schema (found by id); with
-/// [`WireFormat::Json`] (the event source decoded and validated it already) against the
+/// [`WireFormat::Json`](super::WireFormat::Json) (the event source decoded and validated it already) against the
 /// serde's own. An output value is validated against the serde's own schema before it is
 /// written: a value the schema refuses is an error, never a record.
 ///
@@ -69,7 +68,7 @@ fn compile(text: &str) -> Result<Validator, String> {
 
 impl<T> JsonSchema<T> {
     /// The serde of `T` with the JSON Schema `schema` (its own, for output and for
-    /// [`WireFormat::Json`] input), finding writer schemas in `source`, under `subject`;
+    /// [`WireFormat::Json`](super::WireFormat::Json) input), finding writer schemas in `source`, under `subject`;
     /// Confluent wire format in and out until told otherwise.
     ///
     /// # Errors
@@ -90,36 +89,11 @@ impl<T> JsonSchema<T> {
         })
     }
 
-    /// Reads records laid out as `format`.
-    pub fn input(mut self, format: WireFormat) -> Self {
-        self.common.input = format;
-        self
-    }
-
-    /// Writes records laid out as `format`.
-    pub fn output(mut self, format: WireFormat) -> Self {
-        self.common.output = format;
-        self
-    }
-
     fn validator(&self, id: &SchemaId) -> Result<Arc<Validator>, String> {
         if let Some(v) = self.validators.get(id) {
             return Ok(v);
         }
-        let found = self
-            .common
-            .source
-            .schema_by_id(id, &self.common.subject)
-            .map_err(|e| e.0)?;
-        if found.schema_type != SchemaType::Json {
-            return Err(self.common.error(
-                Some(id),
-                format!(
-                    "the registry's schema is {}, not JSON",
-                    found.schema_type.as_str()
-                ),
-            ));
-        }
+        let found = self.common.writer_schema(id, SchemaType::Json)?;
         let v = Arc::new(compile(&found.text).map_err(|e| self.common.error(Some(id), e))?);
         self.validators.insert(*id, v.clone());
         Ok(v)
@@ -135,8 +109,33 @@ fn invalid(validator: &Validator, value: &serde_json::Value) -> Option<String> {
     })
 }
 
+format_builders!([T] JsonSchema<T>, common);
+
 impl<T: Serialize + DeserializeOwned + 'static> JsonSchema<T> {
-    fn encode(&self, value: &T) -> Result<Vec<u8>, SerdeError> {
+    /// Parses, validates against `validator` and converts JSON text written with schema
+    /// `id` (if known).
+    fn read(
+        &self,
+        validator: &Validator,
+        id: Option<&SchemaId>,
+        json: &[u8],
+    ) -> Result<T, SerdeError> {
+        let common = &self.common;
+        let json: serde_json::Value = serde_json::from_slice(json)
+            .map_err(|e| SerdeError(common.error(id, format!("invalid JSON: {e}"))))?;
+        if let Some(reason) = invalid(validator, &json) {
+            return Err(SerdeError(common.error(id, reason)));
+        }
+        serde_json::from_value(json).map_err(|e| {
+            SerdeError(common.error(
+                id,
+                format!("the JSON does not fit {}: {e}", std::any::type_name::<T>()),
+            ))
+        })
+    }
+
+    /// `value` as JSON, validated against the serde's own schema.
+    fn to_json(&self, value: &T) -> Result<serde_json::Value, SerdeError> {
         let subject = &self.common.subject;
         let json = serde_json::to_value(value)
             .map_err(|e| SerdeError(format!("subject {subject}: cannot encode as JSON: {e}")))?;
@@ -145,54 +144,44 @@ impl<T: Serialize + DeserializeOwned + 'static> JsonSchema<T> {
                 "subject {subject}: the value does not match the JSON Schema: {reason}"
             )));
         }
-        let mut out = self
-            .common
-            .output_header(&self.registered)
-            .map_err(SerdeError)?;
-        serde_json::to_writer(&mut out, &json)
-            .map_err(|e| SerdeError(format!("subject {subject}: {e}")))?;
+        Ok(json)
+    }
+}
+
+impl<T: Serialize + DeserializeOwned + 'static> PayloadCodec<T> for JsonSchema<T> {
+    fn common(&self) -> &Common {
+        &self.common
+    }
+
+    fn own_schema(&self) -> &RegisteredSchema {
+        &self.registered
+    }
+
+    fn decode_payload(&self, id: &SchemaId, payload: &[u8]) -> Result<T, SerdeError> {
+        let validator = self.validator(id).map_err(SerdeError)?;
+        self.read(&validator, Some(id), payload)
+    }
+
+    /// The event source validated the record already; it is validated against the
+    /// serde's own schema.
+    fn decode_json(&self, id: Option<&SchemaId>, json: &[u8]) -> Result<T, SerdeError> {
+        self.read(&self.own, id, json)
+    }
+
+    fn encode_payload(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        let json = self.to_json(value)?;
+        serde_json::to_writer(out, &json)
+            .map_err(|e| SerdeError(format!("subject {}: {e}", self.common.subject)))
+    }
+
+    fn encode_json(&self, value: &T) -> Result<Vec<u8>, SerdeError> {
+        let mut out = Vec::new();
+        self.encode_payload(value, &mut out)?;
         Ok(out)
     }
 }
 
-impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for JsonSchema<T> {
-    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
-        self.encode(value).ok()
-    }
-
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        self.deserialize_with_schema(data, None)
-    }
-
-    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
-        self.encode(value).map(Some)
-    }
-
-    fn deserialize_with_schema(
-        &self,
-        data: Option<&[u8]>,
-        schema: Option<&SchemaMetadata>,
-    ) -> Result<T, SerdeError> {
-        let common = &self.common;
-        let framed = common.unframe(data, schema).map_err(SerdeError)?;
-        let id = framed.id;
-        let validator = match (common.input, &id) {
-            (WireFormat::Json, _) | (_, None) => self.own.clone(),
-            (_, Some(id)) => self.validator(id).map_err(SerdeError)?,
-        };
-        let json: serde_json::Value = serde_json::from_slice(framed.payload)
-            .map_err(|e| SerdeError(common.error(id.as_ref(), format!("invalid JSON: {e}"))))?;
-        if let Some(reason) = invalid(&validator, &json) {
-            return Err(SerdeError(common.error(id.as_ref(), reason)));
-        }
-        serde_json::from_value(json).map_err(|e| {
-            SerdeError(common.error(
-                id.as_ref(),
-                format!("the JSON does not fit {}: {e}", std::any::type_name::<T>()),
-            ))
-        })
-    }
-}
+schema_serde!([T: Serialize + DeserializeOwned + 'static] JsonSchema<T> => T);
 
 /// [`super::decode_to_json`] for JSON Schema: the payload parsed and validated.
 pub(super) fn validate_json(schema: &str, payload: &[u8]) -> Result<serde_json::Value, String> {

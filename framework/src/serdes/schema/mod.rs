@@ -19,7 +19,7 @@
 //! TopicNameStrategy `<topic>-value` / `<topic>-key` by default).
 //!
 //! A value that cannot be decoded (no header, an unknown schema id, bytes that do not match
-//! the schema) is a [`SerdeError`](crate::serdes::SerdeError) naming the schema id and the
+//! the schema) is a [`SerdeError`] naming the schema id and the
 //! subject; the framework adds the record's topic-partition and offset and applies the
 //! poison policy. Nothing here panics on bad input.
 //!
@@ -27,13 +27,16 @@
 //! (`Protobuf`) and `json-schema` (`JsonSchema`); `schema` enables all three (docs.rs
 //! documents the crate with all of them).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use crate::event::SchemaMetadata;
+use crate::serdes::SerdeError;
 
+pub mod glue;
 pub mod registry;
 
 #[cfg(feature = "avro")]
@@ -61,6 +64,20 @@ pub const GLUE_ZLIB_COMPRESSION: u8 = 5;
 pub const CONFLUENT_HEADER_LEN: usize = 5;
 /// The length of the Glue header: version, compression and the 16-byte UUID.
 pub const GLUE_HEADER_LEN: usize = 18;
+/// The most bytes a zlib-compressed Glue payload may inflate to. A Lambda event holds
+/// 6 MB at most; a payload that claims more than this is refused, so that a corrupt or
+/// hostile record cannot make the function allocate without bound.
+pub const GLUE_MAX_INFLATED_LEN: usize = 16 << 20;
+
+/// Whether a serde writing [`WireFormat::Glue`] compresses its payloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GlueCompression {
+    /// Compression byte `0`: the payload as encoded (the default, as Glue's serializer's).
+    #[default]
+    None,
+    /// Compression byte `5`: the payload compressed with zlib (Glue's `ZLIB` setting).
+    Zlib,
+}
 
 /// How a schema'd key or value is laid out in a record (see the [module docs](self)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -230,22 +247,39 @@ impl fmt::Display for Subject {
     }
 }
 
-/// A schema as a registry stores it: its kind and its text.
+/// A schema as a registry stores it: its kind, its text, and the schemas it references.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RegisteredSchema {
     /// Avro, Protobuf or JSON Schema.
     pub schema_type: SchemaType,
     /// The schema's text (Avro JSON, a `.proto` file, a JSON Schema document).
     pub text: Arc<str>,
+    /// The schemas this one refers to (Confluent's schema `references`), resolved and
+    /// flattened, each as its reference name and text, dependencies before dependants: for
+    /// Avro, named types defined in other subjects (the name is the type's full name); for
+    /// Protobuf, the files it imports (the name is the import path). Empty for a schema
+    /// that stands alone.
+    pub dependencies: Vec<(String, Arc<str>)>,
 }
 
 impl RegisteredSchema {
-    /// A schema from its kind and text.
+    /// A schema from its kind and text, without references.
     pub fn new(schema_type: SchemaType, text: impl Into<Arc<str>>) -> Self {
         RegisteredSchema {
             schema_type,
             text: text.into(),
+            dependencies: Vec::new(),
         }
+    }
+
+    /// The same schema, referring to `dependencies` (name and text each, dependencies
+    /// before dependants; see [`dependencies`](Self::dependencies)).
+    pub fn with_dependencies(
+        mut self,
+        dependencies: impl IntoIterator<Item = (String, Arc<str>)>,
+    ) -> Self {
+        self.dependencies = dependencies.into_iter().collect();
+        self
     }
 }
 
@@ -262,9 +296,9 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
-impl From<SchemaError> for crate::serdes::SerdeError {
+impl From<SchemaError> for SerdeError {
     fn from(e: SchemaError) -> Self {
-        crate::serdes::SerdeError(e.0)
+        SerdeError(e.0)
     }
 }
 
@@ -352,6 +386,13 @@ impl OfflineSchemas {
     ) -> Self {
         self.by_id
             .insert(id, (subject, RegisteredSchema::new(schema_type, text)));
+        self
+    }
+
+    /// Adds `schema` (which may carry [`dependencies`](RegisteredSchema::dependencies))
+    /// with id `id` under `subject`.
+    pub fn with_schema(mut self, id: SchemaId, subject: Subject, schema: RegisteredSchema) -> Self {
+        self.by_id.insert(id, (subject, schema));
         self
     }
 }
@@ -444,13 +485,14 @@ impl<K: Eq + Hash + Clone, V: Clone> BoundedCache<K, V> {
 pub const DEFAULT_CACHE_CAPACITY: usize = 1000;
 
 /// A schema'd key or value split into the writer's schema id and its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Framed<'a> {
     /// The writer's schema id: from the header, or from the schema metadata
     /// ([`WireFormat::Source`], [`WireFormat::Json`]); `None` when neither has one.
     pub id: Option<SchemaId>,
-    /// The encoded value (for [`WireFormat::Json`], JSON text).
-    pub payload: &'a [u8],
+    /// The encoded value (for [`WireFormat::Json`], JSON text): borrowed from the record,
+    /// or owned when it was inflated (a zlib-compressed Glue payload).
+    pub payload: Cow<'a, [u8]>,
 }
 
 /// Splits `data` laid out as `format` into its schema id and payload.
@@ -458,15 +500,17 @@ pub struct Framed<'a> {
 /// # Errors
 ///
 /// A message (for the serde to prefix with the subject) when the bytes are too short for
-/// the header, the magic byte or Glue version is wrong, a Glue payload is compressed (not
-/// supported), or, for [`WireFormat::Source`], the metadata has no schema id.
+/// the header, the magic byte or Glue version is wrong, a Glue compression byte is neither
+/// `0` nor `5`, a zlib payload does not inflate (or inflates past
+/// [`GLUE_MAX_INFLATED_LEN`]), or, for [`WireFormat::Source`], the metadata has no schema
+/// id. (Inflating needs one of the format features.)
 ///
 /// ```
 /// use lambda_streams::serdes::schema::{unframe, SchemaId, WireFormat};
 ///
 /// let framed = unframe(WireFormat::Confluent, &[0, 0, 0, 1, 2, 0xaa], None).unwrap();
 /// assert_eq!(framed.id, Some(SchemaId::Confluent(258)));
-/// assert_eq!(framed.payload, &[0xaa]);
+/// assert_eq!(&*framed.payload, &[0xaa]);
 /// assert!(unframe(WireFormat::Confluent, &[1, 0, 0, 1, 2], None).is_err());
 /// ```
 pub fn unframe<'a>(
@@ -486,7 +530,7 @@ pub fn unframe<'a>(
         WireFormat::Confluent => match data {
             [CONFLUENT_MAGIC, a, b, c, d, payload @ ..] => Ok(Framed {
                 id: Some(SchemaId::Confluent(u32::from_be_bytes([*a, *b, *c, *d]))),
-                payload,
+                payload: Cow::Borrowed(payload),
             }),
             [CONFLUENT_MAGIC, ..] => Err(format!(
                 "{} bytes are too short for the Confluent wire format's 5-byte header",
@@ -516,11 +560,15 @@ pub fn unframe<'a>(
             match data[1] {
                 GLUE_NO_COMPRESSION => Ok(Framed {
                     id: Some(id),
-                    payload: &data[GLUE_HEADER_LEN..],
+                    payload: Cow::Borrowed(&data[GLUE_HEADER_LEN..]),
                 }),
-                GLUE_ZLIB_COMPRESSION => Err(format!(
-                    "schema version {id}: zlib-compressed Glue payloads are not supported"
-                )),
+                GLUE_ZLIB_COMPRESSION => Ok(Framed {
+                    id: Some(id),
+                    payload: Cow::Owned(
+                        inflate(&data[GLUE_HEADER_LEN..])
+                            .map_err(|e| format!("schema version {id}: {e}"))?,
+                    ),
+                }),
                 other => Err(format!(
                     "schema version {id}: compression byte {other} is not Glue's 0 (none) or 5 (zlib)"
                 )),
@@ -529,7 +577,7 @@ pub fn unframe<'a>(
         WireFormat::Source => match metadata_id()? {
             Some(id) => Ok(Framed {
                 id: Some(id),
-                payload: data,
+                payload: Cow::Borrowed(data),
             }),
             None => Err(
                 "EventRecordFormat SOURCE: the record has no schema metadata with a schemaId"
@@ -538,9 +586,49 @@ pub fn unframe<'a>(
         },
         WireFormat::Json => Ok(Framed {
             id: metadata_id()?,
-            payload: data,
+            payload: Cow::Borrowed(data),
         }),
     }
+}
+
+/// Inflates a zlib-compressed Glue payload, refusing one that inflates past
+/// [`GLUE_MAX_INFLATED_LEN`].
+fn inflate(compressed: &[u8]) -> Result<Vec<u8>, String> {
+    #[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+    {
+        use std::io::Read;
+        let mut out = Vec::with_capacity(compressed.len().saturating_mul(4).min(1 << 20));
+        let limit = GLUE_MAX_INFLATED_LEN as u64 + 1;
+        flate2::read::ZlibDecoder::new(compressed)
+            .take(limit)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("the zlib-compressed payload does not inflate: {e}"))?;
+        if out.len() > GLUE_MAX_INFLATED_LEN {
+            return Err(format!(
+                "the zlib-compressed payload inflates past {GLUE_MAX_INFLATED_LEN} bytes"
+            ));
+        }
+        Ok(out)
+    }
+    #[cfg(not(any(feature = "avro", feature = "protobuf", feature = "json-schema")))]
+    {
+        let _ = compressed;
+        Err(
+            "zlib-compressed Glue payloads need one of the features avro, protobuf or json-schema"
+                .to_owned(),
+        )
+    }
+}
+
+/// Compresses a Glue payload with zlib (the default level).
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+fn deflate(payload: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+    use std::io::Write;
+    let mut encoder = flate2::write::ZlibEncoder::new(out, flate2::Compression::default());
+    encoder
+        .write_all(payload)
+        .and_then(|()| encoder.finish().map(|_| ()))
+        .map_err(|e| format!("cannot compress the payload: {e}"))
 }
 
 /// Appends the header of `format` for schema `id` to `out` (nothing for
@@ -591,6 +679,8 @@ pub(crate) struct Common {
     pub(crate) subject: Subject,
     pub(crate) input: WireFormat,
     pub(crate) output: WireFormat,
+    /// Whether [`WireFormat::Glue`] output is compressed.
+    pub(crate) glue_compression: GlueCompression,
     /// The id of the serde's own schema under its subject, once known.
     pub(crate) output_id: std::sync::OnceLock<SchemaId>,
 }
@@ -606,6 +696,7 @@ impl Common {
             subject,
             input: WireFormat::Confluent,
             output: WireFormat::Confluent,
+            glue_compression: GlueCompression::None,
             output_id: std::sync::OnceLock::new(),
         }
     }
@@ -645,17 +736,178 @@ impl Common {
         Ok(*self.output_id.get_or_init(|| id))
     }
 
-    /// The header of an output value in the output format (empty for `Source`/`Json`).
-    pub(crate) fn output_header(&self, schema: &RegisteredSchema) -> Result<Vec<u8>, String> {
-        let mut out = Vec::new();
-        if matches!(self.output, WireFormat::Confluent | WireFormat::Glue) {
-            let id = self.output_id(schema)?;
-            frame_header(self.output, &id, &mut out)
-                .map_err(|e| format!("subject {}: {e}", self.subject))?;
+    /// The writer's schema of id `id` from the schema source, checked to be of kind
+    /// `expected` (the event source's `SCHEMA_NOT_FOUND` otherwise).
+    pub(crate) fn writer_schema(
+        &self,
+        id: &SchemaId,
+        expected: SchemaType,
+    ) -> Result<RegisteredSchema, String> {
+        let found = self
+            .source
+            .schema_by_id(id, &self.subject)
+            .map_err(|e| e.0)?;
+        if found.schema_type != expected {
+            return Err(self.error(
+                Some(id),
+                format!(
+                    "the registry's schema is {}, not {}",
+                    found.schema_type.as_str(),
+                    expected.as_str()
+                ),
+            ));
         }
-        Ok(out)
+        Ok(found)
     }
 }
+
+/// The part of a schema'd serde that knows its format; the framing around the payload
+/// (the wire format's header, the schema id, Glue's compression, the JSON event format's
+/// dispatch) is shared by [`decode_framed`] and [`encode_framed`], and the [`Serde`]
+/// impl by [`schema_serde!`].
+///
+/// [`Serde`]: crate::serdes::Serde
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+pub(crate) trait PayloadCodec<T> {
+    /// The serde's shared settings.
+    fn common(&self) -> &Common;
+    /// The serde's own schema, whose id heads its output.
+    fn own_schema(&self) -> &RegisteredSchema;
+    /// Decodes `payload` (no header) written with the schema of id `id`.
+    fn decode_payload(&self, id: &SchemaId, payload: &[u8]) -> Result<T, SerdeError>;
+    /// Decodes a value the event source decoded to JSON (`EventRecordFormat: JSON`); `id`
+    /// is the metadata's schema id, if any.
+    fn decode_json(&self, id: Option<&SchemaId>, json: &[u8]) -> Result<T, SerdeError>;
+    /// Appends the encoded `value` (no header) to `out`.
+    fn encode_payload(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerdeError>;
+    /// `value` as JSON text ([`WireFormat::Json`] output).
+    fn encode_json(&self, value: &T) -> Result<Vec<u8>, SerdeError>;
+}
+
+/// Decodes a schema'd key or value with `codec`: unframes it in the input format (the
+/// header's or the metadata's schema id, a Glue payload inflated), then hands the payload
+/// to the codec (as JSON text for [`WireFormat::Json`]).
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+pub(crate) fn decode_framed<T, C: PayloadCodec<T> + ?Sized>(
+    codec: &C,
+    data: Option<&[u8]>,
+    metadata: Option<&SchemaMetadata>,
+) -> Result<T, SerdeError> {
+    let common = codec.common();
+    let framed = common.unframe(data, metadata).map_err(SerdeError)?;
+    if common.input == WireFormat::Json {
+        return codec.decode_json(framed.id.as_ref(), &framed.payload);
+    }
+    let Some(id) = framed.id else {
+        return Err(SerdeError(common.error(None, "no schema id")));
+    };
+    codec.decode_payload(&id, &framed.payload)
+}
+
+/// Encodes `value` with `codec` in the output format: the header with the serde's own
+/// schema id (registered or looked up once), then the payload, compressed for a Glue
+/// output told to; JSON text for [`WireFormat::Json`]; the bare payload for
+/// [`WireFormat::Source`].
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+pub(crate) fn encode_framed<T, C: PayloadCodec<T> + ?Sized>(
+    codec: &C,
+    value: &T,
+) -> Result<Vec<u8>, SerdeError> {
+    let common = codec.common();
+    let subject = &common.subject;
+    let mut out = Vec::new();
+    match common.output {
+        WireFormat::Json => return codec.encode_json(value),
+        WireFormat::Source => {}
+        WireFormat::Confluent | WireFormat::Glue => {
+            let id = common.output_id(codec.own_schema()).map_err(SerdeError)?;
+            frame_header(common.output, &id, &mut out)
+                .map_err(|e| SerdeError(format!("subject {subject}: {e}")))?;
+        }
+    }
+    if common.output == WireFormat::Glue && common.glue_compression == GlueCompression::Zlib {
+        out[1] = GLUE_ZLIB_COMPRESSION;
+        let mut payload = Vec::new();
+        codec.encode_payload(value, &mut payload)?;
+        deflate(&payload, &mut out).map_err(|e| SerdeError(format!("subject {subject}: {e}")))?;
+    } else {
+        codec.encode_payload(value, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// The [`Serde`](crate::serdes::Serde) impl of a schema'd serde, through its
+/// [`PayloadCodec`]: `schema_serde!([T: bounds] Type<T> => T)`.
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+macro_rules! schema_serde {
+    ([$($generics:tt)*] $ty:ty => $value:ty) => {
+        impl<$($generics)*> $crate::serdes::Serde<$value> for $ty {
+            /// Encodes `value`; `None` if it cannot be (the sinks call
+            /// [`try_serialize`](crate::serdes::Serde::try_serialize), which says why).
+            fn serialize(&self, value: &$value) -> Option<Vec<u8>> {
+                $crate::serdes::schema::encode_framed(self, value).ok()
+            }
+
+            fn deserialize(
+                &self,
+                data: Option<&[u8]>,
+            ) -> Result<$value, $crate::serdes::SerdeError> {
+                $crate::serdes::schema::decode_framed(self, data, None)
+            }
+
+            fn try_serialize(
+                &self,
+                value: &$value,
+            ) -> Result<Option<Vec<u8>>, $crate::serdes::SerdeError> {
+                $crate::serdes::schema::encode_framed(self, value).map(Some)
+            }
+
+            fn deserialize_with_schema(
+                &self,
+                data: Option<&[u8]>,
+                schema: Option<&$crate::event::SchemaMetadata>,
+            ) -> Result<$value, $crate::serdes::SerdeError> {
+                $crate::serdes::schema::decode_framed(self, data, schema)
+            }
+        }
+    };
+}
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+pub(crate) use schema_serde;
+
+/// The builder methods every schema'd serde has (`input`, `output`, `glue_compression`),
+/// on a type with a `common()` path given as the second argument.
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+macro_rules! format_builders {
+    ([$($generics:tt)*] $ty:ty, $($common:ident).+) => {
+        impl<$($generics)*> $ty {
+            /// Reads records laid out as `format`.
+            pub fn input(mut self, format: $crate::serdes::schema::WireFormat) -> Self {
+                self.$($common).+.input = format;
+                self
+            }
+
+            /// Writes records laid out as `format`.
+            pub fn output(mut self, format: $crate::serdes::schema::WireFormat) -> Self {
+                self.$($common).+.output = format;
+                self
+            }
+
+            /// Whether [`WireFormat::Glue`](crate::serdes::schema::WireFormat::Glue)
+            /// output is zlib-compressed (compression byte `5`); Glue input is read
+            /// compressed or not, whatever this says.
+            pub fn glue_compression(
+                mut self,
+                compression: $crate::serdes::schema::GlueCompression,
+            ) -> Self {
+                self.$($common).+.glue_compression = compression;
+                self
+            }
+        }
+    };
+}
+#[cfg(any(feature = "avro", feature = "protobuf", feature = "json-schema"))]
+pub(crate) use format_builders;
 
 #[cfg(test)]
 mod tests;
@@ -663,13 +915,16 @@ mod tests;
 /// Decodes a payload written with `schema` to JSON, as Lambda's event source does for
 /// `EventRecordFormat: JSON` (and to validate a record for `SOURCE`): an Avro value as its
 /// JSON form (records as objects, unions as their branch's value), a JSON Schema value
-/// validated against its schema. The local runner plays the event source with it.
+/// validated against its schema, a Protobuf message (the payload starting with Confluent's
+/// message indexes, as after the 5-byte header) in Protobuf's JSON mapping, its `.proto`
+/// compiled with its imports. The schema's references
+/// ([`dependencies`](RegisteredSchema::dependencies)) are used. The local runner plays the
+/// event source with it.
 ///
 /// # Errors
 ///
 /// The payload does not decode with the schema, or fails it; a schema of a kind whose
-/// feature is off; Protobuf (no `.proto` parser here: a message cannot be turned into JSON
-/// from its schema text).
+/// feature is off.
 ///
 /// ```
 /// # #[cfg(feature = "avro")] {
@@ -687,12 +942,11 @@ pub fn decode_to_json(
     let _ = payload; // unused when the formats' features are off
     match schema.schema_type {
         #[cfg(feature = "avro")]
-        SchemaType::Avro => avro::decode_to_json(&schema.text, payload),
+        SchemaType::Avro => avro::decode_to_json(schema, payload),
         #[cfg(feature = "json-schema")]
         SchemaType::Json => json_schema::validate_json(&schema.text, payload),
-        SchemaType::Protobuf => {
-            Err("a Protobuf message cannot be decoded to JSON from its schema text".to_owned())
-        }
+        #[cfg(feature = "protobuf")]
+        SchemaType::Protobuf => protobuf::decode_to_json(schema, payload),
         #[allow(unreachable_patterns)]
         other => Err(format!(
             "{} schemas need the framework's feature for them",

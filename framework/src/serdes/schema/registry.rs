@@ -2,6 +2,11 @@
 //! Apicurio's `ccompat` API, Redpanda): schemas fetched by id, output schemas registered or
 //! looked up by subject.
 //!
+//! A schema with `references` (an Avro type defined in another subject, a `.proto`
+//! import) comes with them: each referenced schema is fetched by subject and version
+//! (`GET /subjects/{subject}/versions/{version}`, transitively, at most 32 deep) and
+//! handed to the serde as the schema's [`dependencies`](super::RegisteredSchema::dependencies).
+//!
 //! Each answer is kept in a bounded cache ([`DEFAULT_CACHE_CAPACITY`] schemas and subject
 //! ids), so a container asks once per schema id. The serdes that use it are synchronous:
 //! on a cache miss the request runs on a short-lived thread of its own (a current-thread
@@ -34,6 +39,31 @@ const CONTENT_TYPE: &str = "application/vnd.schemaregistry.v1+json";
 /// How long one request to the registry may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How deep schema references may nest (a schema referring to one that refers to ...):
+/// deeper is refused, which also ends a cycle of references.
+const MAX_REFERENCE_DEPTH: usize = 32;
+
+/// A schema as the registry answers it: by id (`GET /schemas/ids/{id}`) or by subject
+/// and version (`GET /subjects/{subject}/versions/{version}`).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Answered {
+    schema: String,
+    schema_type: Option<String>,
+    #[serde(default)]
+    references: Vec<Reference>,
+}
+
+/// One of a schema's `references`: a schema registered under `subject`, at `version`,
+/// known to the referring schema as `name` (an Avro type's full name, a `.proto` import
+/// path).
+#[derive(serde::Deserialize)]
+struct Reference {
+    name: String,
+    subject: String,
+    version: i64,
+}
+
 /// A Confluent-compatible schema registry reached over HTTP or HTTPS.
 ///
 /// ```no_run
@@ -51,6 +81,8 @@ pub struct RegistryClient {
     roots: TlsRoots,
     schemas: BoundedCache<SchemaId, RegisteredSchema>,
     ids: BoundedCache<(Subject, RegisteredSchema), SchemaId>,
+    /// Referenced schemas by subject and version (with their own references resolved).
+    versions: BoundedCache<(String, i64), RegisteredSchema>,
 }
 
 impl std::fmt::Debug for RegistryClient {
@@ -63,9 +95,35 @@ impl std::fmt::Debug for RegistryClient {
 }
 
 /// A registry's answer: its status and body.
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
+pub(super) struct Answer {
+    pub(super) status: u16,
+    pub(super) body: Vec<u8>,
+}
+
+/// Runs `future` on a short thread of its own with a current-thread Tokio runtime, at
+/// most [`REQUEST_TIMEOUT`] (serdes are synchronous; see the module docs). `what` names
+/// the request in the timeout's message.
+pub(super) fn block_on_own_thread<T: Send + 'static>(
+    what: String,
+    future: impl std::future::Future<Output = Result<T, String>> + Send + 'static,
+) -> Result<T, String> {
+    let worker = std::thread::Builder::new()
+        .name("schema-registry".to_owned())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start a runtime for the request: {e}"))?;
+            runtime.block_on(async move {
+                tokio::time::timeout(REQUEST_TIMEOUT, future)
+                    .await
+                    .map_err(|_| format!("{what}: no answer in {REQUEST_TIMEOUT:?}"))?
+            })
+        })
+        .map_err(|e| format!("cannot start the request's thread: {e}"))?;
+    worker
+        .join()
+        .map_err(|_| "the request's thread panicked".to_owned())?
 }
 
 impl RegistryClient {
@@ -91,6 +149,7 @@ impl RegistryClient {
             roots: TlsRoots::Compiled,
             schemas: BoundedCache::new(DEFAULT_CACHE_CAPACITY),
             ids: BoundedCache::new(DEFAULT_CACHE_CAPACITY),
+            versions: BoundedCache::new(DEFAULT_CACHE_CAPACITY),
         })
     }
 
@@ -124,29 +183,105 @@ impl RegistryClient {
     /// Sends one request on a thread of its own (see the module docs).
     fn request(&self, method: &str, path: &str, body: Option<Vec<u8>>) -> Result<Answer, String> {
         let url = format!("{}{path}", self.base);
+        let mut headers = vec![("accept".to_owned(), CONTENT_TYPE.to_owned())];
+        if let Some(authorization) = &self.authorization {
+            headers.push(("authorization".to_owned(), authorization.clone()));
+        }
+        if body.is_some() {
+            headers.push(("content-type".to_owned(), CONTENT_TYPE.to_owned()));
+        }
         let method = method.to_owned();
-        let authorization = self.authorization.clone();
         let roots = self.roots;
-        let worker = std::thread::Builder::new()
-            .name("schema-registry".to_owned())
-            .spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| format!("cannot start a runtime for the request: {e}"))?;
-                runtime.block_on(async move {
-                    tokio::time::timeout(
-                        REQUEST_TIMEOUT,
-                        send(&method, &url, authorization, roots, body),
-                    )
-                    .await
-                    .map_err(|_| format!("{method} {url}: no answer in {REQUEST_TIMEOUT:?}"))?
-                })
-            })
-            .map_err(|e| format!("cannot start the request's thread: {e}"))?;
-        worker
-            .join()
-            .map_err(|_| "the request's thread panicked".to_owned())?
+        block_on_own_thread(format!("{method} {url}"), async move {
+            send(&method, &url, headers, roots, body.unwrap_or_default()).await
+        })
+    }
+
+    /// GETs `path` and parses the schema it answers; `what` names it in errors.
+    fn get_schema(&self, what: &str, path: &str) -> Result<Answered, SchemaError> {
+        let answer = self
+            .request("GET", path, None)
+            .map_err(|e| Self::unavailable(what, e))?;
+        if answer.status >= 500 {
+            return Err(Self::unavailable(
+                what,
+                format!("HTTP {}: {}", answer.status, error_message(&answer.body)),
+            ));
+        }
+        if answer.status != 200 {
+            return Err(SchemaError(format!(
+                "{what}: not found (HTTP {}: {})",
+                answer.status,
+                error_message(&answer.body)
+            )));
+        }
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            SchemaError(format!(
+                "{what}: the registry's answer is not a schema: {e}"
+            ))
+        })
+    }
+
+    /// The schema of an answer, its references fetched (by subject and version) and
+    /// flattened into its [`dependencies`](RegisteredSchema::dependencies), dependencies
+    /// first.
+    fn resolve(
+        &self,
+        what: &str,
+        answered: Answered,
+        depth: usize,
+    ) -> Result<RegisteredSchema, SchemaError> {
+        let schema_type = match answered.schema_type.as_deref() {
+            None => SchemaType::Avro,
+            Some(name) => SchemaType::parse(name)
+                .ok_or_else(|| SchemaError(format!("{what}: unknown schemaType {name:?}")))?,
+        };
+        let mut dependencies: Vec<(String, std::sync::Arc<str>)> = Vec::new();
+        for reference in answered.references {
+            if depth >= MAX_REFERENCE_DEPTH {
+                return Err(SchemaError(format!(
+                    "{what}: references nest deeper than {MAX_REFERENCE_DEPTH} (a cycle?)"
+                )));
+            }
+            let referenced = self.version(what, &reference, depth + 1)?;
+            for dependency in referenced.dependencies {
+                if !dependencies.iter().any(|(n, _)| *n == dependency.0) {
+                    dependencies.push(dependency);
+                }
+            }
+            if !dependencies.iter().any(|(n, _)| *n == reference.name) {
+                dependencies.push((reference.name, referenced.text));
+            }
+        }
+        Ok(RegisteredSchema::new(schema_type, answered.schema).with_dependencies(dependencies))
+    }
+
+    /// A referenced schema, by its subject and version (cached).
+    fn version(
+        &self,
+        what: &str,
+        reference: &Reference,
+        depth: usize,
+    ) -> Result<RegisteredSchema, SchemaError> {
+        let key = (reference.subject.clone(), reference.version);
+        if let Some(schema) = self.versions.get(&key) {
+            return Ok(schema);
+        }
+        let encoded = percent_encoding::utf8_percent_encode(
+            &reference.subject,
+            percent_encoding::NON_ALPHANUMERIC,
+        );
+        let what = format!(
+            "{what}: its reference {:?} (subject {}, version {})",
+            reference.name, reference.subject, reference.version
+        );
+        let answered = self.get_schema(
+            &what,
+            &format!("/subjects/{encoded}/versions/{}", reference.version),
+        )?;
+        let schema = self.resolve(&what, answered, depth)?;
+        self.versions.insert(key, schema.clone());
+        Ok(schema)
     }
 
     /// `error` marked as the registry's unavailability (see the module docs).
@@ -155,12 +290,13 @@ impl RegistryClient {
     }
 }
 
-async fn send(
+/// Sends one HTTP(S) request with `headers` and `body`; the answer's status and body.
+pub(super) async fn send(
     method: &str,
     url: &str,
-    authorization: Option<String>,
+    headers: Vec<(String, String)>,
     roots: TlsRoots,
-    body: Option<Vec<u8>>,
+    body: Vec<u8>,
 ) -> Result<Answer, String> {
     let mut connector = HttpConnector::new();
     connector.enforce_http(false);
@@ -173,18 +309,12 @@ async fn send(
         .wrap_connector(connector);
     let client: HttpClient<_, Full<bytes::Bytes>> =
         HttpClient::builder(hyper_util::rt::TokioExecutor::new()).build(https);
-    let mut request = http::Request::builder()
-        .method(method)
-        .uri(url)
-        .header("accept", CONTENT_TYPE);
-    if let Some(authorization) = authorization {
-        request = request.header("authorization", authorization);
-    }
-    if body.is_some() {
-        request = request.header("content-type", CONTENT_TYPE);
+    let mut request = http::Request::builder().method(method).uri(url);
+    for (name, value) in headers {
+        request = request.header(name, value);
     }
     let request = request
-        .body(Full::new(bytes::Bytes::from(body.unwrap_or_default())))
+        .body(Full::new(bytes::Bytes::from(body)))
         .map_err(|e| format!("{method} {url}: {e}"))?;
     let response = client
         .request(request)
@@ -244,39 +374,8 @@ impl SchemaSource for RegistryClient {
                 "{what}: a Glue schema version id cannot be looked up in a Confluent-compatible registry"
             )));
         };
-        let answer = self
-            .request("GET", &format!("/schemas/ids/{number}"), None)
-            .map_err(|e| Self::unavailable(&what, e))?;
-        if answer.status >= 500 {
-            return Err(Self::unavailable(
-                &what,
-                format!("HTTP {}: {}", answer.status, error_message(&answer.body)),
-            ));
-        }
-        if answer.status != 200 {
-            return Err(SchemaError(format!(
-                "{what}: not found (HTTP {}: {})",
-                answer.status,
-                error_message(&answer.body)
-            )));
-        }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct ById {
-            schema: String,
-            schema_type: Option<String>,
-        }
-        let parsed: ById = serde_json::from_slice(&answer.body).map_err(|e| {
-            SchemaError(format!(
-                "{what}: the registry's answer is not a schema: {e}"
-            ))
-        })?;
-        let schema_type = match parsed.schema_type.as_deref() {
-            None => SchemaType::Avro,
-            Some(name) => SchemaType::parse(name)
-                .ok_or_else(|| SchemaError(format!("{what}: unknown schemaType {name:?}")))?,
-        };
-        let schema = RegisteredSchema::new(schema_type, parsed.schema);
+        let answered = self.get_schema(&what, &format!("/schemas/ids/{number}"))?;
+        let schema = self.resolve(&what, answered, 0)?;
         self.schemas.insert(*id, schema.clone());
         Ok(schema)
     }
@@ -290,6 +389,11 @@ impl SchemaSource for RegistryClient {
         if format == WireFormat::Glue {
             return Err(SchemaError(format!(
                 "subject {subject}: a Confluent-compatible registry has no Glue schema version ids (use WireFormat::Confluent, or OfflineSchemas with the Glue ids)"
+            )));
+        }
+        if !schema.dependencies.is_empty() {
+            return Err(SchemaError(format!(
+                "subject {subject}: an output schema with references cannot be registered or looked up by this client (register it with its references beforehand and give its id with OfflineSchemas)"
             )));
         }
         let key = (subject.clone(), schema.clone());
