@@ -96,17 +96,35 @@ def cold_run(data):
                 raise SystemExit(f"the function exited with {proc.returncode} (see --log)")
         first_s = result["t1"] - t0
         hwm_first = vm(proc.pid, "VmHWM")
+        result["cpu_first_ms"] = cpu_ms(proc.pid)
         w0 = time.perf_counter()
         invoke(data)
         warm_s = time.perf_counter() - w0
         hwm = vm(proc.pid, "VmHWM")
+        result["cpu_warm_ms"] = cpu_ms(proc.pid) - result["cpu_first_ms"]
     finally:
         proc.kill()  # Popen.kill: the child's own (positive) pid
         proc.wait()
         out.seek(0)
         text = out.read()
         log.write(text)
-    return first_s, warm_s, hwm_first, hwm, result["response"], batch_durations(text)
+    cpu = {"cpu_first_ms": result["cpu_first_ms"], "cpu_warm_ms": result["cpu_warm_ms"]}
+    return first_s, warm_s, hwm_first, hwm, result["response"], batch_durations(text), cpu
+
+
+def cpu_ms(pid):
+    """The CPU time (ms) the process's live threads have used (/proc/<pid>/task/*/schedstat,
+    nanoseconds on a CPU): start-up and work, without the time spent waiting for a CPU, so
+    that it separates builds on a loaded machine where wall times do not. Threads that have
+    exited are not counted (none of the function's by its first response)."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return total / 1e6
 
 
 def batch_durations(stdout):
@@ -134,9 +152,9 @@ try:
         spawn.append(time.perf_counter() - s0)
     runs = []
     for i in range(a.runs):
-        first_s, warm_s, hwm1, hwm2, resp, batch = cold_run(small)
+        first_s, warm_s, hwm1, hwm2, resp, batch, cpu = cold_run(small)
         runs.append({"first_ms": first_s * 1e3, "warm_ms": warm_s * 1e3, "hwm_kb_after_first": hwm1,
-                     "hwm_kb_after_warm": hwm2, "batch_ms": batch})
+                     "hwm_kb_after_warm": hwm2, "batch_ms": batch, **cpu})
         print(f"run {i}: first {first_s*1e3:.1f} ms, warm {warm_s*1e3:.1f} ms, VmHWM {hwm2} kB, "
               f"batches {', '.join(f'{b:.1f}' for b in batch)} ms, {resp[:60]!r}", flush=True)
     out = {
@@ -148,6 +166,10 @@ try:
         "median_warm_ms": statistics.median(r["warm_ms"] for r in runs),
         "median_first_minus_warm_ms": statistics.median(r["first_ms"] - r["warm_ms"] for r in runs),
         "median_hwm_kb_small": statistics.median(r["hwm_kb_after_warm"] for r in runs),
+        # The function's own CPU time: process start to the first response, and the warm
+        # invocation's (see cpu_ms).
+        "median_cpu_first_ms": statistics.median(r["cpu_first_ms"] for r in runs),
+        "median_cpu_warm_ms": statistics.median(r["cpu_warm_ms"] for r in runs),
         # The split of "first event handled": the first batch itself (state, processing,
         # output, including the first connections to DynamoDB and Kafka), and the rest
         # (process start-up, the runtime's first poll, the producer's creation, the HTTP hops).
@@ -164,7 +186,7 @@ try:
         big = open(a.big_event, "rb").read()
         big_runs = []
         for i in range(a.big_runs):
-            first_s, warm_s, hwm1, hwm2, resp, _ = cold_run(big)
+            first_s, warm_s, hwm1, hwm2, resp, _, _ = cold_run(big)
             big_runs.append({"first_ms": first_s * 1e3, "second_ms": warm_s * 1e3,
                              "hwm_kb_after_first": hwm1, "hwm_kb_after_second": hwm2})
             print(f"big run {i}: first {first_s*1e3:.1f} ms, second {warm_s*1e3:.1f} ms, VmHWM {hwm1} kB then {hwm2} kB, {resp[:60]!r}", flush=True)

@@ -205,8 +205,9 @@ impl KafkaSettings {
             && !has(&settings, "ssl.ca.location")
             && !has(&settings, "ssl.ca.pem")
         {
-            // The vendored OpenSSL has no usable default CA directory: probe the system's
-            // bundle (/etc/pki/tls/certs/ca-bundle.crt in Lambda's provided.al2023).
+            // Probe the system's bundle (/etc/pki/tls/certs/ca-bundle.crt in Lambda's
+            // provided.al2023): the system's OpenSSL would find it by its own defaults, but
+            // a vendored one (`openssl-vendored`) has no usable default CA directory.
             settings.push_default("ssl.ca.location", "probe");
         }
         Ok(settings)
