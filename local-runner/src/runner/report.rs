@@ -48,12 +48,25 @@ pub struct RunSummary {
     /// From the last batch done to the stop condition met (`until_idle`: the idle period
     /// and the caught-up check; `until_caught_up`: the check).
     pub stop_after_last_batch: Option<Duration>,
+    /// The function's time per successful invocation (its first delivery, from the
+    /// request sent to the response received), in completion order: the latency per
+    /// batch that [`RunSummary::invocation_time_quantile`] summarises.
+    pub invocation_times: Vec<Duration>,
 }
 
 impl RunSummary {
     /// Records per second from the first record received to the end of the run.
     pub fn records_per_second(&self) -> f64 {
         self.records as f64 / self.active.as_secs_f64().max(1e-9)
+    }
+
+    /// The `q` quantile (0 to 1, nearest rank) of [`RunSummary::invocation_times`];
+    /// `None` when no invocation succeeded.
+    pub fn invocation_time_quantile(&self, q: f64) -> Option<Duration> {
+        let mut times = self.invocation_times.clone();
+        times.sort();
+        let rank = (q.clamp(0.0, 1.0) * times.len() as f64).ceil() as usize;
+        times.get(rank.max(1) - 1).copied()
     }
 }
 
