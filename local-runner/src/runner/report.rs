@@ -122,3 +122,22 @@ fn lag(offsets: &BaseConsumer, state: &Progress, tp: &TopicPartition) -> String 
         (_, Err(_)) => "?".to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocation_time_quantiles_are_nearest_rank() {
+        let mut summary = RunSummary::default();
+        assert_eq!(summary.invocation_time_quantile(0.5), None);
+        // 1..=100 ms, completed out of order.
+        summary.invocation_times = (1..=100u64).rev().map(Duration::from_millis).collect();
+        let ms = |q| summary.invocation_time_quantile(q).map(|d| d.as_millis());
+        // Nearest rank: the ceil(q * n)-th smallest.
+        assert_eq!(ms(0.5), Some(50));
+        assert_eq!(ms(0.99), Some(99));
+        assert_eq!(ms(1.0), Some(100));
+        assert_eq!(ms(0.0), Some(1));
+    }
+}
