@@ -806,6 +806,19 @@ async fn run(bootstrap: &str, args: RunArgs) -> Result<(), String> {
         secs(summary.to_first_record),
         secs(summary.stop_after_last_batch)
     );
+    let ms = |q: f64| {
+        summary.invocation_time_quantile(q).map_or_else(
+            || "-".to_owned(),
+            |d| format!("{:.1}", d.as_secs_f64() * 1000.0),
+        )
+    };
+    println!(
+        "invocation time per batch: p50 {} ms, p99 {} ms, max {} ms over {} successful invocations",
+        ms(0.5),
+        ms(0.99),
+        ms(1.0),
+        summary.invocation_times.len()
+    );
     if summary.revocations > 0 {
         println!(
             "rebalances revoked {} partitions from this runner ({} buffered records dropped, for their new owner to read again)",

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use lambda_streams::event::{KafkaEvent, TopicPartition};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -28,6 +29,9 @@ pub(super) struct Invoked {
     pub(super) outcome: Outcome,
     /// Invocations it made beyond the first (a duplicate delivery).
     pub(super) extra_invocations: u64,
+    /// How long the function took for the batch: the first invocation, from the request
+    /// sent to the response received (`None`: not invoked).
+    pub(super) invocation_time: Option<Duration>,
 }
 
 impl Invoked {
@@ -36,6 +40,7 @@ impl Invoked {
         Invoked {
             outcome: Outcome::Failed(format!("the invocation task failed: {e}")),
             extra_invocations: 0,
+            invocation_time: None,
         }
     }
 
@@ -132,12 +137,15 @@ async fn invoke(transport: Arc<dyn Transport>, event: Arc<KafkaEvent>, plan: Pla
                 plan.invocation
             )),
             extra_invocations,
+            invocation_time: None,
         };
     }
     let payload = event.to_json();
     // The payload is kept (a copy of up to 6 MB) only for a duplicate delivery.
     let duplicate = plan.duplicate.then(|| payload.clone());
+    let started = Instant::now();
     let mut result = transport.invoke(payload).await;
+    let invocation_time = Some(started.elapsed());
     if let Some(payload) = duplicate.filter(|_| result.is_ok()) {
         extra_invocations += 1;
         result = transport.invoke(payload).await;
@@ -164,10 +172,12 @@ async fn invoke(transport: Arc<dyn Transport>, event: Arc<KafkaEvent>, plan: Pla
         return Invoked {
             outcome: Outcome::Lost,
             extra_invocations,
+            invocation_time,
         };
     }
     Invoked {
         outcome,
         extra_invocations,
+        invocation_time,
     }
 }

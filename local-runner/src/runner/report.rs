@@ -48,12 +48,25 @@ pub struct RunSummary {
     /// From the last batch done to the stop condition met (`until_idle`: the idle period
     /// and the caught-up check; `until_caught_up`: the check).
     pub stop_after_last_batch: Option<Duration>,
+    /// The function's time per successful invocation (its first delivery, from the
+    /// request sent to the response received), in completion order: the latency per
+    /// batch that [`RunSummary::invocation_time_quantile`] summarises.
+    pub invocation_times: Vec<Duration>,
 }
 
 impl RunSummary {
     /// Records per second from the first record received to the end of the run.
     pub fn records_per_second(&self) -> f64 {
         self.records as f64 / self.active.as_secs_f64().max(1e-9)
+    }
+
+    /// The `q` quantile (0 to 1, nearest rank) of [`RunSummary::invocation_times`];
+    /// `None` when no invocation succeeded.
+    pub fn invocation_time_quantile(&self, q: f64) -> Option<Duration> {
+        let mut times = self.invocation_times.clone();
+        times.sort();
+        let rank = (q.clamp(0.0, 1.0) * times.len() as f64).ceil() as usize;
+        times.get(rank.max(1) - 1).copied()
     }
 }
 
@@ -107,5 +120,24 @@ fn lag(offsets: &BaseConsumer, state: &Progress, tp: &TopicPartition) -> String 
         (Some(position), Ok((_, high))) => (high - position).max(0).to_string(),
         (None, Ok((low, high))) => format!("<={}", high - low),
         (_, Err(_)) => "?".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invocation_time_quantiles_are_nearest_rank() {
+        let mut summary = RunSummary::default();
+        assert_eq!(summary.invocation_time_quantile(0.5), None);
+        // 1..=100 ms, completed out of order.
+        summary.invocation_times = (1..=100u64).rev().map(Duration::from_millis).collect();
+        let ms = |q| summary.invocation_time_quantile(q).map(|d| d.as_millis());
+        // Nearest rank: the ceil(q * n)-th smallest.
+        assert_eq!(ms(0.5), Some(50));
+        assert_eq!(ms(0.99), Some(99));
+        assert_eq!(ms(1.0), Some(100));
+        assert_eq!(ms(0.0), Some(1));
     }
 }

@@ -40,9 +40,19 @@ impl Runner {
             }
             Outcome::Failed(error) => self.settle_failed(event, &live, limits, error, state, now),
             Outcome::Success => {
+                state
+                    .summary
+                    .invocation_times
+                    .extend(invoked.invocation_time);
                 self.settle_done(event, &live, limits, &BTreeMap::new(), state, now)
             }
-            Outcome::Partial(resume) => self.settle_done(event, &live, limits, &resume, state, now),
+            Outcome::Partial(resume) => {
+                state
+                    .summary
+                    .invocation_times
+                    .extend(invoked.invocation_time);
+                self.settle_done(event, &live, limits, &resume, state, now)
+            }
         }
         live
     }
