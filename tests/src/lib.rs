@@ -965,3 +965,115 @@ pub async fn run_with_redeliveries(
         .expect("the runner finished in time")
         .expect("the runner succeeded");
 }
+
+/// The broker install's libraries (the console consumer's classpath).
+pub fn kafka_libs() -> std::path::PathBuf {
+    let cache = std::env::var("LAMBDA_STREAMS_CACHE").map_or_else(
+        |_| {
+            std::path::PathBuf::from(std::env::var("HOME").expect("HOME"))
+                .join(".cache/lambda-streams")
+        },
+        std::path::PathBuf::from,
+    );
+    let mut installs: Vec<_> = std::fs::read_dir(&cache)
+        .expect("the services' cache")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("kafka-4"))
+                && p.join("libs").is_dir()
+        })
+        .collect();
+    installs.sort();
+    installs
+        .pop()
+        .expect("a Kafka install (scripts/services up)")
+        .join("libs")
+}
+
+/// A record as Kafka's console consumer printed it.
+#[derive(Debug, Clone)]
+pub struct Read {
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+    /// Its `lambda-streams-source` header.
+    pub source: String,
+    /// Its `lambda-streams-version` header (aggregate updates only).
+    pub version: Option<u64>,
+    /// Its key, as printed.
+    pub key: String,
+    /// Its value, as printed.
+    pub value: String,
+}
+
+/// How long the console consumer waits for a record before it exits, in ms: long enough
+/// for a JVM that starts and joins its fresh consumer group on a loaded machine.
+pub const READ_IDLE_MS: &str = "12000";
+
+/// Every record of `topic` as Kafka's own console consumer reads it (an independent
+/// reader, not our code) with `isolation_level` (`read_committed` or `read_uncommitted`).
+pub fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
+    let classpath = format!("{}/*", kafka_libs().display());
+    let out = std::process::Command::new("java")
+        .args([
+            "-cp",
+            &classpath,
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        ])
+        .args([
+            "--bootstrap-server",
+            &bootstrap(),
+            "--topic",
+            topic,
+            "--from-beginning",
+        ])
+        .args([
+            "--isolation-level",
+            isolation_level,
+            "--timeout-ms",
+            READ_IDLE_MS,
+        ])
+        .args(["--formatter-property", "print.partition=true"])
+        .args(["--formatter-property", "print.offset=true"])
+        .args(["--formatter-property", "print.headers=true"])
+        .args(["--formatter-property", "print.key=true"])
+        .args(["--formatter-property", "headers.separator=|#|"])
+        .output()
+        .expect("java runs the console consumer");
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !text.contains("Partition:") {
+        // Nothing read: say what the consumer said, for the failure that may follow.
+        eprintln!(
+            "console consumer of {topic} ({isolation_level}) read nothing: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A record is `Partition:<p>\tOffset:<o>\t<headers>\t<key>\t<value>`; the consumer
+    // also prints its exit on the timeout.
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.splitn(5, '\t');
+            let partition = fields.next()?.strip_prefix("Partition:")?.parse().ok()?;
+            let offset = fields.next()?.strip_prefix("Offset:")?.parse().ok()?;
+            let headers = fields.next()?;
+            let key = fields.next()?.to_owned();
+            let value = fields.next().unwrap_or("").to_owned();
+            let header = |name: &str| {
+                headers
+                    .split("|#|")
+                    .find_map(|h| h.strip_prefix(name)?.strip_prefix(':'))
+            };
+            Some(Read {
+                partition,
+                offset,
+                source: header("lambda-streams-source").unwrap_or("").to_owned(),
+                version: header("lambda-streams-version").and_then(|v| v.parse().ok()),
+                key,
+                value,
+            })
+        })
+        .collect()
+}

@@ -140,74 +140,13 @@ fn dynamo(s: &Setup) -> DynamoStore {
     DynamoStore::new(dynamo_client(), s.table.clone(), Guarantee::ExactlyOnce)
 }
 
-/// The broker install's libraries (the console consumer's classpath).
-fn kafka_libs() -> std::path::PathBuf {
-    let cache = std::env::var("LAMBDA_STREAMS_CACHE").map_or_else(
-        |_| {
-            std::path::PathBuf::from(std::env::var("HOME").expect("HOME"))
-                .join(".cache/lambda-streams")
-        },
-        std::path::PathBuf::from,
-    );
-    let mut installs: Vec<_> = std::fs::read_dir(&cache)
-        .expect("the services' cache")
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("kafka-4"))
-                && p.join("libs").is_dir()
-        })
-        .collect();
-    installs.sort();
-    installs
-        .pop()
-        .expect("a Kafka install (scripts/services up)")
-        .join("libs")
-}
-
 /// Every record of `topic` as Kafka's console consumer reads it with `read_committed`:
-/// `(key, value)`. It waits 12 s for a record before it exits (its first poll joins a
-/// fresh group behind the broker's initial rebalance delay).
+/// `(key, value)`.
 fn console_read_committed(topic: &str) -> Vec<(String, String)> {
-    let classpath = format!("{}/*", kafka_libs().display());
-    let out = std::process::Command::new("java")
-        .args([
-            "-cp",
-            &classpath,
-            "org.apache.kafka.tools.consumer.ConsoleConsumer",
-        ])
-        .args([
-            "--bootstrap-server",
-            &bootstrap(),
-            "--topic",
-            topic,
-            "--from-beginning",
-        ])
-        .args([
-            "--isolation-level",
-            "read_committed",
-            "--timeout-ms",
-            "12000",
-        ])
-        .args(["--formatter-property", "print.key=true"])
-        .output()
-        .expect("java runs the console consumer");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let read: Vec<(String, String)> = text
-        .lines()
-        .filter_map(|line| {
-            let (key, value) = line.split_once('\t')?;
-            Some((key.to_owned(), value.to_owned()))
-        })
-        .collect();
-    if read.is_empty() {
-        eprintln!(
-            "console consumer of {topic} read nothing: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    read
+    console_read_all(topic, "read_committed")
+        .into_iter()
+        .map(|r| (r.key, r.value))
+        .collect()
 }
 
 /// The violations of what a `read_committed` reader of the output sees, against
