@@ -237,6 +237,19 @@ pub struct ClosingItem {
     pub state: ItemState,
 }
 
+/// The error of a store that keeps no claims of closed windows (the claim methods' default).
+fn no_claims(store: &str) -> StateError {
+    StateError::new(
+        store,
+        b"",
+        StateErrorKind::Request(
+            "this store keeps no claims of closed windows, which exactly-once output of window \
+             closes needs"
+                .into(),
+        ),
+    )
+}
+
 /// A state store with exactly-once application of contributions.
 #[async_trait]
 pub trait Store: Send + Sync {
@@ -272,15 +285,7 @@ pub trait Store: Send + Sync {
         tp: &TopicPartition,
     ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
         let _ = tp;
-        Err(StateError::new(
-            store,
-            b"",
-            StateErrorKind::Request(
-                "this store keeps no claims of closed windows, which exactly-once output of \
-                 window closes needs"
-                    .into(),
-            ),
-        ))
+        Err(no_claims(store))
     }
 
     /// Under exactly-once output: claims the closed `window` (as
@@ -297,15 +302,7 @@ pub trait Store: Send + Sync {
         attempt: &str,
     ) -> Result<(bool, WriteStats), StateError> {
         let _ = (window, tp, attempt);
-        Err(StateError::new(
-            store,
-            b"",
-            StateErrorKind::Request(
-                "this store keeps no claims of closed windows, which exactly-once output of \
-                 window closes needs"
-                    .into(),
-            ),
-        ))
+        Err(no_claims(store))
     }
 
     /// Under exactly-once output: adds `attempt` to the claim of `window` (whose attempts
@@ -317,15 +314,7 @@ pub trait Store: Send + Sync {
         attempt: &str,
     ) -> Result<(bool, WriteStats), StateError> {
         let _ = (window, attempt);
-        Err(StateError::new(
-            store,
-            b"",
-            StateErrorKind::Request(
-                "this store keeps no claims of closed windows, which exactly-once output of \
-                 window closes needs"
-                    .into(),
-            ),
-        ))
+        Err(no_claims(store))
     }
 
     /// Under exactly-once output: finishes the claim of `window` (one of its attempts
@@ -337,15 +326,7 @@ pub trait Store: Send + Sync {
         window: &ClaimedWindow,
     ) -> Result<(bool, WriteStats), StateError> {
         let _ = window;
-        Err(StateError::new(
-            store,
-            b"",
-            StateErrorKind::Request(
-                "this store keeps no claims of closed windows, which exactly-once output of \
-                 window closes needs"
-                    .into(),
-            ),
-        ))
+        Err(no_claims(store))
     }
 
     /// Under exactly-once output: takes `windows` (key, start) out of `tp`'s claim register
@@ -357,15 +338,7 @@ pub trait Store: Send + Sync {
         windows: &[(Vec<u8>, i64)],
     ) -> Result<WriteStats, StateError> {
         let _ = (tp, windows);
-        Err(StateError::new(
-            store,
-            b"",
-            StateErrorKind::Request(
-                "this store keeps no claims of closed windows, which exactly-once output of \
-                 window closes needs"
-                    .into(),
-            ),
-        ))
+        Err(no_claims(store))
     }
 
     /// Reads an item (strongly consistent); `None` when it does not exist.
