@@ -1489,10 +1489,7 @@ fn join_event(l: (usize, usize), r: (usize, usize)) -> KafkaEvent {
 /// "Stream–stream joins").
 #[tokio::test]
 async fn a_stream_join_retried_with_other_boundaries_emits_each_pair_from_one_record() {
-    let deliveries = [
-        ("left", [(0, 3), (0, 6)]),
-        ("right", [(0, 3), (2, 6)]),
-    ];
+    let deliveries = [("left", [(0, 3), (0, 6)]), ("right", [(0, 3), (2, 6)])];
     let delivered = |topic: &str, offset: usize| {
         deliveries
             .iter()
@@ -1541,13 +1538,24 @@ async fn a_stream_join_retried_with_other_boundaries_emits_each_pair_from_one_re
         let times = if *emitter == format!("left:0:{i}") {
             delivered("left", i)
         } else {
-            assert_eq!(*emitter, format!("right:0:{j}"), "{pair}: not one of its records");
+            assert_eq!(
+                *emitter,
+                format!("right:0:{j}"),
+                "{pair}: not one of its records"
+            );
             delivered("right", j)
         };
-        assert_eq!(sources.len(), times, "{pair}: once per delivery of {emitter}");
+        assert_eq!(
+            sources.len(),
+            times,
+            "{pair}: once per delivery of {emitter}"
+        );
         again += times - 1;
     }
-    assert!(again > 0, "the retry emitted some pairs again (at least once)");
+    assert!(
+        again > 0,
+        "the retry emitted some pairs again (at least once)"
+    );
 }
 
 /// An aggregate that outgrows DynamoDB's 400 KB item limit fails the batch with an error

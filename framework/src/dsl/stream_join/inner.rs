@@ -1,8 +1,8 @@
 //! The inner stream–stream join ([`KStream::join_stream`]): the left and outer joins' state
 //! (both sides of a key in one item) with no outer side.
 
-use super::*;
 use super::outer::Outer;
+use super::*;
 
 impl<K, V> KStream<K, V>
 where
@@ -146,4 +146,3 @@ where
         side
     }
 }
-
