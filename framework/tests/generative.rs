@@ -69,6 +69,8 @@ pub const FAMILIES: &[&str] = &[
     "stream_stream_self_join",
     "stream_stream_join_timestamps",
     "stream_stream_join_fan_out",
+    // An inner join's pairs aggregated: each pair counted once under every fault.
+    "stream_stream_join_aggregate",
     "poison_stateless",
     "poison_aggregate",
     "poison_window",
@@ -121,6 +123,8 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "stream_stream_self_join",
     "stream_stream_join_timestamps",
     "stream_stream_join_fan_out",
+    // An inner join's pairs aggregated: each pair counted once under every fault.
+    "stream_stream_join_aggregate",
     "poison_stateless",
     "poison_aggregate",
     "poison_window",

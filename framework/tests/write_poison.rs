@@ -492,10 +492,10 @@ async fn a_hot_keys_stream_join_buffer_past_400_kb_blames_the_record_that_overfl
     .to("joined", Utf8, Utf8);
     let topology = builder.build();
     let (store, sink) = (MemoryStore::new(), MemorySink::new());
-    // The buffer holds each value's bytes as a JSON array of numbers: 20,000 bytes of 'v'
-    // ("118,") take 80,001 in it, so five fit in one item (400,005 bytes and a little
-    // bookkeeping per record), a sixth and a seventh do not.
-    let big = "v".repeat(20_000);
+    // The join's item holds each value's bytes in base64: 55,000 bytes take 73,336 in it,
+    // so five fit in one item (366,680 bytes and a little bookkeeping per record), a sixth
+    // and a seventh do not.
+    let big = "v".repeat(55_000);
     let records: Vec<(i32, i64, &str, &str)> = (0..7)
         .map(|offset| (0, offset, "hot", big.as_str()))
         .collect();
@@ -518,7 +518,7 @@ async fn a_hot_keys_stream_join_buffer_past_400_kb_blames_the_record_that_overfl
     );
     let error = String::from_utf8_lossy(dead[0].header(ERROR_HEADER).expect("error header"));
     assert!(
-        error.contains("pairs-this") && error.contains("400 KB") && error.contains("in-0"),
+        error.contains("pairs") && error.contains("400 KB") && error.contains("in-0"),
         "{error}"
     );
 }

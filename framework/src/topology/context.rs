@@ -504,14 +504,6 @@ impl Ctx {
         Ok(())
     }
 
-    /// Whether the record at `offset` of `tp` is one of this batch's.
-    pub(crate) fn in_batch(&self, tp: &TopicPartition, offset: i64) -> bool {
-        self.partitions
-            .iter()
-            .zip(&self.ranges)
-            .any(|(p, (first, last))| p == tp && (*first..=*last).contains(&offset))
-    }
-
     /// The topic-partition and offset of the current record, for error messages.
     pub(crate) fn record_coordinates(&self) -> Option<(TopicPartition, i64)> {
         match self.origin {

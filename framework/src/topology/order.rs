@@ -104,9 +104,6 @@ struct Flow {
     /// When its records may come from the closing pass of a left or outer stream–stream
     /// join: that join's store.
     closing_of: Option<usize>,
-    /// When its records may be the pairs of an inner stream–stream join: the store of the
-    /// buffer they were probed in.
-    pairs_of: Option<usize>,
     /// The ways its records may have come since their source: per way, the stores of the
     /// joins they waited at, in order. Records of different ways go on at different steps
     /// of the batch, so they leave the node out of offset order.
@@ -245,7 +242,6 @@ impl Walk<'_> {
             input.updates_of = input.updates_of.or(flow.updates_of);
             input.on_close_of = input.on_close_of.or(flow.on_close_of);
             input.closing_of = input.closing_of.or(flow.closing_of);
-            input.pairs_of = input.pairs_of.or(flow.pairs_of);
             input.ways.extend(flow.ways);
             input.update_stores.extend(flow.update_stores);
             input.updates_via_join |= flow.updates_via_join;
@@ -327,7 +323,6 @@ impl Walk<'_> {
                     input.on_close_of
                 },
                 closing_of: input.closing_of,
-                pairs_of: None,
             }
         } else {
             if let (Some(what), Some(table)) =
@@ -358,30 +353,6 @@ impl Walk<'_> {
                 ));
             }
             if self.graph.is_sink(node) {
-                if let Some(buffer) = input.pairs_of {
-                    // A record retried after its transaction aborted meets the partners
-                    // that came after it (whose batches emitted the pair already), and two
-                    // batches of the two sides can each see the other's record.
-                    let join = store_name(buffer);
-                    let join = join
-                        .strip_suffix("-other")
-                        .or_else(|| join.strip_suffix("-this"))
-                        .unwrap_or(join);
-                    self.unsourced_sinks.push(TopologyError::new(
-                        name.clone(),
-                        format!(
-                            "under LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once, it produces \
-                             the pairs of the stream–stream join {join:?}, which are not \
-                             exactly once: a record retried after its transaction aborted \
-                             meets partners that came after it, whose batches emitted the \
-                             pair already, and two batches of the two sides running at once \
-                             can each see the other's record"
-                        ),
-                        "use the at_least_once output guarantee for this topology (the \
-                         join's buffers stay exactly once; downstream de-duplicates pairs by \
-                         their two records), or join in a topology that produces at least once",
-                    ));
-                }
                 let straight = |store: usize| {
                     !input.updates_via_join
                         && input.update_stores.len() == 1
@@ -389,7 +360,6 @@ impl Walk<'_> {
                         && !self.stores[store].fans_out
                 };
                 let from = match (input.updates_of, input.closing_of) {
-                    _ if input.pairs_of.is_some() => None,
                     // A time window's close straight from its store: claimed before it is
                     // emitted (`Topology::claim_and_close_windows`), so exactly once.
                     (Some(store), _)
@@ -482,19 +452,6 @@ impl Walk<'_> {
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
                 closing_of: self.roles.closes.get(&node).copied().or(input.closing_of),
-                // An inner stream–stream join probes the other side's buffer (a store
-                // closing on the join's time, with no closing pass of its own).
-                pairs_of: reads
-                    .into_iter()
-                    .flatten()
-                    .copied()
-                    .find(|&s| {
-                        self.stores[s]
-                            .closing
-                            .as_ref()
-                            .is_some_and(|c| c.close.is_none())
-                    })
-                    .or(input.pairs_of),
             }
         };
         self.visiting[node] = false;

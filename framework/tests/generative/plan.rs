@@ -778,6 +778,24 @@ impl Plan {
                 };
                 vec![Out::Stream(stateless(rng, s, 1, false))]
             }
+            "stream_stream_join_aggregate" => {
+                // An inner join's pairs aggregated (directly or through a repartition
+                // topic): a pair must count once whichever record's retry, zombie or
+                // concurrent batch meets its partner.
+                let l = without_fan_out(stateless(rng, S::Source(0), d, true));
+                let r = without_fan_out(stateless(rng, S::Source(1), d, true));
+                let difference = rng.pick(&[0, 500, 2_000]);
+                let s = S::StreamJoin {
+                    left: Box::new(l),
+                    right: Box::new(r),
+                    kind: JoinKind::Inner,
+                    difference,
+                    before: difference,
+                    grace: NO_LATENESS,
+                };
+                let s = stateless(rng, s, 1, true);
+                vec![Out::Table(T::Agg(Box::new(s), group(rng, false), agg(rng)))]
+            }
             "poison_stateless" | "poison_aggregate" | "poison_window" => {
                 poison = true;
                 let s = stream(rng, 2, 1);

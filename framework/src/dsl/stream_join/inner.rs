@@ -1,10 +1,8 @@
-//! The inner stream–stream join ([`KStream::join_stream`]): a buffer per side and key, probed
-//! by the other side.
+//! The inner stream–stream join ([`KStream::join_stream`]): the left and outer joins' state
+//! (both sides of a key in one item) with no outer side.
 
-use std::cmp::Ordering;
-
+use super::outer::Outer;
 use super::*;
-use crate::topology::Closing;
 
 impl<K, V> KStream<K, V>
 where
@@ -16,18 +14,30 @@ where
     /// (an inner join), once, timestamped with the later of the two records' timestamps (as
     /// Kafka Streams). Joined with itself (`s.join_stream(&s, ..)`), every record also joins
     /// its own copy, as in Kafka Streams, where the record reaches both sides' processors:
-    /// each ordered pair `(a, b)` of records within the window, `(a, a)` included, once. The two sides' recent records are kept in the stores
-    /// `<store>-this` and `<store>-other` (exactly once; see the module documentation for
-    /// how long), encoded with `serdes` (key, this value, other value).
+    /// each ordered pair `(a, b)` of records within the window, `(a, a)` included, once.
     ///
-    /// The buffers keep a record until the join's closing time (the lowest stream time of
-    /// the source partitions feeding the join, as the batch starts) passes its timestamp
-    /// plus twice the window plus the grace, so a side whose partitions run ahead drops
+    /// Both sides' recent records of a key live in one state item of `store` (a general
+    /// aggregate, written exactly once), encoded with `serdes` (key, this value, other
+    /// value), as for [`left_join_stream`](Self::left_join_stream): which records a record
+    /// joins is decided once, in the conditional write that adds it, so of two records that
+    /// meet, the one written second emits the pair, whatever the batch boundaries and even
+    /// when the two sides' batches run at the same time. The pairs of a write are kept in
+    /// the item (until a later batch of the same source partition writes it) and emitted by
+    /// the record they are attributed to (its `lambda-streams-source` header names it): a
+    /// retried or redelivered batch emits the same pairs again, from the same record, so an
+    /// aggregation after the join counts each pair once, and under exactly-once output
+    /// (`LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once`) a `read_committed` consumer sees
+    /// each pair once. A record stays in the item until the join's closing time (the lowest
+    /// stream time of the source partitions feeding the join, as the batch starts) passes
+    /// its timestamp plus twice the wider side of the window plus the grace (as long as
+    /// Kafka Streams' window store keeps it), so a side whose partitions run ahead drops
     /// nothing the other side can still join (see the module documentation).
     ///
-    /// Cost per batch: one buffer write per touched key and side, one batched read of the
-    /// other side's buffers per distinct key, and the partitions' stream times (one read,
-    /// and one conditional write per partition whose stream time moved).
+    /// Cost per batch: one conditional write per touched key, one batched read of the
+    /// touched keys' items after the write, and the partitions' stream times (one read, and
+    /// one conditional write per partition whose stream time moved). The item holds at most
+    /// 400 KB: the key's records within the window and grace, and the pairs of one batch
+    /// per source partition.
     ///
     /// ```
     /// use std::time::Duration;
@@ -76,71 +86,24 @@ where
         SV: Serde<V>,
         SO: Serde<VO>,
     {
-        let (key_serde, this, that) = sides(serdes);
-        let store_index = Arc::new(std::sync::OnceLock::new());
-        let this_records = self.buffered(&this, Arc::clone(&store_index));
-        let that_records = other.buffered(&that, Arc::clone(&store_index));
-        // The other side's buffer first: a batch resumes the records waiting at joins store
-        // by store, so this side's records (`this + other`) come out before the other
-        // side's (`other + this`), as Kafka Streams' join forwards them for a record that
-        // reaches both sides (a self-join, `KStreamKStreamSelfJoinTest`).
-        let that_buffer = buffer(
-            &that_records,
-            &key_serde,
-            &format!("{store}-other"),
-            windows,
-        );
-        let this_buffer = buffer(&this_records, &key_serde, &format!("{store}-this"), windows);
-        let joiner = Arc::new(joiner);
-        let next = Downstream::<K, VR>::new();
-        {
-            let joiner = Arc::clone(&joiner);
-            probe(
-                &this_records,
-                &that_buffer,
-                &that,
-                windows,
-                true,
-                next.clone(),
-                move |k, v: &V, o: &VO| joiner(k, v, o),
-            );
-        }
-        probe(
-            &that_records,
-            &this_buffer,
-            &this,
-            windows,
-            false,
-            next.clone(),
-            move |k, o: &VO, v: &V| joiner(k, v, o),
-        );
-        let shared = self.shared();
-        let node = {
-            let mut inner = lock(&shared);
-            let kind = NodeKind::Processor {
-                stores: vec![format!("{store}-this"), format!("{store}-other")],
-            };
-            let node =
-                inner
-                    .description
-                    .add_node("KSTREAM-JOIN", kind, &[self.node(), other.node()]);
-            inner.roles.read(node, this_buffer.store);
-            inner.roles.read(node, that_buffer.store);
-            // Both buffers prune on the join's closing time (see the module documentation),
-            // from the partitions' persisted stream times.
-            inner.windowed = true;
-            let _ = store_index.set(this_buffer.store);
-            for store in [this_buffer.store, that_buffer.store] {
-                inner.stores[store].closing = Some(Closing {
-                    node,
-                    topics: Default::default(),
-                    close: None,
-                    reads: None,
-                });
-            }
-            node
+        // An inner join is the left and outer joins' state with no outer side: no record is
+        // ever emitted alone, so no item enters the closing index and no closing pass runs.
+        let inner = Outer {
+            this: false,
+            other: false,
         };
-        KStream::from_node(self.shared(), next, node)
+        self.outer_join(
+            other,
+            windows,
+            store,
+            serdes,
+            inner,
+            "KSTREAM-JOIN",
+            move |k, v, o| match (v, o) {
+                (Some(v), Some(o)) => Some(joiner(k, v, o)),
+                _ => None,
+            },
+        )
     }
 
     /// This stream's records with their timestamp, source and encoded value, and the
@@ -182,152 +145,4 @@ where
             .records_only(side.node(), "a stream–stream join");
         side
     }
-}
-
-/// One key's buffered records of one side, in processing order.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Buffer {
-    pub(super) entries: Vec<Buffered>,
-}
-
-/// Stores a [`Buffer`] as the JSON array of its entries.
-/// The codec of [`Buffer`].
-const BUFFER: StateCodec = StateCodec::new("join buffer");
-
-pub(super) struct BufferSerde;
-
-impl Serde<Buffer> for BufferSerde {
-    fn serialize(&self, value: &Buffer) -> Option<Vec<u8>> {
-        self.try_serialize(value).ok().flatten()
-    }
-
-    fn try_serialize(&self, value: &Buffer) -> Result<Option<Vec<u8>>, SerdeError> {
-        BUFFER.encode(&value.entries)
-    }
-
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Buffer, SerdeError> {
-        let entries: Vec<Buffered> = BUFFER.decode(data)?;
-        Ok(Buffer { entries })
-    }
-}
-
-/// The buffer of one side: its records per key, pruned to the window.
-pub(super) fn buffer<K, V>(
-    records: &KStream<K, (V, Buffered)>,
-    key_serde: &Arc<dyn Serde<K>>,
-    store: &str,
-    windows: JoinWindows,
-) -> Arc<Lookup<K, Buffer>>
-where
-    K: Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-{
-    let table: KTable<K, Buffer> = records
-        .group_by_key(Arc::clone(key_serde))
-        .aggregate_closing(
-            store,
-            Buffer::default,
-            move |_, (_, entry): (V, Buffered), mut buffer: Buffer| {
-                let close = entry.close;
-                buffer.entries.push(entry);
-                buffer.entries.retain(|b| !windows.expired(b.ts, close));
-                buffer
-                    .entries
-                    .sort_by(|a, b| a.position().cmp(&b.position()));
-                buffer
-            },
-            BufferSerde,
-            None,
-        );
-    match table.lookup {
-        Some(lookup) => lookup,
-        None => unreachable!("a key's aggregate can be looked up"),
-    }
-}
-
-/// Joins each record of `records` with the other side's buffered records of its key
-/// (`this_side`: `records` are the joining stream's own, not `other`'s).
-pub(super) fn probe<K, V, VO, VR>(
-    records: &KStream<K, (V, Buffered)>,
-    other: &Arc<Lookup<K, Buffer>>,
-    other_side: &Side<VO>,
-    windows: JoinWindows,
-    this_side: bool,
-    out: Downstream<K, VR>,
-    join: impl Fn(&K, &V, &VO) -> VR + Send + Sync + 'static,
-) where
-    K: Clone + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-    VO: Clone + Send + Sync + 'static,
-    VR: Clone + Send + Sync + 'static,
-{
-    let (other, serde, join) = (
-        Arc::clone(other),
-        Arc::clone(&other_side.serde),
-        Arc::new(join),
-    );
-    records
-        .downstream()
-        .add(Arc::new(move |ctx, key: K, (value, me): (V, Buffered)| {
-            let Some(encoded) = other.key_serde.serialize(&key) else {
-                return Ok(());
-            };
-            let (other, serde, join, out) = (
-                Arc::clone(&other),
-                Arc::clone(&serde),
-                Arc::clone(&join),
-                out.clone(),
-            );
-            ctx.defer(
-                other.store,
-                encoded,
-                Box::new(move |ctx: &mut Ctx, state| {
-                    let Some(state) = state else {
-                        return Ok(());
-                    };
-                    let partners = (other.value)(&key, state)
-                        .map_err(|e| {
-                            StreamError::Config(format!("a join buffer does not decode: {e}"))
-                        })?
-                        .unwrap_or_default();
-                    for partner in partners.entries {
-                        let joins = if this_side {
-                            windows.joins(me.ts, partner.ts)
-                        } else {
-                            windows.joins(partner.ts, me.ts)
-                        };
-                        if !joins {
-                            continue;
-                        }
-                        let source = TopicPartition::new(partner.topic.as_str(), partner.partition);
-                        if ctx.in_batch(&source, partner.offset) {
-                            match partner.position().cmp(&me.position()) {
-                                // Both in this batch: the later record emits the pair.
-                                Ordering::Greater => continue,
-                                // One source record on both sides (a self-join): it meets
-                                // itself in both buffers, and the other side's probe emits
-                                // it, after this side's pairs (Kafka Streams' order).
-                                Ordering::Equal if this_side => continue,
-                                _ => {}
-                            }
-                        }
-                        let other_value =
-                            serde.deserialize(partner.value.as_deref()).map_err(|e| {
-                                stored_value_error(
-                                    &partner.topic,
-                                    partner.partition,
-                                    partner.offset,
-                                    e,
-                                )
-                            })?;
-                        let joined = join(&key, &value, &other_value);
-                        // The pair's timestamp is the later of the two (Kafka Streams).
-                        ctx.with_timestamp(me.ts.max(partner.ts), |ctx| {
-                            out.forward(ctx, key.clone(), joined)
-                        })?;
-                    }
-                    Ok(())
-                }),
-            )
-        }));
 }

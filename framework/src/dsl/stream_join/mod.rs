@@ -1,33 +1,28 @@
 //! Stream–stream joins within a join window, as Kafka Streams' `KStream::join(KStream,
 //! ValueJoiner, JoinWindows)`.
 //!
-//! Each side keeps its recent records per key in a state item (a buffer, written exactly
-//! once like every aggregate). Both close on the join's *closing time*: the lowest stream
-//! time of the source partitions feeding the join (the low watermark of emit-on-close
-//! windows, with the idle-partition timeout), as it stood when the batch started. A buffer
-//! drops a record once the closing time passes its timestamp plus twice the window plus
-//! the grace: a partner at most window + grace behind the stream time of its own partition
-//! is then more than the window away. So a side whose partitions run ahead never drops a
-//! record the lagging side can still join. A record joins the other side's buffer as it
-//! stands after the batch's own buffer writes, so two records of one batch meet; of such a
-//! pair only the later one (by timestamp, then source) emits, so the pair is emitted once
-//! (a record that meets its own copy, in a self-join, emits that pair from this side
-//! only). A pair whose records arrive in two batches is emitted by the later batch; its
-//! timestamp is the later of the two records' whichever emits it. So with every record
-//! delivered once, each pair is emitted once whatever the batch boundaries. A redelivered
-//! record (a retry with the same or other boundaries) emits its pairs again, and two
-//! batches running at the same time (one per side) can each see the other's record: the
-//! pair is then emitted twice, identically (the output is at least once; the
-//! `lambda-streams-source` header names the record that emitted it). Under exactly-once
-//! output, a topology that produces the pairs is refused by `build()` for that reason.
-//! The buffers themselves are exact.
+//! Every stream–stream join keeps both sides' recent records of a key in one state item (a
+//! general aggregate, written exactly once), so which records join, and for left and outer
+//! joins which leave alone, is decided once, in one conditional write. The items close on
+//! the join's *closing time*: the lowest stream time of the source partitions feeding the
+//! join (the low watermark of emit-on-close windows, with the idle-partition timeout), as
+//! it stood when the batch started. A record of a left or outer join leaves once the closing
+//! time passes its timestamp plus the window plus the grace (a partner at most the grace
+//! behind the stream time of its own partition can then no longer come), an inner join's
+//! once it passes its timestamp plus twice the wider side of the window plus the grace (as
+//! long as Kafka Streams' window store keeps it, for partners later than the grace): so a
+//! side whose partitions run ahead never drops a record the lagging side can still join. Of two records that meet, the one
+//! written second joins the first and emits the pair, whatever the batch boundaries, and
+//! also when the two sides' batches run at the same time (the conditional write orders
+//! them); its timestamp is the later of the two records'. The pairs of a write are kept in
+//! the item, attributed to the record that emits them, so a retried or redelivered batch
+//! emits the same pairs from the same records: an aggregation after the join counts each
+//! pair once, and under exactly-once output a `read_committed` consumer sees each once.
 //!
 //! Left and outer joins (`left_join_stream`, `outer_join_stream`, Kafka Streams 3.1+
 //! semantics: a record that joined nothing is emitted alone once it can no longer join, and
-//! never after it joined) keep both sides of a key in one item instead, so that which
-//! records join and which leave alone is decided once, in one conditional write; the
-//! records of keys that get no later record close in the closing pass at the end of every
-//! batch; see [`KStream::left_join_stream`].
+//! never after it joined) also close the records of keys that get no later record, in the
+//! closing pass at the end of every batch; see [`KStream::left_join_stream`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,21 +107,23 @@ impl JoinWindows {
             < time
     }
 
+    /// Whether an inner join's record at `ts` can meet no partner any more once the join's
+    /// closing time is `time`: a partner at most the wider side of the window plus the grace
+    /// behind the stream time of its partition is more than the window away. This keeps a
+    /// record as long as Kafka Streams' window store does (before + after + grace), so a
+    /// partner later than the grace still finds it while the store would.
+    fn expired(&self, ts: i64, time: i64) -> bool {
+        let wide = self.before.max(self.after);
+        ts.saturating_add(wide.saturating_mul(2))
+            .saturating_add(self.grace)
+            < time
+    }
+
     /// When a record of `this_side` at `ts` closes: the first closing time that closes it.
     fn close_at(&self, this_side: bool, ts: i64) -> i64 {
         ts.saturating_add(self.reach(this_side))
             .saturating_add(self.grace)
             .saturating_add(1)
-    }
-
-    /// Whether a buffered record at `ts` can meet no partner any more once the join's
-    /// closing time is `close`: a partner at most the wider side of the window plus the
-    /// grace behind the stream time of its partition is more than the window away.
-    fn expired(&self, ts: i64, close: i64) -> bool {
-        let wide = self.before.max(self.after);
-        ts.saturating_add(wide.saturating_mul(2))
-            .saturating_add(self.grace)
-            < close
     }
 }
 
@@ -146,13 +143,6 @@ struct Buffered {
 
 fn no_time() -> i64 {
     i64::MIN
-}
-
-impl Buffered {
-    /// The order in which records of one batch emit their pairs: the later one emits.
-    fn position(&self) -> (i64, &str, i32, i64) {
-        (self.ts, &self.topic, self.partition, self.offset)
-    }
 }
 
 /// A stored record's value that does not decode: the error names that record (its source

@@ -169,7 +169,17 @@ impl JoinState {
         }
         let time = self.time.map_or(x.close, |t| t.max(x.close));
         self.time = Some(time);
-        let closed = |e: &Entry| windows.closed(e.side == THIS, e.ts, time);
+        // A record of an outer side leaves when its window and grace close (emitted alone
+        // if it never joined); an inner join keeps its records as long as Kafka Streams'
+        // window store, for partners later than the grace.
+        let pairs_only = !outer.this && !outer.other;
+        let closed = |e: &Entry| {
+            if pairs_only {
+                windows.expired(e.ts, time)
+            } else {
+                windows.closed(e.side == THIS, e.ts, time)
+            }
+        };
         let mut me = x.entry;
         let output = |this: Option<&Entry>, other: Option<&Entry>, by: &Entry, ts: i64| Output {
             topic: by.topic.clone(),
@@ -206,6 +216,17 @@ impl JoinState {
                     windows.joins(e.ts, ts)
                 }
         };
+        // Partners in timestamp order, as Kafka Streams' window store returns them.
+        kept.sort_by(|a, b| {
+            (a.ts, &a.topic, a.partition, a.offset, a.side, a.seq).cmp(&(
+                b.ts,
+                &b.topic,
+                b.partition,
+                b.offset,
+                b.side,
+                b.seq,
+            ))
+        });
         for e in kept.iter_mut().filter(|e| joins(e)) {
             e.matched = true;
             me.matched = true;
@@ -503,6 +524,16 @@ where
                     .buffered(&that, Arc::clone(&store_index))
                     .arrivals(id, 1),
             );
+        // With no outer side (an inner join) no record is ever emitted alone: the items
+        // never enter the closing index and the join has no closing pass.
+        let pairs_only = !outer.this && !outer.other;
+        let closes: Option<crate::dsl::grouped::ClosesFn<JoinState>> = if pairs_only {
+            None
+        } else {
+            Some(Box::new(move |state: &JoinState| {
+                Some(state.next_close(windows, outer))
+            }))
+        };
         let table: KTable<K, JoinState> = arrivals
             .group_by_key(Arc::clone(&key_serde))
             .aggregate_closing(
@@ -510,9 +541,7 @@ where
                 JoinState::default,
                 move |_, x: Arrival, state: JoinState| state.arrive(x, windows, outer),
                 JoinStateSerde,
-                Some(Box::new(move |state: &JoinState| {
-                    Some(state.next_close(windows, outer))
-                })),
+                closes,
             );
         let Some(lookup) = table.lookup else {
             unreachable!("a key's aggregate can be looked up")
@@ -636,11 +665,15 @@ where
                 .description
                 .add_node(name, kind, &[self.node(), other.node()]);
             inner.roles.read(node, join_store);
-            inner.roles.closes(node, join_store);
+            if !pairs_only {
+                inner.roles.closes(node, join_store);
+            }
+            // The items prune on the join's closing time either way (from the partitions'
+            // persisted stream times); only an outer side needs the closing pass.
             inner.stores[join_store].closing = Some(Closing {
                 node,
                 topics: Default::default(),
-                close: Some(close),
+                close: (!pairs_only).then_some(close),
                 reads: None,
             });
             node

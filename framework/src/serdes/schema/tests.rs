@@ -2,9 +2,11 @@
 //! specifications (Avro's binary encoding, Protobuf's, Confluent's and Glue's headers),
 //! not taken from the code under test.
 
+#[cfg(any(feature = "avro", feature = "protobuf"))]
 use std::sync::Arc;
 
 use super::*;
+#[cfg(any(feature = "avro", feature = "protobuf"))]
 use crate::serdes::{Nullable, Serde};
 
 const GLUE_ID: [u8; 16] = [
