@@ -41,8 +41,8 @@ use lambda_streams::sink::{OutputRecord, SEQUENCE_HEADER, SOURCE_HEADER, VERSION
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::state::outbox::{Emission, Entry, Outbox};
 use lambda_streams::state::{
-    ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState, ItemWrite, StateError, Store,
-    WriteStats,
+    ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState, ItemWrite,
+    StateError, Store, WriteStats,
 };
 use lambda_streams::wire::TRANSACTION_HEADER;
 use lambda_streams::{BatchOptions, PoisonPolicy, StreamsBuilder};

@@ -396,7 +396,10 @@ fn the_reference_closes_sessions_and_leaves_some_open() {
     let closed = closed(Shape::Sessions);
     assert_eq!(closed.len(), 23, "{closed:?}");
     assert_eq!(closed.values().sum::<i64>(), 3 * RECORDS - 6, "{closed:?}");
-    assert_eq!(closed.get(&format!("k1@{}-{}", BASE + 1, BASE + 5)), Some(&2));
+    assert_eq!(
+        closed.get(&format!("k1@{}-{}", BASE + 1, BASE + 5)),
+        Some(&2)
+    );
 }
 
 /// A session count emitted on close, run by the runner with duplicate deliveries, retries

@@ -18,8 +18,8 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError,
-    StateErrorKind, Store, WriteStats,
+    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
+    WriteStats,
 };
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::topology::{StoreSpec, Topology};
@@ -374,8 +374,15 @@ impl Topology {
                     if let Some(claims) = claims {
                         // Under exactly-once output, each partition's claims of earlier
                         // closing passes first (whatever the closing time).
-                        self.resolve_claims(spec, &mut ctx, store, sink, claims, &mut outcome.report)
-                            .await?;
+                        self.resolve_claims(
+                            spec,
+                            &mut ctx,
+                            store,
+                            sink,
+                            claims,
+                            &mut outcome.report,
+                        )
+                        .await?;
                     }
                     let low =
                         self.low_watermark(&clock, &advanced, now_ms, options, &closing.topics);

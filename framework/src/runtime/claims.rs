@@ -28,8 +28,8 @@ use crate::error::StreamError;
 use crate::event::TopicPartition;
 use crate::sink::{OutputRecord, Sink};
 use crate::state::{
-    ClaimState, ClosedWindow, ClosingClaim, ClosingItem, ItemState, StateError,
-    StateErrorKind, Store, WRITE_CONCURRENCY, WriteStats,
+    ClaimState, ClosedWindow, ClosingClaim, ClosingItem, ItemState, StateError, StateErrorKind,
+    Store, WRITE_CONCURRENCY, WriteStats,
 };
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::{StoreSpec, Topology};
@@ -417,12 +417,20 @@ fn encode_outputs(records: &[OutputRecord]) -> Vec<u8> {
         }
     }
     let mut out = vec![OUTPUTS_FORMAT];
-    out.extend_from_slice(&u32::try_from(records.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(
+        &u32::try_from(records.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
     for r in records {
         bytes(&mut out, r.topic.as_bytes());
         optional(&mut out, r.key.as_deref());
         optional(&mut out, r.value.as_deref());
-        out.extend_from_slice(&u32::try_from(r.headers.len()).unwrap_or(u32::MAX).to_be_bytes());
+        out.extend_from_slice(
+            &u32::try_from(r.headers.len())
+                .unwrap_or(u32::MAX)
+                .to_be_bytes(),
+        );
         for (name, value) in &r.headers {
             bytes(&mut out, name.as_bytes());
             bytes(&mut out, value);

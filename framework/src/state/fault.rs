@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    ClaimedWindow, Clock, ClosingClaim, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError,
-    StateErrorKind, Store, WriteStats,
+    ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState, ItemWrite,
+    StateError, StateErrorKind, Store, WriteStats,
 };
 use crate::event::TopicPartition;
 

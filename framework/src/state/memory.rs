@@ -11,8 +11,8 @@ use crate::event::TopicPartition;
 
 use super::outbox::{self, Emission, Entry, Outbox};
 use super::{
-    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState, ItemWrite,
-    PartitionTime, StateError, Store, WriteStats, above_watermarks, limits,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState,
+    ItemWrite, PartitionTime, StateError, Store, WriteStats, above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -604,23 +604,23 @@ impl Store for MemoryStore {
                     _ => false,
                 }
             } else {
-            let id = (
-                store.to_owned(),
-                window.window.key.clone(),
-                Some(window.window.start),
-            );
-            match items.get_mut(&id) {
-                Some(item)
-                    if item
-                        .claim
-                        .as_ref()
-                        .is_some_and(|(t, a)| t == tp && a == attempts) =>
-                {
-                    item.claim = None;
-                    true
+                let id = (
+                    store.to_owned(),
+                    window.window.key.clone(),
+                    Some(window.window.start),
+                );
+                match items.get_mut(&id) {
+                    Some(item)
+                        if item
+                            .claim
+                            .as_ref()
+                            .is_some_and(|(t, a)| t == tp && a == attempts) =>
+                    {
+                        item.claim = None;
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
-            }
             }
         };
         if !finished {

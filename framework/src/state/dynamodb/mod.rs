@@ -38,9 +38,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, Guarantee, ItemState, ItemWrite,
-    PartitionTime, StateError, StateErrorKind, Store, WriteStats, above_watermarks, limits,
-    offset_ranges,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, Guarantee,
+    ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+    above_watermarks, limits, offset_ranges,
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -1237,10 +1237,10 @@ impl Store for DynamoStore {
             .condition_expression("#ck = :tp AND #ca = :read")
             .name("#ck", ck.as_str())
             .name("#ca", ca.as_str())
-        .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
-        .value(":read", Value::S(Cow::Borrowed(read.as_str())))
-        .value(":new", Value::S(Cow::Borrowed(new.as_str())))
-        .consumed_capacity();
+            .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+            .value(":read", Value::S(Cow::Borrowed(read.as_str())))
+            .value(":new", Value::S(Cow::Borrowed(new.as_str())))
+            .consumed_capacity();
         stats.requests += 1;
         match self.update_item(request, &mut stats).await {
             Ok(Ok(_)) => Ok((true, stats)),
