@@ -343,48 +343,13 @@ fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
     let s = setup("eosclose-zombie").await;
-    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let slow: Arc<dyn Store> = {
-        let frozen = Arc::clone(&frozen);
-        Arc::new(FaultyStore::new(dynamo(&s)).on_write(move |before| {
-            if before == 0 {
-                frozen.store(true, std::sync::atomic::Ordering::SeqCst);
-                std::thread::sleep(Duration::from_secs(10));
-            }
-        }))
-    };
-    let a = handler(&s, slow);
-    let b = handler(&s, Arc::new(dynamo(&s)));
-    let c = handler(&s, Arc::new(dynamo(&s)));
-    let event = event_of_all(&s.input);
-    let zombie = {
-        let event = event.clone();
-        tokio::spawn(async move { a.handle_event(&event).await.map(|_| ()) })
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !frozen.load(std::sync::atomic::Ordering::SeqCst) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "A never reached its state writes"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    b.handle_event(&event).await.expect("the retry succeeds");
-    let e = zombie
-        .await
-        .expect("no panic")
-        .expect_err("the zombie is fenced");
-    eprintln!("the zombie: {e}");
+    let claims = zombie_then_duplicate(&s).await;
     // A re-claimed every window B committed: each claim holds B's attempt and A's.
-    let claims = claims_in(&s.table).await;
     assert_eq!(claims.len(), closed_windows().len(), "{claims:?}");
     assert!(
         claims.iter().all(|c| c.split(' ').count() == 2),
         "every claim by B, then A: {claims:?}"
     );
-    c.handle_event(&event)
-        .await
-        .expect("the duplicate succeeds");
     let violations = check_closes(&s.output);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
 }
@@ -430,19 +395,36 @@ async fn every_closed_session_once_under_duplicates_retries_and_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_sessions_emits_nothing() {
     let s = setup_shape("eosclose-szombie", Shape::Sessions).await;
+    let claims = zombie_then_duplicate(&s).await;
+    // One claim per key's item (B closed all of a key's sessions in one rewrite), each
+    // holding B's attempt and A's.
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    assert!(
+        claims.iter().all(|c| c.split(' ').count() == 2),
+        "every claim by B, then A: {claims:?}"
+    );
+    let violations = check_closed(Shape::Sessions, &s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The zombie schedule on `s`: container A initialises its producers, reads the committed
+/// progress (none) and freezes before its first state write; B, a retry of the same event,
+/// fences A, claims and emits what closed and commits; A goes on and is fenced; then the
+/// delayed duplicate C runs. Returns the claims (attempts) in the table before C ran.
+async fn zombie_then_duplicate(s: &Setup) -> Vec<String> {
     let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let slow: Arc<dyn Store> = {
         let frozen = Arc::clone(&frozen);
-        Arc::new(FaultyStore::new(dynamo(&s)).on_write(move |before| {
+        Arc::new(FaultyStore::new(dynamo(s)).on_write(move |before| {
             if before == 0 {
                 frozen.store(true, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_secs(10));
             }
         }))
     };
-    let a = handler(&s, slow);
-    let b = handler(&s, Arc::new(dynamo(&s)));
-    let c = handler(&s, Arc::new(dynamo(&s)));
+    let a = handler(s, slow);
+    let b = handler(s, Arc::new(dynamo(s)));
+    let c = handler(s, Arc::new(dynamo(s)));
     let event = event_of_all(&s.input);
     let zombie = {
         let event = event.clone();
@@ -462,19 +444,11 @@ async fn a_zombie_re_claiming_committed_sessions_emits_nothing() {
         .expect("no panic")
         .expect_err("the zombie is fenced");
     eprintln!("the zombie: {e}");
-    // One claim per key's item (B closed all of a key's sessions in one rewrite), each
-    // holding B's attempt and A's.
     let claims = claims_in(&s.table).await;
-    assert_eq!(claims.len(), 3, "{claims:?}");
-    assert!(
-        claims.iter().all(|c| c.split(' ').count() == 2),
-        "every claim by B, then A: {claims:?}"
-    );
     c.handle_event(&event)
         .await
         .expect("the duplicate succeeds");
-    let violations = check_closed(Shape::Sessions, &s.output);
-    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+    claims
 }
 
 /// The claims (`ca`, or a closing pass's `ca:<slot>`: the attempts, space-separated) of the
