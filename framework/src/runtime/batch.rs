@@ -661,16 +661,7 @@ impl Topology {
                 continue;
             };
             let windows = store.closed_windows(&spec.name, low).await?;
-            for window in &windows {
-                // Kafka Streams' final result carries the window's newest record time
-                // (items written before it was kept: the window's last millisecond).
-                let last = window.start.saturating_add(size).saturating_sub(1);
-                ctx.origin = Origin::Update {
-                    version: window.state.version,
-                    timestamp: window.state.timestamp.unwrap_or(last),
-                };
-                guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
-            }
+            forward_closed(spec, size, &windows, ctx)?;
             let outputs = std::mem::take(&mut ctx.outputs);
             report.records_out += outputs.len() as u64;
             if !outputs.is_empty() {
@@ -1116,6 +1107,27 @@ fn kept_dead_letter(
 
 /// Marks `outputs` as caused by the event's record `tp`@`offset`: under exactly-once output
 /// they go in `tp`'s transaction ([`crate::wire::TRANSACTION_HEADER`]).
+/// Forwards the final results of `windows` of emit-on-close store `spec` (window size
+/// `size`) through its downstream operators into `ctx`'s outputs. Kafka Streams' final
+/// result carries the window's newest record time (items written before it was kept: the
+/// window's last millisecond).
+pub(super) fn forward_closed(
+    spec: &StoreSpec,
+    size: i64,
+    windows: &[crate::state::ClosedWindow],
+    ctx: &mut Ctx,
+) -> Result<(), StreamError> {
+    for window in windows {
+        let last = window.start.saturating_add(size).saturating_sub(1);
+        ctx.origin = Origin::Update {
+            version: window.state.version,
+            timestamp: window.state.timestamp.unwrap_or(last),
+        };
+        guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
+    }
+    Ok(())
+}
+
 pub(super) fn tag_transaction(outputs: &mut [OutputRecord], tp: &TopicPartition, offset: i64) {
     if outputs.is_empty() {
         return;

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 
-use super::batch::{CLOSE_ATTEMPTS, closing_dead_letter, tag_transaction};
+use super::batch::{CLOSE_ATTEMPTS, closing_dead_letter, forward_closed, tag_transaction};
 use super::options::PoisonPolicy;
 use super::poison::guarded;
 use super::report::BatchReport;
@@ -366,14 +366,7 @@ impl Topology {
         sink: &dyn Sink,
         report: &mut BatchReport,
     ) -> Result<(), StreamError> {
-        for window in windows {
-            let last = window.start.saturating_add(size).saturating_sub(1);
-            ctx.origin = Origin::Update {
-                version: window.state.version,
-                timestamp: window.state.timestamp.unwrap_or(last),
-            };
-            guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
-        }
+        forward_closed(spec, size, windows, ctx)?;
         let outputs = std::mem::take(&mut ctx.outputs);
         report.windows_closed += windows.len() as u64;
         send_claimed(outputs, tp, sink, report).await
