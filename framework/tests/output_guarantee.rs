@@ -1,11 +1,11 @@
 //! The output guarantee's configuration and its refusals (issue 15): under
 //! `exactly_once`, aggregate and table updates straight from their store's write are
-//! accepted (the outbox of updates makes them exactly once), and so are time windows'
-//! closes straight from their store (emit on close, `suppress`: claimed before they are
-//! emitted); a topology whose sinks produce other records with no source record (a
+//! accepted (the outbox of updates makes them exactly once), and so are time windows',
+//! sessions' and sliding windows' closes straight from their store (emit on close,
+//! `suppress`: claimed before they are emitted); a topology whose sinks produce other records with no source record (a
 //! window's close merged with other records, the closing pass of a left or outer
 //! stream–stream join, updates merged from two stores or after a join, sessions and
-//! sliding windows) is refused, by `try_build` when the builder asks for it
+//! sliding windows on update, or on close merged with other records) is refused, by `try_build` when the builder asks for it
 //! and by the handler when its configuration does, naming the sink. Never a silent
 //! at-least-once output.
 
@@ -373,29 +373,63 @@ fn a_grace_join_is_refused_under_exactly_once_output() {
     );
 }
 
-/// Final results of session windows come from the closing pass, with no source record of
-/// the batch: refused under exactly_once output, naming the store; accepted at least once.
+/// Final results of session and sliding windows come from the closing pass, with no source
+/// record of the batch: under exactly_once output its rewrite of the key's item claims them
+/// (`runtime::claims`), so straight to a sink through stateless operators (merged with the
+/// stream's own records too) they build; merged with another store's updates they are still
+/// refused, naming the store.
 #[test]
-fn final_sessions_are_refused_under_exactly_once_output() {
-    use lambda_streams::dsl::SessionWindows;
-    let topology = |guarantee: OutputGuarantee| {
+fn final_sessions_and_sliding_windows_build_under_exactly_once_output() {
+    use lambda_streams::dsl::{SessionWindows, SlidingWindows};
+    let topology = |guarantee: OutputGuarantee, sliding: bool, merged: bool| {
         let builder = StreamsBuilder::new();
         builder.output_guarantee(guarantee);
-        builder
-            .stream("clicks", Utf8, Utf8)
-            .group_by_key(Utf8)
-            .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
-            .emit_strategy(EmitStrategy::OnWindowClose)
-            .count("sessions")
+        let stream = builder.stream("clicks", Utf8, Utf8);
+        let grouped = stream.group_by_key(Utf8);
+        let finals = if sliding {
+            grouped
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    Duration::from_secs(30),
+                    Duration::ZERO,
+                ))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("sliding")
+        } else {
+            grouped
+                .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("sessions")
+        };
+        let counts = finals
             .to_stream()
-            .map(|w, n| (w.key, n))
-            .to("session-counts", Utf8, BigEndianI64);
+            .map(|w, n| (w.key, n.to_string()))
+            .filter(|_, n| !n.is_empty());
+        let out = if merged {
+            // Merged with another store's updates (merging with the stream's own records
+            // is fine: those go in their records' transactions).
+            let totals = stream
+                .group_by_key(Utf8)
+                .count("totals")
+                .to_stream()
+                .map(|k, n| (k, n.to_string()));
+            counts.merge(&stream).merge(&totals)
+        } else {
+            counts.merge(&stream)
+        };
+        out.to("window-counts", Utf8, Utf8);
         builder.try_build()
     };
-    assert!(topology(OutputGuarantee::AtLeastOnce).is_ok());
-    let error = topology(OutputGuarantee::ExactlyOnce)
-        .err()
-        .expect("refused under exactly_once")
-        .to_string();
-    assert!(error.contains("sessions"), "{error}");
+    for sliding in [false, true] {
+        assert!(topology(OutputGuarantee::AtLeastOnce, sliding, false).is_ok());
+        assert!(topology(OutputGuarantee::AtLeastOnce, sliding, true).is_ok());
+        if let Err(e) = topology(OutputGuarantee::ExactlyOnce, sliding, false) {
+            panic!("sliding {sliding}: refused: {e}");
+        }
+        let error = topology(OutputGuarantee::ExactlyOnce, sliding, true)
+            .err()
+            .expect("merged with another store's updates: refused under exactly_once")
+            .to_string();
+        let store = if sliding { "sliding" } else { "sessions" };
+        assert!(error.contains(store), "{error}");
+    }
 }

@@ -306,6 +306,105 @@ class Windows:
         self.entries[tp].discard(wk)
 
 
+# ----------------------------------------------------------------------------- closing pass
+CSIZE = 2          # the closing-pass store's windows: w = [2w, 2w + 2) closes at 2w + 2
+
+
+class Closing:
+    """Stage 1's second windowed count emitted on close, in the shape of sessions and
+    sliding windows: ONE item per key holding all of the key's windows, each with its
+    count and an `emitted` flag.  Arrivals keep writing the item (its version grows) while
+    some of its windows are closed; the closing pass reads the items the (lagging) `closing`
+    index shows, computes from the item read what closed, and rewrites the item marking it
+    emitted, on the condition that its version is the one read.
+
+    Under exactly-once output that rewrite is the claim: it also stores, in a claim slot of
+    the item named by the version it rewrote (unique: the next rewrite needs a higher
+    version), the owner partition, the attempts (first claimer first) and the payload: the
+    very records it emits.  `entries[tp]` is tp's strongly consistent claim register of
+    (key, slot), written before the rewrite.  Resolving a slot: finished (removed) when an
+    attempt of it committed, else re-claimed (attempt appended) and its payload emitted
+    again; a slot not in the item is forgotten only once the item's version is past it
+    (before that, a claim of that slot may still be under way)."""
+
+    def __init__(self, world):
+        self.w = world
+        self.items = {}
+        self.entries = defaultdict(set)
+        self.idx = {}                          # key -> next close time, as the index shows it
+        self.idx_pending = []
+        self.late_writes = []
+
+    def next_close(self, it):
+        ends = [(w + 1) * CSIZE for w, (_, done) in it['wins'].items() if not done]
+        return min(ends) if ends else None
+
+    def _index(self, key):
+        self.idx_pending.append((key, self.next_close(self.items[key])))
+
+    def propagate(self, rng):
+        keys = sorted({k for k, _ in self.idx_pending})
+        key = rng.choice(keys)
+        for i, (k, view) in enumerate(self.idx_pending):
+            if k == key:
+                del self.idx_pending[i]
+                self.idx[key] = view
+                return
+
+    def propagate_all(self):
+        for key, view in self.idx_pending:
+            self.idx[key] = view
+        self.idx_pending = []
+
+    def write(self, key, ts, src, o):
+        it = self.items.setdefault(key, dict(ver=0, wins={}, wm={}, claims={}))
+        if it['wm'].get(src, -1) < o:
+            win = it['wins'].setdefault(ts // CSIZE, [0, False])
+            if win[1]:
+                self.late_writes.append((key, ts // CSIZE, src, o))
+            win[0] += 1
+            it['ver'] += 1
+            it['wm'][src] = o
+            self._index(key)
+
+    def query(self, low):
+        return sorted(k for k, at in self.idx.items() if at is not None and at <= low)
+
+    def read(self, key):
+        it = self.items[key]                   # strongly consistent
+        return it['ver'], {w: list(v) for w, v in it['wins'].items()}
+
+    def rewrite(self, key, ver, wins, claim, versioned=True):
+        """The closing rewrite (and, with `claim` = (slot, tp, attempts, payload), the
+        claim), on the condition `ver = :read`."""
+        it = self.items[key]
+        if versioned and it['ver'] != ver:
+            return False
+        for w, v in wins.items():
+            if v[1]:
+                it['wins'][w][1] = True
+        it['ver'] += 1
+        if claim is not None:
+            slot, tp, attempts, payload = claim
+            it['claims'][slot] = [tp, list(attempts), list(payload)]
+        self._index(key)
+        return True
+
+    def reclaim(self, key, slot, tp, expected, attempt, replace):
+        c = self.items[key]['claims'].get(slot)
+        if c is None or c[0] != tp or c[1] != expected:
+            return False
+        c[1] = [attempt] if replace else expected + [attempt]
+        return True
+
+    def finish(self, key, slot, tp, expected):
+        c = self.items[key]['claims'].get(slot)
+        if c is None or c[0] != tp or c[1] != expected:
+            return False
+        del self.items[key]['claims'][slot]
+        return True
+
+
 # ----------------------------------------------------------------------------- world
 class Env:
     def __init__(self, eid):
@@ -328,6 +427,7 @@ class World:
         self.K = Kafka(self)
         self.D = Dynamo()
         self.W = Windows(self)
+        self.C = Closing(self)
         np_ = rng.choice((2, 3))
         self.src = {}
         for p in range(np_):
@@ -529,6 +629,94 @@ class World:
                         break
                 yield
 
+        C, mine_c = self.C, []                 # closing claims (key, slot) this attempt made
+
+        def emit_payload(tp, key, slot, payload, how):
+            produced[tp] = True
+            mine_c.append((key, slot))
+            self.stats[how] += 1
+            for rec in payload:
+                yield from produce(tp, "SES", rec)
+
+        def resolve_closing(tp, A):
+            """tp's claims of closing-pass rewrites: the same decisions as `resolve`, on
+            claim slots (key, version rewritten) instead of window items."""
+            cands = sorted(C.entries[tp])       # strongly consistent register
+            yield
+            for key, slot in cands:
+                while True:
+                    it = C.items[key]           # strongly consistent read
+                    c = it['claims'].get(slot)
+                    if c is None:
+                        # Not (or no longer) claimed: forgotten once no claim of the slot
+                        # can land any more (the rewrite needs version = slot).
+                        if it['ver'] > slot or 'close_forget_open' in m:
+                            C.entries[tp].discard((key, slot))
+                        break
+                    if c[0] != tp:
+                        C.entries[tp].discard((key, slot))
+                        break
+                    cl = list(c[1])
+                    if A in cl:
+                        if 'no_finish' in m:
+                            break
+                        if C.finish(key, slot, tp, cl):
+                            C.entries[tp].discard((key, slot))
+                            self.stats['closing_claims_finished_by_a_later_batch'] += 1
+                            break
+                        continue
+                    if 'no_reclaim' in m:
+                        break
+                    if C.reclaim(key, slot, tp, cl, X, replace='no_history' in m):
+                        self.log(f"I{inv.id} re-claim closing {key}@{slot} (claimers {cl})")
+                        yield from emit_payload(tp, key, slot, c[2], 'closing_reclaims')
+                        break
+                yield
+
+        def close_items(low):
+            """The closing pass of the per-key store: per item the index shows, read,
+            register, rewrite-and-claim on the version read, then emit the payload."""
+            tp0 = tps[0]
+            keys = C.query(low)
+            yield
+            for key in keys:
+                for _ in range(4):              # conflicts: read again (CLOSE_ATTEMPTS)
+                    ver, wins = C.read(key)
+                    payload = []
+                    for w in sorted(wins):
+                        cnt, done = wins[w]
+                        if not done and (w + 1) * CSIZE <= low:
+                            wins[w][1] = True
+                            payload.append(('ses', key, w, cnt, ver + 1, tp0, X))
+                    if not payload:
+                        break
+                    yield
+                    if 'close_no_claim' in m:
+                        # The at-least-once pass: emit, then rewrite on the version.
+                        for rec in payload:
+                            yield from produce(tp0, "SES", rec)
+                        produced[tp0] = True
+                        yield
+                        if C.rewrite(key, ver, wins, None):
+                            break
+                        continue
+                    slot = 0 if 'close_single_slot' in m else ver
+                    if 'close_register_after_claim' not in m:
+                        C.entries[tp0].add((key, slot))  # the register first
+                        yield
+                    ok = C.rewrite(key, ver, wins, (slot, tp0, [X], payload),
+                                   versioned='close_no_version_condition' not in m)
+                    yield
+                    if not ok:
+                        continue
+                    if 'close_register_after_claim' in m:
+                        C.entries[tp0].add((key, slot))
+                        yield
+                    self.log(f"I{inv.id} claim closing {key}@{slot} for {tp0}: {payload}")
+                    yield from emit_payload(tp0, key, slot, payload, 'closing_claims')
+                    break
+                yield
+
         def close_pass(s, meta):
             for tp in tps:                      # after the batch's writes
                 a, b = inv.batch[tp]
@@ -558,6 +746,9 @@ class World:
                         self.stats['zombie_claims_after_a_later_commit'] += 1
                     yield from emit_window(tp0, wk, 'claims')
                 yield
+            for tp in tps:
+                yield from resolve_closing(tp, meta[tp])
+            yield from close_items(low)
 
         try:
             if 'fetch_before_init' in m:
@@ -590,6 +781,7 @@ class World:
                 for o, rec in recs:
                     if st == 1:                 # the windowed count: state only, emitted on close
                         W.write(rec[0], rec[3], tp, o)
+                        C.write(rec[0], rec[3], tp, o)
                     emit = (o >= s[tp]) or 'no_shadow_check' in m
                     if not emit:
                         continue
@@ -651,6 +843,13 @@ class World:
                             W.prune(ctp, wk)
                             self.stats['claims_finished_after_commit'] += 1
                     yield
+                for key, slot in mine_c:
+                    c = C.items[key]['claims'].get(slot)
+                    if c is not None and X in c[1]:
+                        if C.finish(key, slot, c[0], list(c[1])):
+                            C.entries[c[0]].discard((key, slot))
+                            self.stats['closing_claims_finished_after_commit'] += 1
+                    yield
             return True
         except Fenced as f:
             self.stats['fenced_invocations'] += 1
@@ -688,6 +887,8 @@ class World:
                 acts.append((1.0, 'materialize', None))
             if self.W.idx_pending:
                 acts.append((self.p_index, 'index', None))
+            if self.C.idx_pending:
+                acts.append((self.p_index, 'cindex', None))
             ongoing = [t for t, v in self.K.tids.items() if v['status'] == 'Ongoing']
             if ongoing:
                 acts.append((0.03, 'txn_timeout', rng.choice(ongoing)))
@@ -723,6 +924,8 @@ class World:
                 self.K.timeout_abort(arg)
             elif kind == 'index':
                 self.W.propagate(rng)
+            elif kind == 'cindex':
+                self.C.propagate(rng)
         return False
 
     def deliver_marker_random(self):
@@ -735,6 +938,7 @@ class World:
         windows the lagging index did not show, are emitted by it.  Returns False when a
         flush batch could not finish."""
         self.W.propagate_all()
+        self.C.propagate_all()
         for tp in sorted(self.src):
             env = Env(len(self.envs[1]))
             self.envs[1].append(env)
@@ -755,6 +959,7 @@ class World:
                 while self.K.to_mat:
                     self.K.materialize(0)
                 self.W.propagate_all()
+                self.C.propagate_all()
             else:
                 return False
             while self.K.markers:
@@ -863,6 +1068,27 @@ def check(w, complete):
                 v.append(f"WIN: closed window {wk} (count {c}) never emitted")
     for lw in w.W.late_writes:
         v.append(f"WIN: write to a window no longer open {lw}")
+    # the closing-pass store's windows: the same, by brute force
+    cexpect = defaultdict(int)
+    for recs in w.src.values():
+        for key, _, _, t in recs:
+            cexpect[(key, t // CSIZE)] += 1
+    cseen = defaultdict(list)
+    for val in K.committed_view("SES"):
+        cseen[(val[1], val[2])].append(val[3])
+    for wk, cnts in cseen.items():
+        if len(cnts) > 1:
+            v.append(f"SES: window {wk} emitted {len(cnts)} times {cnts}")
+        if (wk[1] + 1) * CSIZE > final_low:
+            v.append(f"SES: open window {wk} emitted (final low watermark {final_low})")
+        elif any(c != cexpect[wk] for c in cnts):
+            v.append(f"SES: window {wk} emitted with count {cnts}, expected {cexpect[wk]}")
+    if w.flushed:
+        for wk, c in cexpect.items():
+            if (wk[1] + 1) * CSIZE <= final_low and wk not in cseen:
+                v.append(f"SES: closed window {wk} (count {c}) never emitted")
+    for lw in w.C.late_writes:
+        v.append(f"SES: write to a window already emitted {lw}")
     # state itself exactly once (sanity of the DynamoDB model)
     if s1:
         cnt = defaultdict(int)
@@ -907,6 +1133,12 @@ MUTATIONS = [
     ('no_reclaim', 'claims of attempts that did not commit are left alone (not re-claimed)'),
     ('no_history', 'a re-claim replaces the claimer (the claim keeps only the last attempt)'),
     ('no_finish', 'the committed attempt\'s claims are not finished before the next commit'),
+    ('close_no_claim', 'closing pass: emit, then rewrite on the version (the at-least-once pass, no claim)'),
+    ('close_single_slot', 'closing pass: one claim slot per item, a new claim replacing a pending one'),
+    ('close_forget_open', 'closing pass: a register entry whose slot is not in the item is forgotten '
+                          'even while the item\'s version is still the slot (a claim under way)'),
+    ('close_register_after_claim', 'closing pass: the register written after the claiming rewrite'),
+    ('close_no_version_condition', 'closing pass: the claiming rewrite not conditioned on the version read'),
     ('gsi_discovery', 'a partition\'s claims found through the eventually consistent index, '
                       'not the strongly consistent register'),
 ]

@@ -9,12 +9,14 @@
 //! Under exactly-once output a batch claims a closed window before emitting it (a
 //! conditional write, keyed by the batch's attempt id, which its transaction commits as the
 //! shadow offset's metadata): see `docs/state.md`, "Exactly-once output of window closes".
+//! The same for a session count emitted on close, whose sessions close in the closing pass:
+//! its rewrite of the key's item claims the sessions it emits.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::dsl::{EmitStrategy, TimeWindows};
+use lambda_streams::dsl::{EmitStrategy, SessionWindows, TimeWindows};
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::state::Store;
@@ -31,6 +33,18 @@ const RECORDS: i64 = 24;
 const SIZE: i64 = 20;
 /// The first record's time (a multiple of [`SIZE`]).
 const BASE: i64 = 1_700_000_000_000;
+/// The sessions' inactivity gap, ms (no grace): a key's records are 4 or 7 ms apart, so
+/// its sessions hold three records each (the first one, one).
+const GAP: i64 = 4;
+
+/// What the topology counts and emits on close.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Shape {
+    /// Tumbling windows of [`SIZE`].
+    Windows,
+    /// Sessions of gap [`GAP`].
+    Sessions,
+}
 
 /// Partition `p`'s record `i`: key `k<(i + p) mod 3>` at time `BASE + 5 i + p`.
 fn records(p: i32) -> Vec<(String, i64)> {
@@ -48,11 +62,46 @@ fn records(p: i32) -> Vec<(String, i64)> {
 /// window closes once every partition's stream time (its latest record's time) reaches
 /// its end.
 fn closed_windows() -> BTreeMap<String, i64> {
+    closed(Shape::Windows)
+}
+
+/// [`closed_windows`], or for [`Shape::Sessions`] per session (`<key>@<start>-<end>`) that
+/// closed, its count: a key's record times merged while the next is within the gap of the
+/// session's end (`t - end <= gap`, Kafka Streams' rule), closed once every partition's
+/// stream time is past its end + gap.
+fn closed(shape: Shape) -> BTreeMap<String, i64> {
     let low = (0..PARTITIONS)
         .map(|p| records(p).iter().map(|r| r.1).max().unwrap_or(i64::MIN))
         .min()
         .unwrap_or(i64::MIN);
     let mut counts = BTreeMap::new();
+    if shape == Shape::Sessions {
+        let mut times: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for p in 0..PARTITIONS {
+            for (key, t) in records(p) {
+                times.entry(key).or_default().push(t);
+            }
+        }
+        for (key, mut ts) in times {
+            ts.sort_unstable();
+            let mut sessions: Vec<(i64, i64, i64)> = Vec::new();
+            for t in ts {
+                match sessions.last_mut() {
+                    Some((_, end, n)) if t - *end <= GAP => {
+                        *end = t;
+                        *n += 1;
+                    }
+                    _ => sessions.push((t, t, 1)),
+                }
+            }
+            for (start, end, n) in sessions {
+                if end + GAP < low {
+                    counts.insert(format!("{key}@{start}-{end}"), n);
+                }
+            }
+        }
+        return counts;
+    }
     for p in 0..PARTITIONS {
         for (key, t) in records(p) {
             let start = t - t.rem_euclid(SIZE);
@@ -64,22 +113,34 @@ fn closed_windows() -> BTreeMap<String, i64> {
     counts
 }
 
-/// A tumbling count of `input` emitted on close, each window as `<key>@<start>` → count.
-fn topology(input: &str, output: &str) -> Topology {
+/// A tumbling count of `input` emitted on close, each window as `<key>@<start>` → count;
+/// or a session count emitted on close, each session as `<key>@<start>-<end>` → count.
+fn topology(shape: Shape, input: &str, output: &str) -> Topology {
     let builder = StreamsBuilder::new();
-    builder
-        .stream(input, Utf8, Utf8)
-        .group_by_key(Utf8)
-        .windowed_by(TimeWindows::of_size(Duration::from_millis(SIZE as u64)))
-        .emit_strategy(EmitStrategy::OnWindowClose)
-        .count("closing")
-        .to_stream()
-        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
-        .to(output, Utf8, DecimalI64);
+    let grouped = builder.stream(input, Utf8, Utf8).group_by_key(Utf8);
+    match shape {
+        Shape::Windows => grouped
+            .windowed_by(TimeWindows::of_size(Duration::from_millis(SIZE as u64)))
+            .emit_strategy(EmitStrategy::OnWindowClose)
+            .count("closing")
+            .to_stream()
+            .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+            .to(output, Utf8, DecimalI64),
+        Shape::Sessions => grouped
+            .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_millis(
+                GAP as u64,
+            )))
+            .emit_strategy(EmitStrategy::OnWindowClose)
+            .count("sessions")
+            .to_stream()
+            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+            .to(output, Utf8, DecimalI64),
+    }
     builder.build()
 }
 
 struct Setup {
+    shape: Shape,
     input: String,
     output: String,
     table: String,
@@ -87,8 +148,13 @@ struct Setup {
 }
 
 async fn setup(name: &str) -> Setup {
+    setup_shape(name, Shape::Windows).await
+}
+
+async fn setup_shape(name: &str, shape: Shape) -> Setup {
     require_services();
     let s = Setup {
+        shape,
         input: unique(&format!("{name}-in")),
         output: unique(&format!("{name}-out")),
         table: unique(name),
@@ -125,7 +191,7 @@ async fn setup(name: &str) -> Setup {
 }
 
 fn handler(s: &Setup, store: Arc<dyn Store>) -> Handler {
-    Handler::with_kafka_output(topology(&s.input, &s.output), store, None)
+    Handler::with_kafka_output(topology(s.shape, &s.input, &s.output), store, None)
         .with_options(BatchOptions {
             output: OutputGuarantee::ExactlyOnce,
             // Every partition holds the windows open until it delivered records past them.
@@ -153,12 +219,17 @@ fn console_read_committed(topic: &str) -> Vec<(String, String)> {
 /// [`closed_windows`]: a closed window missing, seen more than once or with another
 /// count, or a window that has not closed.
 fn check_closes(output: &str) -> Vec<String> {
+    check_closed(Shape::Windows, output)
+}
+
+/// [`check_closes`] for `shape`, against [`closed`].
+fn check_closed(shape: Shape, output: &str) -> Vec<String> {
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (key, value) in console_read_committed(output) {
         seen.entry(key).or_default().push(value);
     }
     let mut violations = Vec::new();
-    for (window, count) in closed_windows() {
+    for (window, count) in closed(shape) {
         let got = seen.remove(&window).unwrap_or_default();
         if got != [count.to_string()] {
             violations.push(format!("window {window}: seen {got:?}, expected [{count}]"));
@@ -272,19 +343,88 @@ fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
     let s = setup("eosclose-zombie").await;
+    let claims = zombie_then_duplicate(&s).await;
+    // A re-claimed every window B committed: each claim holds B's attempt and A's.
+    assert_eq!(claims.len(), closed_windows().len(), "{claims:?}");
+    assert!(
+        claims.iter().all(|c| c.split(' ').count() == 2),
+        "every claim by B, then A: {claims:?}"
+    );
+    let violations = check_closes(&s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+#[test]
+fn the_reference_closes_sessions_and_leaves_some_open() {
+    // Per key, 24 records (8 per partition) 4 or 7 ms apart, mostly sessions of three:
+    // 8 + 8 + 7 closed, and the last session of each key (2, 1 and 3 records) open.
+    let closed = closed(Shape::Sessions);
+    assert_eq!(closed.len(), 23, "{closed:?}");
+    assert_eq!(closed.values().sum::<i64>(), 3 * RECORDS - 6, "{closed:?}");
+    assert_eq!(
+        closed.get(&format!("k1@{}-{}", BASE + 1, BASE + 5)),
+        Some(&2)
+    );
+}
+
+/// A session count emitted on close, run by the runner with duplicate deliveries, retries
+/// ending elsewhere and a crash after 17 state writes (a rewrite, a claim, a re-claim of
+/// some batch: its transaction aborts with what it emitted, and the retry or the
+/// partition's next batch re-claims and emits the sessions' stored records once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_closed_session_once_under_duplicates_retries_and_a_crash() {
+    let s = setup_shape("eosclose-sessions", Shape::Sessions).await;
+    let faults = Faults {
+        duplicate_every: Some(2),
+        extend_retry_every: Some(3),
+        ..Faults::default()
+    };
+    let store = Arc::new(FaultyStore::fail_once_after(dynamo(&s), 17));
+    let (invocations, failures) = run_runner(&s, faults, store).await;
+    assert!(invocations > 15, "duplicates delivered: {invocations}");
+    assert_eq!(failures, 1, "one injected crash");
+    let violations = check_closed(Shape::Sessions, &s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The zombie of [`a_zombie_re_claiming_committed_windows_emits_nothing`] with sessions:
+/// A freezes before its first state write; B fences it, closes every session in the
+/// closing pass (each key's rewrite claims its sessions) and commits; A goes on, re-claims
+/// B's claims (its attempt appended) and is fenced; the duplicate C finds B's attempt in
+/// each claim, finishes them and emits nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_re_claiming_committed_sessions_emits_nothing() {
+    let s = setup_shape("eosclose-szombie", Shape::Sessions).await;
+    let claims = zombie_then_duplicate(&s).await;
+    // One claim per key's item (B closed all of a key's sessions in one rewrite), each
+    // holding B's attempt and A's.
+    assert_eq!(claims.len(), 3, "{claims:?}");
+    assert!(
+        claims.iter().all(|c| c.split(' ').count() == 2),
+        "every claim by B, then A: {claims:?}"
+    );
+    let violations = check_closed(Shape::Sessions, &s.output);
+    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The zombie schedule on `s`: container A initialises its producers, reads the committed
+/// progress (none) and freezes before its first state write; B, a retry of the same event,
+/// fences A, claims and emits what closed and commits; A goes on and is fenced; then the
+/// delayed duplicate C runs. Returns the claims (attempts) in the table before C ran.
+async fn zombie_then_duplicate(s: &Setup) -> Vec<String> {
     let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let slow: Arc<dyn Store> = {
         let frozen = Arc::clone(&frozen);
-        Arc::new(FaultyStore::new(dynamo(&s)).on_write(move |before| {
+        Arc::new(FaultyStore::new(dynamo(s)).on_write(move |before| {
             if before == 0 {
                 frozen.store(true, std::sync::atomic::Ordering::SeqCst);
                 std::thread::sleep(Duration::from_secs(10));
             }
         }))
     };
-    let a = handler(&s, slow);
-    let b = handler(&s, Arc::new(dynamo(&s)));
-    let c = handler(&s, Arc::new(dynamo(&s)));
+    let a = handler(s, slow);
+    let b = handler(s, Arc::new(dynamo(s)));
+    let c = handler(s, Arc::new(dynamo(s)));
     let event = event_of_all(&s.input);
     let zombie = {
         let event = event.clone();
@@ -304,21 +444,15 @@ async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
         .expect("no panic")
         .expect_err("the zombie is fenced");
     eprintln!("the zombie: {e}");
-    // A re-claimed every window B committed: each claim holds B's attempt and A's.
     let claims = claims_in(&s.table).await;
-    assert_eq!(claims.len(), closed_windows().len(), "{claims:?}");
-    assert!(
-        claims.iter().all(|c| c.split(' ').count() == 2),
-        "every claim by B, then A: {claims:?}"
-    );
     c.handle_event(&event)
         .await
         .expect("the duplicate succeeds");
-    let violations = check_closes(&s.output);
-    assert!(violations.is_empty(), "read_committed: {violations:#?}");
+    claims
 }
 
-/// The claims (`ca`: the attempts, space-separated) of the window items in `table`.
+/// The claims (`ca`, or a closing pass's `ca:<slot>`: the attempts, space-separated) of the
+/// items in `table`.
 async fn claims_in(table: &str) -> Vec<String> {
     use aws_sdk_dynamodb::types::AttributeValue;
     let mut claims = Vec::new();
@@ -330,8 +464,12 @@ async fn claims_in(table: &str) -> Vec<String> {
         .send();
     while let Some(page) = pages.next().await {
         for item in page.expect("scan").items() {
-            if let Some(AttributeValue::S(attempts)) = item.get("ca") {
-                claims.push(attempts.clone());
+            for (name, value) in item {
+                if let (true, AttributeValue::S(attempts)) =
+                    (name == "ca" || name.starts_with("ca:"), value)
+                {
+                    claims.push(attempts.clone());
+                }
             }
         }
     }

@@ -8,6 +8,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{StreamExt, TryStreamExt};
 
+use super::claims::WindowClaims;
 use super::options::{BatchOptions, OutputGuarantee, PoisonPolicy};
 use super::poison::{dead_letter, failure, guarded, rejected_record};
 use super::report::{BatchOutcome, BatchReport};
@@ -17,8 +18,8 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    ClaimState, Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError,
-    StateErrorKind, Store, WriteStats,
+    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
+    WriteStats,
 };
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::topology::{StoreSpec, Topology};
@@ -59,7 +60,7 @@ pub(crate) enum StreamTime {
 
 /// How many times a join's closing pass reads an item again after another writer changed
 /// it between its read and its write.
-const CLOSE_ATTEMPTS: u32 = 4;
+pub(super) const CLOSE_ATTEMPTS: u32 = 4;
 
 impl Topology {
     /// Processes one event with the default options (poison records fail the batch).
@@ -99,7 +100,8 @@ impl Topology {
     /// attempt's [`WindowClaims`]. The stores whose updates reach a sink keep the outbox of
     /// updates (`state::outbox`) and emit from it, each update in the transaction of the
     /// record it is kept under; emit-on-close windows are claimed before they are emitted
-    /// (see [`close_windows`](Self::close_windows)). Returns, besides the outcome, every
+    /// (see [`close_windows`](Self::close_windows)); the closing passes claim their rewrites
+    /// (`runtime::claims`). Returns, besides the outcome, every
     /// event partition's stream time after the batch (what the transaction commits with the
     /// partition's progress).
     pub(crate) async fn process_transactional(
@@ -369,6 +371,19 @@ impl Topology {
                     let Some(closing) = spec.closing.as_ref().filter(|c| c.close.is_some()) else {
                         continue;
                     };
+                    if let Some(claims) = claims {
+                        // Under exactly-once output, each partition's claims of earlier
+                        // closing passes first (whatever the closing time).
+                        self.resolve_claims(
+                            spec,
+                            &mut ctx,
+                            store,
+                            sink,
+                            claims,
+                            &mut outcome.report,
+                        )
+                        .await?;
+                    }
                     let low =
                         self.low_watermark(&clock, &advanced, now_ms, options, &closing.topics);
                     // Never back (see the batch start), and the same for every closer.
@@ -376,16 +391,33 @@ impl Topology {
                     let Some(low) = low.map(|l| l.max(persisted)) else {
                         continue;
                     };
-                    self.close_join(
-                        index,
-                        low,
-                        &options.poison,
-                        &mut ctx,
-                        store,
-                        sink,
-                        &mut outcome.report,
-                    )
-                    .await?;
+                    match claims {
+                        Some(claims) => {
+                            self.claim_and_close_items(
+                                index,
+                                low,
+                                &options.poison,
+                                &mut ctx,
+                                store,
+                                sink,
+                                claims,
+                                &mut outcome.report,
+                            )
+                            .await?
+                        }
+                        None => {
+                            self.close_join(
+                                index,
+                                low,
+                                &options.poison,
+                                &mut ctx,
+                                store,
+                                sink,
+                                &mut outcome.report,
+                            )
+                            .await?
+                        }
+                    }
                     if low > persisted {
                         let stats = store.mark_closed(&spec.name, &[], low).await?;
                         outcome.report.state.add(&stats);
@@ -629,16 +661,7 @@ impl Topology {
                 continue;
             };
             let windows = store.closed_windows(&spec.name, low).await?;
-            for window in &windows {
-                // Kafka Streams' final result carries the window's newest record time
-                // (items written before it was kept: the window's last millisecond).
-                let last = window.start.saturating_add(size).saturating_sub(1);
-                ctx.origin = Origin::Update {
-                    version: window.state.version,
-                    timestamp: window.state.timestamp.unwrap_or(last),
-                };
-                guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
-            }
+            forward_closed(spec, size, &windows, ctx)?;
             let outputs = std::mem::take(&mut ctx.outputs);
             report.records_out += outputs.len() as u64;
             if !outputs.is_empty() {
@@ -648,157 +671,6 @@ impl Topology {
             report.state.add(&stats);
             report.windows_closed += windows.len() as u64;
         }
-        Ok(())
-    }
-
-    /// [`close_windows`](Self::close_windows) under exactly-once output, where a window's
-    /// result must be in exactly one committed transaction. A window is *claimed* before it
-    /// is emitted: a conditional write takes it out of the closing index into a claim of
-    /// the batch's first event partition `tp` by this attempt (named first in `tp`'s claim
-    /// register, strongly consistent), and the result goes in `tp`'s transaction, which
-    /// then commits with the attempt id as the shadow offset's metadata. Before claiming,
-    /// per event partition `tp`, the windows of its register are resolved against the
-    /// attempt whose transaction last committed there (`A`, read after the inits): a claim
-    /// whose attempts hold `A` was emitted in a committed transaction, and is finished
-    /// (closed); any other claim was emitted only in transactions that aborted or never
-    /// will commit (their producers are fenced), and is re-claimed by this attempt (its id
-    /// appended: a fenced zombie's re-claim of a claim by a newer attempt keeps that
-    /// attempt in it) and emitted again in `tp`'s transaction. Two closers of one window
-    /// (two partitions, a zombie and its retry) never both commit it: the claim's
-    /// conditional write admits one partition, and per partition one attempt commits.
-    /// A claim a fenced zombie makes after its partition's last batch is emitted by that
-    /// partition's next batch (`tests/models/exactly_once_close.py` checks the protocol).
-    async fn claim_and_close_windows(
-        &self,
-        lows: &[Option<i64>],
-        ctx: &mut Ctx,
-        store: &dyn Store,
-        sink: &dyn Sink,
-        claims: &WindowClaims<'_>,
-        report: &mut BatchReport,
-    ) -> Result<(), StreamError> {
-        let partitions = ctx.partitions.clone();
-        for (spec, low) in self.inner.stores.iter().zip(lows) {
-            let Some(size) = spec.emit_on_close else {
-                continue;
-            };
-            // 1. Each event partition's claims: finish the committed, re-claim the others.
-            for (i, tp) in partitions.iter().enumerate() {
-                let (named, stats) = store.claimed_windows(&spec.name, tp).await?;
-                report.state.add(&stats);
-                let mut forget = Vec::new();
-                let mut emit = Vec::new();
-                for claimed in named {
-                    let ClaimState::Claimed {
-                        tp: owner,
-                        attempts,
-                    } = &claimed.claim
-                    else {
-                        if claimed.claim == ClaimState::Closed {
-                            forget.push((claimed.window.key.clone(), claimed.window.start));
-                        }
-                        // Open: an intent whose claim failed or is under way.
-                        continue;
-                    };
-                    if *owner != tp.to_string() {
-                        forget.push((claimed.window.key.clone(), claimed.window.start));
-                        continue;
-                    }
-                    let committed = claims.committed[i]
-                        .as_ref()
-                        .is_some_and(|a| attempts.contains(a));
-                    let (done, stats) = if committed {
-                        store.finish_window(&spec.name, &claimed).await?
-                    } else {
-                        store
-                            .reclaim_window(&spec.name, &claimed, claims.attempt)
-                            .await?
-                    };
-                    report.state.add(&stats);
-                    if !done {
-                        // Another attempt of this partition changed the claim meanwhile:
-                        // one of them is fenced; this batch fails and is retried.
-                        return Err(StreamError::State(StateError::new(
-                            &spec.name,
-                            &claimed.window.key,
-                            StateErrorKind::Request(format!(
-                                "the claim of the window at {} changed while event                                  partition {tp} resolved it (a concurrent attempt of the                                  partition)",
-                                claimed.window.start
-                            )),
-                        )));
-                    }
-                    if !committed {
-                        emit.push(claimed.window);
-                    }
-                }
-                if !forget.is_empty() {
-                    let stats = store.forget_claims(&spec.name, tp, &forget).await?;
-                    report.state.add(&stats);
-                }
-                if !emit.is_empty() {
-                    claims.mark(i);
-                    self.emit_closed(spec, size, &emit, tp, ctx, sink, report)
-                        .await?;
-                }
-            }
-            // 2. The windows closed now: claimed for the first event partition, emitted.
-            let Some(low) = *low else {
-                continue;
-            };
-            let Some(tp) = partitions.first() else {
-                continue;
-            };
-            let mut emit = Vec::new();
-            for window in store.closed_windows(&spec.name, low).await? {
-                let (claimed, stats) = store
-                    .claim_window(&spec.name, &window, tp, claims.attempt)
-                    .await?;
-                report.state.add(&stats);
-                if claimed {
-                    emit.push(window);
-                }
-            }
-            if !emit.is_empty() {
-                claims.mark(0);
-                self.emit_closed(spec, size, &emit, tp, ctx, sink, report)
-                    .await?;
-            }
-            // The store's closed time moves forward (lateness).
-            let stats = store.mark_closed(&spec.name, &[], low).await?;
-            report.state.add(&stats);
-        }
-        Ok(())
-    }
-
-    /// Emits `windows` of emit-on-close store `spec` (window size `size`) through its
-    /// downstream operators into `tp`'s transaction, produced and acknowledged.
-    #[allow(clippy::too_many_arguments)]
-    async fn emit_closed(
-        &self,
-        spec: &StoreSpec,
-        size: i64,
-        windows: &[ClosedWindow],
-        tp: &TopicPartition,
-        ctx: &mut Ctx,
-        sink: &dyn Sink,
-        report: &mut BatchReport,
-    ) -> Result<(), StreamError> {
-        for window in windows {
-            let last = window.start.saturating_add(size).saturating_sub(1);
-            ctx.origin = Origin::Update {
-                version: window.state.version,
-                timestamp: window.state.timestamp.unwrap_or(last),
-            };
-            guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
-        }
-        let mut outputs = std::mem::take(&mut ctx.outputs);
-        // In tp's transaction, never below its committed offset: the claim decides.
-        tag_transaction(&mut outputs, tp, i64::MAX);
-        report.records_out += outputs.len() as u64;
-        if !outputs.is_empty() {
-            sink.send(outputs).await?;
-        }
-        report.windows_closed += windows.len() as u64;
         Ok(())
     }
 
@@ -837,20 +709,8 @@ impl Topology {
         // the others).
         let mut emitted: HashMap<Vec<u8>, HashSet<Vec<u8>>> = HashMap::new();
         let mut pending = items;
-        let reads = spec.closing.as_ref().and_then(|c| c.reads);
         for attempt in 0..CLOSE_ATTEMPTS {
-            // The store the close function reads (a stream–table join's table), as it is
-            // after this batch's writes, for each item's key.
-            let read = match reads {
-                Some(table) => {
-                    let keys: Vec<Vec<u8>> = pending.iter().map(|i| i.key.clone()).collect();
-                    report.join_lookups += keys.len() as u64;
-                    store
-                        .get_many(&self.inner.stores[table].name, &keys)
-                        .await?
-                }
-                None => HashMap::new(),
-            };
+            let read = self.closing_reads(spec, &pending, store, report).await?;
             let mut rewrites = Vec::with_capacity(pending.len());
             for item in pending {
                 ctx.origin = Origin::Update {
@@ -923,6 +783,25 @@ impl Topology {
         }
         // Still changing: the items stay in the closing index for the next pass.
         Ok(())
+    }
+
+    /// The store a closing pass's close function reads (a stream–table join's table), as it
+    /// is after this batch's writes, for each of `items`' keys (empty: it reads none).
+    pub(super) async fn closing_reads(
+        &self,
+        spec: &StoreSpec,
+        items: &[ClosingItem],
+        store: &dyn Store,
+        report: &mut BatchReport,
+    ) -> Result<HashMap<Vec<u8>, ItemState>, StreamError> {
+        let Some(table) = spec.closing.as_ref().and_then(|c| c.reads) else {
+            return Ok(HashMap::new());
+        };
+        let keys: Vec<Vec<u8>> = items.iter().map(|i| i.key.clone()).collect();
+        report.join_lookups += keys.len() as u64;
+        Ok(store
+            .get_many(&self.inner.stores[table].name, &keys)
+            .await?)
     }
 
     /// Writes one store's touched items, concurrently, and returns their new states
@@ -1228,7 +1107,28 @@ fn kept_dead_letter(
 
 /// Marks `outputs` as caused by the event's record `tp`@`offset`: under exactly-once output
 /// they go in `tp`'s transaction ([`crate::wire::TRANSACTION_HEADER`]).
-fn tag_transaction(outputs: &mut [OutputRecord], tp: &TopicPartition, offset: i64) {
+/// Forwards the final results of `windows` of emit-on-close store `spec` (window size
+/// `size`) through its downstream operators into `ctx`'s outputs. Kafka Streams' final
+/// result carries the window's newest record time (items written before it was kept: the
+/// window's last millisecond).
+pub(super) fn forward_closed(
+    spec: &StoreSpec,
+    size: i64,
+    windows: &[crate::state::ClosedWindow],
+    ctx: &mut Ctx,
+) -> Result<(), StreamError> {
+    for window in windows {
+        let last = window.start.saturating_add(size).saturating_sub(1);
+        ctx.origin = Origin::Update {
+            version: window.state.version,
+            timestamp: window.state.timestamp.unwrap_or(last),
+        };
+        guarded(|| (spec.on_update)(ctx, &window.key, Some(window.start), &window.state))?;
+    }
+    Ok(())
+}
+
+pub(super) fn tag_transaction(outputs: &mut [OutputRecord], tp: &TopicPartition, offset: i64) {
     if outputs.is_empty() {
         return;
     }
@@ -1240,43 +1140,6 @@ fn tag_transaction(outputs: &mut [OutputRecord], tp: &TopicPartition, offset: i6
     }
 }
 
-/// Under exactly-once output, what a batch's closing of emit-on-close windows needs
-/// (see [`Topology::claim_and_close_windows`]): the attempt's id and, per event partition,
-/// the attempt whose transaction last committed there (the shadow offset's metadata); it
-/// records which partitions' transactions hold claimed windows, which must commit.
-pub(crate) struct WindowClaims<'a> {
-    attempt: &'a str,
-    committed: &'a [Option<String>],
-    claimed: Vec<std::sync::atomic::AtomicBool>,
-}
-
-impl<'a> WindowClaims<'a> {
-    /// The claims of attempt `attempt`, per event partition the last committed attempt.
-    pub(crate) fn new(attempt: &'a str, committed: &'a [Option<String>]) -> Self {
-        WindowClaims {
-            attempt,
-            committed,
-            claimed: committed
-                .iter()
-                .map(|_| std::sync::atomic::AtomicBool::new(false))
-                .collect(),
-        }
-    }
-
-    /// Whether event partition `i`'s transaction holds windows this attempt claimed.
-    pub(crate) fn claimed(&self, i: usize) -> bool {
-        self.claimed
-            .get(i)
-            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-    }
-
-    fn mark(&self, i: usize) {
-        if let Some(c) = self.claimed.get(i) {
-            c.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-}
-
 fn unix_millis() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1285,7 +1148,7 @@ fn unix_millis() -> i64 {
 
 /// The dead letter of a record a join's closing pass could not emit: the join's key and
 /// the record's stored value, the error, and the record's source.
-fn closing_dead_letter(
+pub(super) fn closing_dead_letter(
     topic: &str,
     poison: crate::topology::context::ClosingPoison,
 ) -> OutputRecord {

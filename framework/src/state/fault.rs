@@ -12,8 +12,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{
-    ClaimedWindow, Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite, StateError,
-    StateErrorKind, Store, WriteStats,
+    ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState, ItemWrite,
+    StateError, StateErrorKind, Store, WriteStats,
 };
 use crate::event::TopicPartition;
 
@@ -205,9 +205,24 @@ impl<S: Store> Store for FaultyStore<S> {
         &self,
         store: &str,
         tp: &TopicPartition,
-        windows: &[(Vec<u8>, i64)],
+        windows: &[ClaimedWindow],
     ) -> Result<WriteStats, StateError> {
         self.inner.forget_claims(store, tp, windows).await
+    }
+
+    /// A write like [`apply`](Self::apply): it counts towards a crash, and can be delayed.
+    async fn claim_closing_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: ClosingClaim<'_>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        self.inject(store, &item.key).await?;
+        self.inner
+            .claim_closing_item(store, item, aggregate, close_at, claim)
+            .await
     }
 
     async fn get_many(

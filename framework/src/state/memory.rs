@@ -1,7 +1,7 @@
 //! An in-memory store with the same exactly-once semantics as the DynamoDB store.
 //! For unit tests of a topology and for the test driver; not durable.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -11,8 +11,8 @@ use crate::event::TopicPartition;
 
 use super::outbox::{self, Emission, Entry, Outbox};
 use super::{
-    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingItem, ItemState, ItemWrite,
-    PartitionTime, StateError, Store, WriteStats, above_watermarks, limits,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, ItemState,
+    ItemWrite, PartitionTime, StateError, Store, WriteStats, above_watermarks, limits,
 };
 
 #[derive(Debug, Clone, Default)]
@@ -32,6 +32,10 @@ struct Item {
     /// Under exactly-once output, a closed window's claim: the event partition and the
     /// attempts that claimed it (out of the closing index meanwhile).
     claim: Option<(String, Vec<String>)>,
+    /// Under exactly-once output, an item closed by a closing pass: its claims, by slot
+    /// (the version each claiming rewrite replaced): the event partition, the attempts and
+    /// the records emitted.
+    closing_claims: BTreeMap<u64, (String, Vec<String>, Vec<u8>)>,
 }
 
 impl Item {
@@ -61,8 +65,9 @@ fn unix_seconds() -> i64 {
 /// An item's identity: store, key, window start.
 type ItemId = (String, Vec<u8>, Option<i64>);
 
-/// The windows (key, start) an event partition's attempts claimed or meant to claim.
-type ClaimRegister = BTreeSet<(Vec<u8>, i64)>;
+/// The windows (key, start, false) and closing passes' claims (key, slot, true) an event
+/// partition's attempts claimed or meant to claim.
+type ClaimRegister = BTreeSet<(Vec<u8>, i64, bool)>;
 
 /// A [`Store`] in a `HashMap`, exact under redelivery like the DynamoDB store.
 #[derive(Debug, Default)]
@@ -433,7 +438,7 @@ impl Store for MemoryStore {
         store: &str,
         tp: &TopicPartition,
     ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
-        let named: Vec<(Vec<u8>, i64)> = self
+        let named: Vec<(Vec<u8>, i64, bool)> = self
             .claims
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -443,7 +448,10 @@ impl Store for MemoryStore {
         let items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let out = named
             .into_iter()
-            .map(|(key, start)| {
+            .map(|(key, start, closing)| {
+                if closing {
+                    return closing_claim(&items, store, key, start);
+                }
                 let item = items.get(&(store.to_owned(), key.clone(), Some(start)));
                 let claim = match item {
                     Some(Item {
@@ -463,6 +471,7 @@ impl Store for MemoryStore {
                         state: item.map_or(ItemState::number(0, 0), Item::state),
                     },
                     claim,
+                    outputs: None,
                 }
             })
             .collect();
@@ -487,7 +496,7 @@ impl Store for MemoryStore {
             .unwrap_or_else(PoisonError::into_inner)
             .entry((store.to_owned(), tp.to_string()))
             .or_default()
-            .insert((window.key.clone(), window.start));
+            .insert((window.key.clone(), window.start, false));
         let mut stats = WriteStats {
             requests: 2,
             ..WriteStats::default()
@@ -526,6 +535,23 @@ impl Store for MemoryStore {
             return Ok((false, stats));
         };
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
+        if window.outputs.is_some() {
+            let id = (store.to_owned(), window.window.key.clone(), None);
+            let slot = window.window.start as u64;
+            return match items
+                .get_mut(&id)
+                .and_then(|item| item.closing_claims.get_mut(&slot))
+            {
+                Some((t, a, _)) if t == tp && a == attempts => {
+                    a.push(attempt.to_owned());
+                    Ok((true, stats))
+                }
+                _ => {
+                    stats.conditional_failures += 1;
+                    Ok((false, stats))
+                }
+            };
+        }
         let id = (
             store.to_owned(),
             window.window.key.clone(),
@@ -561,22 +587,40 @@ impl Store for MemoryStore {
         };
         let finished = {
             let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
-            let id = (
-                store.to_owned(),
-                window.window.key.clone(),
-                Some(window.window.start),
-            );
-            match items.get_mut(&id) {
-                Some(item)
-                    if item
-                        .claim
-                        .as_ref()
-                        .is_some_and(|(t, a)| t == tp && a == attempts) =>
-                {
-                    item.claim = None;
-                    true
+            if window.outputs.is_some() {
+                let id = (store.to_owned(), window.window.key.clone(), None);
+                let slot = window.window.start as u64;
+                let item = items.get_mut(&id);
+                match item {
+                    Some(item)
+                        if item
+                            .closing_claims
+                            .get(&slot)
+                            .is_some_and(|(t, a, _)| t == tp && a == attempts) =>
+                    {
+                        item.closing_claims.remove(&slot);
+                        true
+                    }
+                    _ => false,
                 }
-                _ => false,
+            } else {
+                let id = (
+                    store.to_owned(),
+                    window.window.key.clone(),
+                    Some(window.window.start),
+                );
+                match items.get_mut(&id) {
+                    Some(item)
+                        if item
+                            .claim
+                            .as_ref()
+                            .is_some_and(|(t, a)| t == tp && a == attempts) =>
+                    {
+                        item.claim = None;
+                        true
+                    }
+                    _ => false,
+                }
             }
         };
         if !finished {
@@ -589,7 +633,11 @@ impl Store for MemoryStore {
             .unwrap_or_else(PoisonError::into_inner)
             .get_mut(&(store.to_owned(), tp.clone()))
         {
-            register.remove(&(window.window.key.clone(), window.window.start));
+            register.remove(&(
+                window.window.key.clone(),
+                window.window.start,
+                window.outputs.is_some(),
+            ));
         }
         Ok((true, stats))
     }
@@ -598,7 +646,7 @@ impl Store for MemoryStore {
         &self,
         store: &str,
         tp: &TopicPartition,
-        windows: &[(Vec<u8>, i64)],
+        windows: &[ClaimedWindow],
     ) -> Result<WriteStats, StateError> {
         if let Some(register) = self
             .claims
@@ -607,7 +655,7 @@ impl Store for MemoryStore {
             .get_mut(&(store.to_owned(), tp.to_string()))
         {
             for w in windows {
-                register.remove(w);
+                register.remove(&(w.window.key.clone(), w.window.start, w.outputs.is_some()));
             }
         }
         Ok(WriteStats {
@@ -639,6 +687,41 @@ impl Store for MemoryStore {
         aggregate: &[u8],
         close_at: Option<i64>,
     ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        Ok(self.rewrite(store, item, aggregate, close_at, None))
+    }
+
+    /// The register first (one write), then the rewrite with the claim (one write).
+    async fn claim_closing_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: ClosingClaim<'_>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        self.claims
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((store.to_owned(), claim.tp.to_string()))
+            .or_default()
+            .insert((item.key.clone(), item.state.version as i64, true));
+        let (state, mut stats) = self.rewrite(store, item, aggregate, close_at, Some(claim));
+        stats.requests += 1;
+        Ok((state, stats))
+    }
+}
+
+impl MemoryStore {
+    /// A closing pass's rewrite of `item` on the condition that its version is the one
+    /// read, with `claim` kept in the slot of that version.
+    fn rewrite(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: Option<ClosingClaim<'_>>,
+    ) -> (Option<ItemState>, WriteStats) {
         let mut items = self.items.lock().unwrap_or_else(PoisonError::into_inner);
         let mut stats = WriteStats {
             requests: 1,
@@ -649,13 +732,55 @@ impl Store for MemoryStore {
                 stored.aggregate = Some(aggregate.to_vec());
                 stored.version += 1;
                 stored.close_at = close_at;
-                Ok((Some(stored.state()), stats))
+                if let Some(claim) = claim {
+                    stored.closing_claims.insert(
+                        item.state.version,
+                        (
+                            claim.tp.to_string(),
+                            vec![claim.attempt.to_owned()],
+                            claim.outputs.to_vec(),
+                        ),
+                    );
+                }
+                (Some(stored.state()), stats)
             }
             _ => {
                 stats.conditional_failures = 1;
-                Ok((None, stats))
+                (None, stats)
             }
         }
+    }
+}
+
+/// A closing pass's claim (slot `slot` of `key`'s item) as it stands.
+fn closing_claim(
+    items: &HashMap<ItemId, Item>,
+    store: &str,
+    key: Vec<u8>,
+    slot: i64,
+) -> ClaimedWindow {
+    let item = items.get(&(store.to_owned(), key.clone(), None));
+    let found = item.and_then(|i| i.closing_claims.get(&(slot as u64)));
+    let (claim, outputs) = match (item, found) {
+        (_, Some((tp, attempts, outputs))) => (
+            ClaimState::Claimed {
+                tp: tp.clone(),
+                attempts: attempts.clone(),
+            },
+            outputs.clone(),
+        ),
+        // A claim of the slot may still land while the item's version is the slot.
+        (Some(i), None) if i.version as i64 <= slot => (ClaimState::Open, Vec::new()),
+        _ => (ClaimState::Closed, Vec::new()),
+    };
+    ClaimedWindow {
+        window: ClosedWindow {
+            key,
+            start: slot,
+            state: item.map_or(ItemState::number(0, 0), Item::state),
+        },
+        claim,
+        outputs: Some(outputs),
     }
 }
 

@@ -217,14 +217,38 @@ pub enum ClaimState {
     Closed,
 }
 
-/// A window named in an event partition's claim register, as it stands (strongly
-/// consistent).
+/// A claim named in an event partition's claim register, as it stands (strongly
+/// consistent): a time window's ([`Store::claim_window`]), or a closing pass's rewrite of
+/// an item that closes on its content (a session or sliding window's item,
+/// [`Store::claim_closing_item`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimedWindow {
-    /// The window (its state as read).
+    /// The window (its state as read). For a closing pass's claim: the item's key, its
+    /// state as read, and as `start` the claim's *slot*: the item's version that the
+    /// claiming rewrite replaced (unique per item: the rewrite is conditioned on it and
+    /// moves the version past it).
     pub window: ClosedWindow,
-    /// Its claim.
+    /// Its claim. A closing pass's slot not in the item is [`ClaimState::Open`] while the
+    /// item's version is still the slot (a claim of it may be under way), otherwise
+    /// [`ClaimState::Closed`].
     pub claim: ClaimState,
+    /// For a closing pass's claim: the records its rewrite emitted, as
+    /// [`ClosingClaim::outputs`] stored them (what a re-claim emits again, unchanged);
+    /// `None` for a time window's claim.
+    pub outputs: Option<Vec<u8>>,
+}
+
+/// The claim a closing pass's rewrite makes under exactly-once output
+/// ([`Store::claim_closing_item`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClosingClaim<'a> {
+    /// The event partition whose transactions emit the records.
+    pub tp: &'a TopicPartition,
+    /// The batch attempt that claims.
+    pub attempt: &'a str,
+    /// The records the rewrite emits, encoded by the runtime: kept in the claim so that an
+    /// attempt that re-claims emits exactly them again.
+    pub outputs: &'a [u8],
 }
 
 /// An item of a store that closes on its content (a left or outer stream–stream join's)
@@ -329,15 +353,33 @@ pub trait Store: Send + Sync {
         Err(no_claims(store))
     }
 
-    /// Under exactly-once output: takes `windows` (key, start) out of `tp`'s claim register
-    /// (windows closed, or claimed by another partition: never `tp`'s again).
+    /// Under exactly-once output: takes `windows` out of `tp`'s claim register (closed, or
+    /// claimed by another partition: never `tp`'s again).
     async fn forget_claims(
         &self,
         store: &str,
         tp: &TopicPartition,
-        windows: &[(Vec<u8>, i64)],
+        windows: &[ClaimedWindow],
     ) -> Result<WriteStats, StateError> {
         let _ = (tp, windows);
+        Err(no_claims(store))
+    }
+
+    /// Under exactly-once output: [`close_item`](Self::close_item) as a claim. First names
+    /// the claim's slot (the item's version read, `item.state.version`) in `claim.tp`'s
+    /// claim register, then rewrites the item as `close_item` does, on the same condition
+    /// (its version is the one read), keeping in the same write the claim of that slot: the
+    /// partition, `[claim.attempt]` and the records emitted. `Ok((None, _))`: another
+    /// writer changed the item first (nothing claimed).
+    async fn claim_closing_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: ClosingClaim<'_>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        let _ = (item, aggregate, close_at, claim);
         Err(no_claims(store))
     }
 
@@ -464,9 +506,21 @@ macro_rules! forward_store {
                 &self,
                 store: &str,
                 tp: &TopicPartition,
-                windows: &[(Vec<u8>, i64)],
+                windows: &[ClaimedWindow],
             ) -> Result<WriteStats, StateError> {
                 (**self).forget_claims(store, tp, windows).await
+            }
+            async fn claim_closing_item(
+                &self,
+                store: &str,
+                item: &ClosingItem,
+                aggregate: &[u8],
+                close_at: Option<i64>,
+                claim: ClosingClaim<'_>,
+            ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+                (**self)
+                    .claim_closing_item(store, item, aggregate, close_at, claim)
+                    .await
             }
             async fn get_many(
                 &self,

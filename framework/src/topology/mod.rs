@@ -313,12 +313,15 @@ impl Topology {
         }
     }
 
-    /// The store of a left or outer stream–stream join with a closing pass, if any (its
-    /// dead letters have no record of the event).
+    /// The store of a left or outer stream–stream join (or a grace join) with a closing
+    /// pass, if any (its dead letters have no record of the event). A session's or sliding
+    /// window's closing pass keeps its dead letters in its claims, exactly once.
     pub(crate) fn closing_store(&self) -> Option<&str> {
         self.inner
-            .stores
-            .iter()
+            .roles
+            .closes
+            .values()
+            .filter_map(|&s| self.inner.stores.get(s))
             .find(|s| s.closing.as_ref().is_some_and(|c| c.close.is_some()))
             .map(|s| s.name.as_str())
     }

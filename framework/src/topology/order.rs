@@ -223,6 +223,17 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
+    /// Whether `store` closes on its content in its own closing pass without being a
+    /// join's buffer: a session or sliding window emitted on close, whose closing pass
+    /// claims its rewrites under exactly-once output.
+    fn closes_on_content(&self, store: usize) -> bool {
+        self.stores[store]
+            .closing
+            .as_ref()
+            .is_some_and(|c| c.close.is_some())
+            && !self.roles.closes.values().any(|&s| s == store)
+    }
+
     fn flow(&mut self, node: NodeId) -> Result<Flow, TopologyError> {
         if let Some(flow) = &self.flows[node] {
             return Ok(flow.clone());
@@ -372,6 +383,16 @@ impl Walk<'_> {
                     {
                         None
                     }
+                    // A session's or sliding window's close straight from its store: the
+                    // closing pass claims its rewrites (`runtime::claims`), so exactly once.
+                    (Some(store), _)
+                        if !input.updates_via_join
+                            && input.update_stores.len() == 1
+                            && input.closing_of.is_none()
+                            && self.closes_on_content(store) =>
+                    {
+                        None
+                    }
                     (Some(store), _) if input.on_close_of == Some(store) => Some(format!(
                         "the windows of store {:?} when they close (through a join or merged \
                          with another store's records)",
@@ -390,7 +411,8 @@ impl Walk<'_> {
                     }
                     (Some(store), _) if self.stores[store].closing.is_some() => Some(format!(
                         "the closing pass of store {:?} (sessions or sliding windows emitted \
-                         when they close, or a stream–stream join's buffer)",
+                         when they close, through a join or merged with another store's \
+                         records, or a stream–stream join's buffer)",
                         store_name(store)
                     )),
                     (Some(store), _) if self.stores[store].fans_out => Some(format!(

@@ -25,7 +25,7 @@ mod request;
 mod retry;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -38,9 +38,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{
-    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingItem, Guarantee, ItemState, ItemWrite,
-    PartitionTime, StateError, StateErrorKind, Store, WriteStats, above_watermarks, limits,
-    offset_ranges,
+    ClaimState, ClaimedWindow, Clock, ClosedWindow, ClosingClaim, ClosingItem, Guarantee,
+    ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store, WriteStats,
+    above_watermarks, limits, offset_ranges,
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -98,6 +98,85 @@ fn claims_key(store: &str, tp: &TopicPartition) -> String {
 /// A window's attribute in a claim register: `w:<key in base64url>:<start>`.
 fn claim_entry(key: &[u8], start: i64) -> String {
     format!("w:{}:{start}", URL_SAFE_NO_PAD.encode(key))
+}
+
+/// A claim's attribute in a claim register: a window's (`w:<key>:<start>`) or a closing
+/// pass's (`c:<key in base64url>:<slot>`).
+fn register_entry(claimed: &ClaimedWindow) -> String {
+    let (key, at) = (&claimed.window.key, claimed.window.start);
+    match claimed.outputs {
+        None => claim_entry(key, at),
+        Some(_) => format!("c:{}:{at}", URL_SAFE_NO_PAD.encode(key)),
+    }
+}
+
+/// The attributes of a closing pass's claim of slot `slot` on the item it rewrote: the
+/// claiming partition `ck:<slot>`, the attempts `ca:<slot>`, the records emitted `cp:<slot>`.
+fn slot_attributes(slot: i64) -> (String, String, String) {
+    (
+        format!("{CLAIM_PARTITION}:{slot}"),
+        format!("{CLAIM_ATTEMPTS}:{slot}"),
+        format!("cp:{slot}"),
+    )
+}
+
+/// Where a claim's attributes are: the item's sort key, and the names of its partition
+/// and attempts attributes (a closing pass's claim: on the unwindowed item, by slot).
+fn claim_place(claimed: &ClaimedWindow) -> (i64, String, String) {
+    match claimed.outputs {
+        None => (
+            claimed.window.start,
+            CLAIM_PARTITION.to_owned(),
+            CLAIM_ATTEMPTS.to_owned(),
+        ),
+        Some(_) => {
+            let (ck, ca, _) = slot_attributes(claimed.window.start);
+            (0, ck, ca)
+        }
+    }
+}
+
+/// A closing pass's claim of slot `slot` on `key`'s item (`None`: no item), as it stands.
+fn closing_claim(
+    store: &str,
+    key: Vec<u8>,
+    slot: i64,
+    item: Option<&Item>,
+) -> Result<ClaimedWindow, StateError> {
+    let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
+    let state = match item {
+        Some(item) => parse_state(item).map_err(corrupt)?,
+        None => ItemState::number(0, 0),
+    };
+    let (ck, ca, cp) = slot_attributes(slot);
+    let found = item.map(|i| (i.get(&ck), i.get(&ca), i.get(&cp)));
+    let (claim, outputs) = match found {
+        Some((
+            Some(AttributeValue::S(tp)),
+            Some(AttributeValue::S(attempts)),
+            Some(AttributeValue::B(outputs)),
+        )) => (
+            ClaimState::Claimed {
+                tp: tp.clone(),
+                attempts: attempts.split(' ').map(str::to_owned).collect(),
+            },
+            outputs.as_ref().to_vec(),
+        ),
+        // A claim of the slot may still land while the item's version is the slot.
+        Some(_) if i64::try_from(state.version).is_ok_and(|v| v <= slot) => {
+            (ClaimState::Open, Vec::new())
+        }
+        _ => (ClaimState::Closed, Vec::new()),
+    };
+    Ok(ClaimedWindow {
+        window: ClosedWindow {
+            key,
+            start: slot,
+            state,
+        },
+        claim,
+        outputs: Some(outputs),
+    })
 }
 
 /// A primary key (`pk`, `sk`) for `BatchGetItem`.
@@ -1015,15 +1094,19 @@ impl Store for DynamoStore {
             .batch_get(vec![primary_key(&claims_key(store, tp), 0)])
             .await
             .map_err(&err)?;
-        let mut named: Vec<(Vec<u8>, i64)> = Vec::new();
+        // (key, start or slot, whether a closing pass's claim)
+        let mut named: Vec<(Vec<u8>, i64, bool)> = Vec::new();
         for name in register.first().map(|r| r.keys()).into_iter().flatten() {
-            let Some(entry) = name.strip_prefix("w:") else {
-                continue;
+            let (entry, closing) = match (name.strip_prefix("w:"), name.strip_prefix("c:")) {
+                (Some(entry), _) => (entry, false),
+                (None, Some(entry)) => (entry, true),
+                (None, None) => continue,
             };
             let parsed = entry.rsplit_once(':').and_then(|(key, start)| {
                 Some((
                     URL_SAFE_NO_PAD.decode(key).ok()?,
                     start.parse::<i64>().ok()?,
+                    closing,
                 ))
             });
             match parsed {
@@ -1035,11 +1118,13 @@ impl Store for DynamoStore {
         if named.is_empty() {
             return Ok((Vec::new(), stats));
         }
-        let keys = named
+        // One read per item (an item can hold several closing passes' claims).
+        let unique: BTreeSet<(String, i64)> = named
             .iter()
-            .map(|(key, start)| primary_key(&item_key(store, key), *start))
+            .map(|(key, start, closing)| (item_key(store, key), if *closing { 0 } else { *start }))
             .collect();
-        stats.requests += named.len().div_ceil(100) as u64;
+        let keys = unique.iter().map(|(pk, sk)| primary_key(pk, *sk)).collect();
+        stats.requests += unique.len().div_ceil(100) as u64;
         let mut found: HashMap<(String, i64), Item> = HashMap::new();
         for item in self.batch_get(keys).await.map_err(&err)? {
             let pk = match item.get("pk") {
@@ -1050,7 +1135,12 @@ impl Store for DynamoStore {
             found.insert((pk, sk), item);
         }
         let mut out = Vec::with_capacity(named.len());
-        for (key, start) in named {
+        for (key, start, closing) in named {
+            if closing {
+                let item = found.get(&(item_key(store, &key), 0));
+                out.push(closing_claim(store, key, start, item)?);
+                continue;
+            }
             let item = found.remove(&(item_key(store, &key), start));
             let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
             let (state, claim) = match &item {
@@ -1073,6 +1163,7 @@ impl Store for DynamoStore {
             out.push(ClaimedWindow {
                 window: ClosedWindow { key, start, state },
                 claim,
+                outputs: None,
             });
         }
         Ok((out, stats))
@@ -1140,19 +1231,16 @@ impl Store for DynamoStore {
             attempts.join(" "),
             format!("{} {attempt}", attempts.join(" ")),
         );
-        let request = Update::new(
-            &self.table,
-            item_key(store, &window.window.key),
-            window.window.start,
-        )
-        .update_expression("SET #ca = :new")
-        .condition_expression("#ck = :tp AND #ca = :read")
-        .name("#ck", CLAIM_PARTITION)
-        .name("#ca", CLAIM_ATTEMPTS)
-        .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
-        .value(":read", Value::S(Cow::Borrowed(read.as_str())))
-        .value(":new", Value::S(Cow::Borrowed(new.as_str())))
-        .consumed_capacity();
+        let (sk, ck, ca) = claim_place(window);
+        let request = Update::new(&self.table, item_key(store, &window.window.key), sk)
+            .update_expression("SET #ca = :new")
+            .condition_expression("#ck = :tp AND #ca = :read")
+            .name("#ck", ck.as_str())
+            .name("#ca", ca.as_str())
+            .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+            .value(":read", Value::S(Cow::Borrowed(read.as_str())))
+            .value(":new", Value::S(Cow::Borrowed(new.as_str())))
+            .consumed_capacity();
         stats.requests += 1;
         match self.update_item(request, &mut stats).await {
             Ok(Ok(_)) => Ok((true, stats)),
@@ -1164,8 +1252,9 @@ impl Store for DynamoStore {
         }
     }
 
-    /// `REMOVE ck, ca` on the condition that they are the ones read, then
-    /// `REMOVE w:<window>` from the claiming partition's register.
+    /// `REMOVE ck, ca` (a closing pass's claim: `ck:<slot>, ca:<slot>, cp:<slot>`) on the
+    /// condition that they are the ones read, then `REMOVE w:<window>` (`c:<key>:<slot>`)
+    /// from the claiming partition's register.
     async fn finish_window(
         &self,
         store: &str,
@@ -1176,18 +1265,22 @@ impl Store for DynamoStore {
             return Ok((false, stats));
         };
         let read = attempts.join(" ");
-        let request = Update::new(
-            &self.table,
-            item_key(store, &window.window.key),
-            window.window.start,
-        )
-        .update_expression("REMOVE #ck, #ca")
-        .condition_expression("#ck = :tp AND #ca = :read")
-        .name("#ck", CLAIM_PARTITION)
-        .name("#ca", CLAIM_ATTEMPTS)
-        .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
-        .value(":read", Value::S(Cow::Borrowed(read.as_str())))
-        .consumed_capacity();
+        let (sk, ck, ca) = claim_place(window);
+        let cp = format!("cp:{}", window.window.start);
+        let request = Update::new(&self.table, item_key(store, &window.window.key), sk)
+            .condition_expression("#ck = :tp AND #ca = :read")
+            .name("#ck", ck.as_str())
+            .name("#ca", ca.as_str())
+            .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+            .value(":read", Value::S(Cow::Borrowed(read.as_str())))
+            .consumed_capacity();
+        // A closing pass's claim also drops the records it kept.
+        let request = match window.outputs {
+            Some(_) => request
+                .update_expression("REMOVE #ck, #ca, #cp")
+                .name("#cp", cp.as_str()),
+            None => request.update_expression("REMOVE #ck, #ca"),
+        };
         stats.requests += 1;
         match self.update_item(request, &mut stats).await {
             Ok(Ok(_)) => {}
@@ -1197,7 +1290,7 @@ impl Store for DynamoStore {
             }
             Err(refused) => return Err(StateError::new(store, &window.window.key, refused.kind)),
         }
-        let entry = claim_entry(&window.window.key, window.window.start);
+        let entry = register_entry(window);
         let forget = Update::new(&self.table, format!("__claims#{store}@{tp}"), 0)
             .update_expression("REMOVE #e")
             .name("#e", entry.as_str())
@@ -1214,14 +1307,11 @@ impl Store for DynamoStore {
         &self,
         store: &str,
         tp: &TopicPartition,
-        windows: &[(Vec<u8>, i64)],
+        windows: &[ClaimedWindow],
     ) -> Result<WriteStats, StateError> {
         let mut stats = WriteStats::default();
         for chunk in windows.chunks(50) {
-            let entries: Vec<String> = chunk
-                .iter()
-                .map(|(key, start)| claim_entry(key, *start))
-                .collect();
+            let entries: Vec<String> = chunk.iter().map(register_entry).collect();
             let mut request = Update::new(&self.table, claims_key(store, tp), 0);
             let mut removes = Vec::with_capacity(entries.len());
             for (i, entry) in entries.iter().enumerate() {
@@ -1234,7 +1324,7 @@ impl Store for DynamoStore {
                 .consumed_capacity();
             stats.requests += 1;
             if let Err(refused) = self.update_item(request, &mut stats).await {
-                return Err(StateError::new(store, &chunk[0].0, refused.kind));
+                return Err(StateError::new(store, &chunk[0].window.key, refused.kind));
             }
         }
         Ok(stats)
@@ -1288,11 +1378,59 @@ impl Store for DynamoStore {
         aggregate: &[u8],
         close_at: Option<i64>,
     ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        self.rewrite(store, item, aggregate, close_at, None).await
+    }
+
+    /// `SET c:<key>:<slot> = 1` on `tp`'s claim register, then the rewrite of
+    /// [`close_item`](Self::close_item) with `SET ck:<slot> = :tp, ca:<slot> = :attempt,
+    /// cp:<slot> = :outputs` (the slot: the version read).
+    async fn claim_closing_item(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: ClosingClaim<'_>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
+        let mut stats = WriteStats::default();
+        let slot = i64::try_from(item.state.version).unwrap_or(i64::MAX);
+        let entry = format!("c:{}:{slot}", URL_SAFE_NO_PAD.encode(&item.key));
+        let intent = Update::new(&self.table, claims_key(store, claim.tp), 0)
+            .update_expression("SET #e = :one")
+            .name("#e", entry.as_str())
+            .value(":one", Value::N(1))
+            .consumed_capacity();
+        stats.requests += 1;
+        if let Err(refused) = self.update_item(intent, &mut stats).await {
+            return Err(StateError::new(store, &item.key, refused.kind));
+        }
+        let (state, rewrite) = self
+            .rewrite(store, item, aggregate, close_at, Some(claim))
+            .await?;
+        stats.add(&rewrite);
+        Ok((state, stats))
+    }
+}
+
+impl DynamoStore {
+    /// A closing pass's rewrite ([`Store::close_item`]), with `claim` kept in the slot of
+    /// the version read ([`Store::claim_closing_item`]).
+    async fn rewrite(
+        &self,
+        store: &str,
+        item: &ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+        claim: Option<ClosingClaim<'_>>,
+    ) -> Result<(Option<ItemState>, WriteStats), StateError> {
         let mut stats = WriteStats {
             requests: 1,
             ..WriteStats::default()
         };
         let pk = item_key(store, &item.key);
+        let slot = i64::try_from(item.state.version).unwrap_or(i64::MAX);
+        let (ck, ca, cp) = slot_attributes(slot);
+        let tp = claim.map(|c| c.tp.to_string());
         let request = Update::new(&self.table, pk.as_str(), 0)
             .condition_expression("#ver = :read")
             .name("#ver", "ver")
@@ -1304,12 +1442,30 @@ impl Store for DynamoStore {
             .value(":a", Value::B(Cow::Borrowed(aggregate)))
             .returned(Returned::AllNew)
             .consumed_capacity();
+        // Under exactly-once output, the claim of the slot in the same write.
+        let (request, claimed) = match (claim, &tp) {
+            (Some(claim), Some(tp)) => (
+                request
+                    .name("#ck", ck.as_str())
+                    .name("#ca", ca.as_str())
+                    .name("#cp", cp.as_str())
+                    .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
+                    .value(":at", Value::S(Cow::Borrowed(claim.attempt)))
+                    .value(":out", Value::B(Cow::Borrowed(claim.outputs))),
+                ", #ck = :tp, #ca = :at, #cp = :out",
+            ),
+            _ => (request, ""),
+        };
         let request = match close_at {
             Some(at) => request
-                .update_expression("SET #a = :a, #cq = :cq, #cl = :cl ADD #ver :one")
+                .update_expression(format!(
+                    "SET #a = :a, #cq = :cq, #cl = :cl{claimed} ADD #ver :one"
+                ))
                 .value(":cq", Value::S(Cow::Borrowed(store)))
                 .value(":cl", Value::N(at)),
-            None => request.update_expression("SET #a = :a ADD #ver :one REMOVE #cq, #cl"),
+            None => request.update_expression(format!(
+                "SET #a = :a{claimed} ADD #ver :one REMOVE #cq, #cl"
+            )),
         };
         let result = self.update_item(request, &mut stats).await;
         // The cached copy (if any) is stale now either way.
