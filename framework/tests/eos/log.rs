@@ -6,8 +6,12 @@
 //!   (`CONCURRENT_TRANSACTIONS`); a coordinator timeout aborts and bumps the epoch;
 //! - `EndTxn` returns once the transaction is *prepared*; its markers are written later,
 //!   and the transactional offsets are materialised in the group after that (both when the
-//!   test says, in any order across transactions); an `OffsetFetch` with `require_stable`
-//!   waits while the partition has offsets pending;
+//!   test says, in any order across transactional ids); an `OffsetFetch` with
+//!   `require_stable` waits while the partition has offsets pending; a transactional id's
+//!   next transaction (or `init_transactions`) waits until its previous one is complete, its
+//!   offsets materialised included (Kafka's coordinator answers `CONCURRENT_TRANSACTIONS`
+//!   until every marker of the previous transaction, the offsets partition's too, is
+//!   written), so one producer's offset commits are materialised in order;
 //! - with a partitioner, the topics it partitions are read back per partition, and a
 //!   `read_committed` fetch of a range returns the offsets of committed transactions,
 //!   waiting while one in the range is open (the last stable offset).
@@ -89,8 +93,10 @@ impl Log {
             current: None,
             seq: 0,
         });
+        let completing = self.to_materialise.iter().any(|(key, _)| key.0 == tid);
         match t.status {
             Status::PrepareCommit | Status::PrepareAbort => Step::Blocked,
+            _ if completing => Step::Blocked,
             Status::Ongoing => {
                 t.epoch += 1;
                 self.end(tid, false);
@@ -114,9 +120,11 @@ impl Log {
                 t.epoch
             )));
         }
+        let completing = self.to_materialise.iter().any(|(key, _)| key.0 == tid);
         match t.status {
             Status::PrepareCommit | Status::PrepareAbort => Ok(Step::Blocked),
             Status::Ongoing => Ok(Step::Done(t.current.clone().unwrap())),
+            _ if completing => Ok(Step::Blocked),
             _ => {
                 t.seq += 1;
                 let key = (tid.to_owned(), epoch, t.seq);
