@@ -165,8 +165,7 @@ async fn run(s: &Setup, output: OutputGuarantee, faults: Faults) -> (u64, u64) {
         faults,
         ..RunnerConfig::default()
     };
-    let runner =
-        Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
+    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
     let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
         .await
         .expect("the runner finished in time")
@@ -232,12 +231,13 @@ async fn a_switch_to_exactly_once_keeps_closed_windows_closed() {
     // At least once: the deployed function.
     produce(&s, before).await;
     run(&s, OutputGuarantee::AtLeastOnce, Faults::default()).await;
-    let switched_at: BTreeMap<i32, usize> = read_topic(&s.output)
-        .iter()
-        .fold(BTreeMap::new(), |mut n, r| {
-            *n.entry(r.partition).or_default() += 1;
-            n
-        });
+    let switched_at: BTreeMap<i32, usize> =
+        read_topic(&s.output)
+            .iter()
+            .fold(BTreeMap::new(), |mut n, r| {
+                *n.entry(r.partition).or_default() += 1;
+                n
+            });
 
     // Exactly once, same table and group, nothing in the shadow group yet; a retry of every
     // second batch after its success, as a longer batch.
