@@ -1220,7 +1220,7 @@ fn a_partial_batch_response_commits_the_progress_up_to_the_failed_record() {
         .enable_all()
         .build()
         .unwrap();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
     let store = MemoryStore::new();
     let topology = topology();
@@ -1316,7 +1316,7 @@ fn a_failed_initialisation_names_the_partition_and_keeps_the_others() {
         .enable_all()
         .build()
         .unwrap();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let log = FailingInit {
         broker: broker.clone(),
         id: "app-in-0".into(),
@@ -1563,7 +1563,7 @@ fn a_write_time_dead_letter_survives_an_aborted_transaction() {
         .to("length-updates", Utf8, DecimalI64);
     input.group_by_key(Utf8).count("counts");
     let topology = builder.build();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
     // The lengths' item: a first write rejects `boom`, the second writes it without; the
     // third (the count's) fails.

@@ -67,6 +67,10 @@ pub struct Log {
     pub fenced: u64,
     /// How the topics read back are partitioned (`None`: no topic is read back).
     pub partitioner: Option<Partitioner>,
+    /// The coordinator completes the transactions a step waits on at once (every marker
+    /// written, every offset materialised), for tests that drive invocations one by one;
+    /// otherwise the test decides when (`deliver_marker`, `materialise`).
+    pub auto_complete: bool,
 }
 
 pub enum Step<T> {
@@ -157,6 +161,18 @@ impl Log {
         }
     }
 
+    /// With `auto_complete`: writes every marker and materialises every offset.
+    fn complete_if_auto(&mut self) {
+        if self.auto_complete {
+            while !self.markers.is_empty() {
+                self.deliver_marker(0);
+            }
+            while !self.to_materialise.is_empty() {
+                self.materialise(0);
+            }
+        }
+    }
+
     pub fn timeout_abort(&mut self, tid: &str) {
         self.tids.get_mut(tid).unwrap().epoch += 1;
         self.end(tid, false);
@@ -208,12 +224,21 @@ impl Broker {
 
     /// Runs `step` until it is not blocked, yielding to the other tasks first and between
     /// attempts (every request is a point where a schedule can interleave or crash).
+    /// A broker whose coordinator completes transactions as soon as a step waits on them.
+    pub fn completing() -> Self {
+        let broker = Broker::default();
+        broker.log().auto_complete = true;
+        broker
+    }
+
     pub async fn run<T>(&self, mut step: impl FnMut(&mut Log) -> Step<T>) -> T {
         loop {
             tokio::task::yield_now().await;
-            if let Step::Done(t) = step(&mut self.log()) {
+            let mut log = self.log();
+            if let Step::Done(t) = step(&mut log) {
                 return t;
             }
+            log.complete_if_auto();
         }
     }
 
@@ -223,9 +248,11 @@ impl Broker {
     ) -> Result<T, TxnError> {
         loop {
             tokio::task::yield_now().await;
-            if let Step::Done(t) = step(&mut self.log())? {
+            let mut log = self.log();
+            if let Step::Done(t) = step(&mut log)? {
                 return Ok(t);
             }
+            log.complete_if_auto();
         }
     }
 }
