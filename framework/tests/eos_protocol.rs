@@ -867,13 +867,22 @@ fn run_schedules_with(
     seeds: std::ops::Range<u64>,
     control: Control,
 ) -> (Option<(u64, Vec<String>)>, u64, Stats) {
+    run_seeds(seeds, |seed| schedule(seed, control))
+}
+
+/// Runs `run` for each seed (one thread): the first seed with violations and them, the
+/// schedules that hit the step cap, the summed statistics.
+fn run_seeds<F: std::future::Future<Output = (Vec<String>, bool, Stats)>>(
+    seeds: std::ops::Range<u64>,
+    run: impl Fn(u64) -> F,
+) -> (Option<(u64, Vec<String>)>, u64, Stats) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     let mut total = Stats::default();
     let mut incomplete = 0;
     for seed in seeds {
-        let (violations, complete, stats) = rt.block_on(schedule(seed, control));
+        let (violations, complete, stats) = rt.block_on(run(seed));
         total.add(&stats);
         incomplete += u64::from(!complete);
         if !violations.is_empty() {
@@ -1160,15 +1169,9 @@ fn a_switch_from_at_least_once_keeps_closed_windows_closed() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(400);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let (mut total, mut incomplete) = (Stats::default(), 0);
-    for seed in 0..schedules {
-        let (violations, complete, stats) = rt.block_on(switch_schedule(seed));
-        total.add(&stats);
-        incomplete += u64::from(!complete);
-        assert!(violations.is_empty(), "seed {seed}: {violations:#?}");
+    let (failed, incomplete, total) = run_seeds(0..schedules, switch_schedule);
+    if let Some((seed, violations)) = failed {
+        panic!("seed {seed}: {violations:#?}");
     }
     eprintln!("{schedules} switches, {incomplete} incomplete (step cap): {total:?}");
     assert!(

@@ -119,24 +119,10 @@ struct Setup {
 }
 
 async fn produce(s: &Setup, records: impl Fn(i32) -> Vec<(String, i64)>) {
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer");
-    for p in 0..PARTITIONS {
-        for (key, t) in records(p) {
-            let record = rdkafka::producer::FutureRecord::<String, String>::to(&s.input)
-                .key(&key)
-                .payload(&key)
-                .partition(p)
-                .timestamp(t);
-            producer
-                .send(record, Duration::from_secs(10))
-                .await
-                .expect("produced");
-        }
-    }
+    let all: Vec<(i32, String, i64)> = (0..PARTITIONS)
+        .flat_map(|p| records(p).into_iter().map(move |(k, t)| (p, k, t)))
+        .collect();
+    produce_timed(&s.input, &all).await;
 }
 
 /// Runs the function with `output` guarantee over what the group has not consumed yet.
