@@ -241,6 +241,9 @@ fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> Kafka
     }
 }
 
+/// A batch's range of offsets (inclusive) per partition.
+type Batch = BTreeMap<TopicPartition, (i64, i64)>;
+
 /// Lambda's event source under the fault model (see the file's documentation): batches of
 /// `topology` over `start..ends` of each partition, built by `event`, until every partition
 /// is consumed (or the step cap).
@@ -252,7 +255,7 @@ struct FaultySource<'a> {
     start: BTreeMap<TopicPartition, i64>,
     /// Per partition, the offset after its last record.
     ends: BTreeMap<TopicPartition, i64>,
-    event: &'a dyn Fn(&BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent,
+    event: &'a dyn Fn(&Batch) -> KafkaEvent,
     options: BatchOptions,
 }
 

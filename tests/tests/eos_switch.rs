@@ -137,7 +137,7 @@ async fn run(s: &Setup, output: OutputGuarantee, faults: Faults) -> (u64, u64) {
             output,
             ..BatchOptions::default()
         })
-        .with_application_id(&format!("{}-app", s.table))
+        .with_application_id(format!("{}-app", s.table))
         .with_event_read_committed(true);
     let config = RunnerConfig {
         bootstrap_servers: bootstrap(),
