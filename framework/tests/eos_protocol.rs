@@ -213,7 +213,18 @@ fn long_value() -> String {
     "w".repeat(1600)
 }
 
-fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent {
+fn event(source: &Source, batch: &Batch) -> KafkaEvent {
+    event_of(batch, |tp, o| {
+        let (k, v) = &source[tp][o as usize];
+        (k.clone(), v.clone(), 1_000 + o)
+    })
+}
+
+/// The event of `batch`, each record's `(key, value, timestamp)` from `record`.
+fn event_of(
+    batch: &Batch,
+    record: impl Fn(&TopicPartition, i64) -> (String, String, i64),
+) -> KafkaEvent {
     KafkaEvent {
         source: EventSource::SelfManaged,
         bootstrap_servers: "memory".into(),
@@ -223,13 +234,13 @@ fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> Kafka
                 tp: tp.clone(),
                 records: (a..=b)
                     .map(|o| {
-                        let (k, v) = &source[tp][o as usize];
+                        let (k, v, timestamp) = record(tp, o);
                         Record {
                             offset: o,
-                            timestamp: 1_000 + o,
+                            timestamp,
                             timestamp_type: TimestampType::CreateTime,
-                            key: Some(Bytes::from(k.clone())),
-                            value: Some(Bytes::from(v.clone())),
+                            key: Some(Bytes::from(k)),
+                            value: Some(Bytes::from(v)),
                             headers: Vec::new(),
                             key_schema_metadata: None,
                             value_schema_metadata: None,
@@ -977,32 +988,11 @@ fn switch_source(rng: &mut StdRng) -> SwitchSource {
         .collect()
 }
 
-fn switch_event(source: &SwitchSource, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent {
-    KafkaEvent {
-        source: EventSource::SelfManaged,
-        bootstrap_servers: "memory".into(),
-        partitions: batch
-            .iter()
-            .map(|(tp, &(a, b))| PartitionRecords {
-                tp: tp.clone(),
-                records: (a..=b)
-                    .map(|o| {
-                        let (k, t) = &source[tp].0[o as usize];
-                        Record {
-                            offset: o,
-                            timestamp: *t,
-                            timestamp_type: TimestampType::CreateTime,
-                            key: Some(Bytes::from(k.clone())),
-                            value: Some(Bytes::from(k.clone())),
-                            headers: Vec::new(),
-                            key_schema_metadata: None,
-                            value_schema_metadata: None,
-                        }
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }
+fn switch_event(source: &SwitchSource, batch: &Batch) -> KafkaEvent {
+    event_of(batch, |tp, o| {
+        let (k, t) = &source[tp].0[o as usize];
+        (k.clone(), k.clone(), *t)
+    })
 }
 
 /// The reference, as Kafka Streams decides lateness: per partition in offset order, a
