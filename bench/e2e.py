@@ -121,6 +121,21 @@ def java(jar, cls, *args, timeout=600):
     return p.returncode, out, p.stderr
 
 
+def java_background(jar, cls, *args):
+    """Starts one of bench/kstreams' tools without waiting for it (see `java_wait`)."""
+    return subprocess.Popen(["java", "-cp", jar, f"dev.lambdastreams.bench.{cls}", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+
+def java_wait(p, timeout=600):
+    """Waits for a tool `java_background` started: its last JSON line; stops the benchmark
+    when it failed."""
+    out, err = p.communicate(timeout=timeout)
+    if p.returncode != 0:
+        raise SystemExit(f"error: {' '.join(p.args[3:4])} failed: {err.strip()[-2000:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def admin(jar, *args):
     rc, out, err = java(jar, "Admin", BOOTSTRAP, *args)
     if rc != 0:
@@ -185,29 +200,35 @@ def ensure_input(jar, topic, records, keys):
     return True
 
 
-def run_one(a, mode, c, index, input_topic, stamp):
-    run_id = f"bench-e2e-{stamp}-{mode}-{c.name}-{index}"
-    output = f"{run_id}-out"
-    admin(a.jar, "create", output, PARTITIONS)
-    state_dir = os.path.join(a.state_root, run_id)
+def kstreams_cmd(a, run_id, input_topic, output, mode, guarantee, state_dir):
+    """The Kafka Streams side (bench/kstreams) of one run."""
+    return ["java", *a.jvm_opts.split(), "-jar", a.jar, BOOTSTRAP, f"{run_id}-app", input_topic, output,
+            mode, guarantee, str(a.records), state_dir]
+
+
+def runner_env(input_topic, output, rust_log="warn"):
+    """The environment of a local runner run: the bench topologies' topics, and the
+    emulator's endpoint with dummy credentials (never the AWS default chain)."""
     env = dict(os.environ)
-    if c.side == "kstreams":
-        cmd = ["java", *a.jvm_opts.split(), "-jar", a.jar, BOOTSTRAP, f"{run_id}-app", input_topic, output,
-               mode, c.guarantee, str(a.records), state_dir]
-    else:
-        cmd = [a.runner, "run", "--function", f"bench-{mode}", "--state", c.state,
-               "--guarantee", c.guarantee, "--group-id", f"{run_id}-group", "--batch-size", str(a.batch_size),
-               "--until-caught-up", "--quiet", "--table", run_id]
-        env.update({
-            "BENCH_INPUT_TOPIC": input_topic,
-            "BENCH_OUTPUT_TOPIC": output,
-            "RUST_LOG": "warn",
-            "AWS_ENDPOINT_URL_DYNAMODB": DYNAMODB,
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        })
+    env.update({
+        "BENCH_INPUT_TOPIC": input_topic,
+        "BENCH_OUTPUT_TOPIC": output,
+        "RUST_LOG": rust_log,
+        "NO_COLOR": "1",
+        "AWS_ENDPOINT_URL_DYNAMODB": DYNAMODB,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    })
+    return env
+
+
+def measure(a, run_id, cmd, env):
+    """Runs `cmd` under /usr/bin/time -v: wall time, the load average and the shared
+    services' CPU (other engineers' tests included: an upper bound of what this run cost
+    them) around it, the process's CPU and peak RSS. Stops the benchmark when it fails.
+    Returns (the measures, the process's stdout, its stderr)."""
     load_before = loadavg()
     broker_before, emulator_before = cpu_seconds(a.broker_pid), cpu_seconds(a.emulator_pid)
     t0 = time.monotonic()
@@ -216,49 +237,96 @@ def run_one(a, mode, c, index, input_topic, stamp):
     wall = time.monotonic() - t0
     load_after = loadavg()
     broker_after, emulator_after = cpu_seconds(a.broker_pid), cpu_seconds(a.emulator_pid)
-    tv = time_v(p.stderr)
-    result = {
-        "mode": mode, "contender": c.name, "side": c.side, "guarantee": c.guarantee, "state": c.state,
-        "run": index, "run_id": run_id, "wall_s": wall, "loadavg_before": load_before, "loadavg_after": load_after,
-        "cpu_s": (tv["user_s"] or 0) + (tv["sys_s"] or 0), **tv,
-        # CPU of the shared services during the run (other engineers' tests included: an
-        # upper bound of what this run cost them).
-        "broker_cpu_s": None if broker_after is None else broker_after - broker_before,
-        "emulator_cpu_s": None if emulator_after is None else emulator_after - emulator_before,
-    }
     if p.returncode != 0:
         tail = "\n".join(p.stderr.strip().splitlines()[-30:])
         raise SystemExit(f"error: {run_id} exited with {p.returncode}:\n{tail}")
-    if c.side == "kstreams":
-        line = [l for l in p.stdout.splitlines() if l.startswith("{")][-1]
-        ks = json.loads(line)
-        result["records"] = ks["records"]
-        result["active_s"] = ks["seconds"]
-        result["kstreams"] = ks
-    else:
-        m = re.search(r"processed (\d+) records in (\d+) batches .*\(([\d.]+) s from the first record\)", p.stdout)
-        if not m:
-            raise SystemExit(f"error: no summary line from the runner:\n{p.stdout}\n{p.stderr[-2000:]}")
-        result["records"] = int(m.group(1))
-        result["batches"] = int(m.group(2))
-        result["active_s"] = float(m.group(3))
-    result["records_per_s"] = result["records"] / result["active_s"]
-    result["records_per_s_wall"] = a.records / wall
-    rc, verdict, err = java(a.jar, "Verify", BOOTSTRAP, output, mode, a.records, a.keys, timeout=1200)
+    tv = time_v(p.stderr)
+    return {
+        "run_id": run_id, "wall_s": wall, "loadavg_before": load_before, "loadavg_after": load_after,
+        "cpu_s": (tv["user_s"] or 0) + (tv["sys_s"] or 0), **tv,
+        "broker_cpu_s": None if broker_after is None else broker_after - broker_before,
+        "emulator_cpu_s": None if emulator_after is None else emulator_after - emulator_before,
+    }, p.stdout, p.stderr
+
+
+def side_results(side, out):
+    """Records, active seconds (and for lambda-streams batches and the latency per batch)
+    from a run's stdout: Kafka Streams' JSON line, or the local runner's summary lines."""
+    if side == "kstreams":
+        ks = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+        return {"records": ks["records"], "active_s": ks["seconds"], "kstreams": ks}
+    m = re.search(r"processed (\d+) records in (\d+) batches .*\(([\d.]+) s from the first record\)", out)
+    if not m:
+        raise SystemExit(f"error: no summary line from the runner:\n{out[-3000:]}")
+    r = {"records": int(m.group(1)), "batches": int(m.group(2)), "active_s": float(m.group(3))}
+    lat = re.search(r"invocation time per batch: p50 ([\d.]+) ms, p99 ([\d.]+) ms, max ([\d.]+) ms", out)
+    if lat:
+        r["batch_p50_ms"], r["batch_p99_ms"], r["batch_max_ms"] = map(float, lat.groups())
+    r["records_per_batch"] = r["records"] / max(r["batches"], 1)
+    return r
+
+
+def verify_and_clean(a, result, output, mode, records, keys, state_dir=None, table=None, prefix=None):
+    """Verifies `output` with bench/kstreams' Verify (read_committed), then removes the run's
+    topics (`prefix`, default the run id), state directory and table, before judging: a
+    failure leaves nothing behind but its report. Stops the benchmark on a wrong output."""
+    rc, verdict, err = java(a.jar, "Verify", BOOTSTRAP, output, mode, records, keys, timeout=1200)
     result["verify"] = verdict
-    # Clean up before judging, so that a failure leaves nothing behind but its report.
-    admin(a.jar, "delete-prefix", f"{run_id}-")
-    shutil.rmtree(state_dir, ignore_errors=True)
-    if c.state == "dynamodb":
-        dynamodb("DeleteTable", {"TableName": run_id})
+    admin(a.jar, "delete-prefix", f"{prefix or result['run_id']}-")
+    if state_dir:
+        shutil.rmtree(state_dir, ignore_errors=True)
+    if table:
+        dynamodb("DeleteTable", {"TableName": table})
     if rc != 0 or not verdict or not verdict.get("ok"):
-        raise SystemExit(f"error: WRONG OUTPUT in {run_id}: {verdict or err.strip()[-2000:]}")
-    if result["records"] != a.records:
-        raise SystemExit(f"error: {run_id} processed {result['records']} records, expected {a.records}")
+        raise SystemExit(f"error: WRONG OUTPUT in {result['run_id']}: {verdict or err.strip()[-2000:]}")
+    if result["records"] != records:
+        raise SystemExit(f"error: {result['run_id']} processed {result['records']} records, expected {records}")
+
+
+def run_one(a, mode, c, index, input_topic, stamp):
+    run_id = f"bench-e2e-{stamp}-{mode}-{c.name}-{index}"
+    output = f"{run_id}-out"
+    admin(a.jar, "create", output, PARTITIONS)
+    state_dir = os.path.join(a.state_root, run_id)
+    if c.side == "kstreams":
+        cmd, env = kstreams_cmd(a, run_id, input_topic, output, mode, c.guarantee, state_dir), dict(os.environ)
+    else:
+        cmd = [a.runner, "run", "--function", f"bench-{mode}", "--state", c.state,
+               "--guarantee", c.guarantee, "--group-id", f"{run_id}-group", "--batch-size", str(a.batch_size),
+               "--until-caught-up", "--quiet", "--table", run_id]
+        env = runner_env(input_topic, output)
+    measured, out, _ = measure(a, run_id, cmd, env)
+    result = {"mode": mode, "contender": c.name, "side": c.side, "guarantee": c.guarantee, "state": c.state,
+              "run": index, **measured, **side_results(c.side, out)}
+    result["records_per_s"] = result["records"] / result["active_s"]
+    result["records_per_s_wall"] = a.records / result["wall_s"]
+    verify_and_clean(a, result, output, mode, a.records, a.keys, state_dir,
+                     table=run_id if c.state == "dynamodb" else None)
     info(f"{mode:9} {c.name:28} run {index}: {result['records_per_s']:>10,.0f} records/s "
-         f"({result['active_s']:.2f} s active, {wall:.2f} s wall), CPU {result['cpu_s']:.2f} s, "
-         f"peak RSS {result['peak_rss_kib'] / 1024:.0f} MiB, load {load_before} -> {load_after}; verified")
+         f"({result['active_s']:.2f} s active, {result['wall_s']:.2f} s wall), CPU {result['cpu_s']:.2f} s, "
+         f"peak RSS {result['peak_rss_kib'] / 1024:.0f} MiB, load {result['loadavg_before']} -> "
+         f"{result['loadavg_after']}; verified")
     return result
+
+
+def machine():
+    """The machine's cores, CPU model, kernel and `uptime` (its load), for the results."""
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None)
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    return {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(), "uptime_start": uptime,
+            "loadavg_start": loadavg()}
+
+
+def write_results(out, doc, lines):
+    """Writes OUT.json (`doc`) and OUT.md (`lines`), and prints the table."""
+    with open(out + ".json", "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    md = "\n".join(lines) + "\n"
+    with open(out + ".md", "w") as f:
+        f.write(md)
+    print(md)
+    info(f"wrote {out}.json and {out}.md")
 
 
 def median_or_none(values):
@@ -313,10 +381,44 @@ def pinned_versions():
     return broker, streams
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def common_args(ap, out):
+    """The arguments bench/e2e.py and bench/eos.py share."""
     ap.add_argument("--runner", required=True)
     ap.add_argument("--jar", required=True)
+    ap.add_argument("--jvm-opts", default="-Xmx1g")
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--state-root", default=None)
+    ap.add_argument("--out", default=out)
+    ap.add_argument("--dynamodb", default=DYNAMODB,
+                    help="the emulator's endpoint (default: the one `scripts/services up` starts, "
+                         "dynoxide on a SQLite file); e.g. a second, in-memory dynoxide")
+
+
+def prepare(a):
+    """Absolute paths, the emulator's endpoint, and the shared services' pids (their CPU
+    per run is recorded)."""
+    set_dynamodb(a.dynamodb)
+    a.runner = os.path.abspath(a.runner)
+    a.jar = os.path.abspath(a.jar)
+    a.state_root = os.path.abspath(a.state_root or os.path.join(os.path.dirname(a.jar), "tmp"))
+    a.broker_pid = find_pid("kafka.Kafka ")
+    port = a.dynamodb.rsplit(":", 1)[-1].strip("/")
+    a.emulator_pid = find_pid(f"--port {port}") or find_pid("dynoxide serve")
+    info(f"broker pid {a.broker_pid}, emulator pid {a.emulator_pid} (their CPU per run is recorded)")
+
+
+def alternating(plan, runs):
+    """Every run goes through every contender of `plan`; the order rotates per run.
+    Yields (run index, contender)."""
+    for index in range(runs):
+        shift = index % len(plan)
+        for item in plan[shift:] + plan[:shift]:
+            yield index, item
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common_args(ap, "bench/results/e2e")
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--keys", type=int, default=10_000)
     ap.add_argument("--runs", type=int, default=3)
@@ -324,23 +426,9 @@ def main():
                     help="runs of the DynamoDB contenders (default: --runs); the emulator writes ~2,000 items/s")
     ap.add_argument("--batch-size", type=int, default=10_000)
     ap.add_argument("--only", default="", help="comma-separated MODE/NAME or NAME filters")
-    ap.add_argument("--jvm-opts", default="-Xmx1g")
-    ap.add_argument("--timeout", type=int, default=3600)
-    ap.add_argument("--state-root", default=None)
-    ap.add_argument("--out", default="bench/results/e2e")
-    ap.add_argument("--dynamodb", default=DYNAMODB,
-                    help="the emulator's endpoint (default: the one `scripts/services up` starts, "
-                         "dynoxide on a SQLite file); e.g. a second, in-memory dynoxide")
     a = ap.parse_args()
-    set_dynamodb(a.dynamodb)
-    a.runner = os.path.abspath(a.runner)
-    a.jar = os.path.abspath(a.jar)
-    a.state_root = os.path.abspath(a.state_root or os.path.join(os.path.dirname(a.jar), "tmp"))
+    prepare(a)
     only = [s for s in a.only.split(",") if s]
-    a.broker_pid = find_pid("kafka.Kafka ")
-    port = a.dynamodb.rsplit(":", 1)[-1].strip("/")
-    a.emulator_pid = find_pid(f"--port {port}") or find_pid("dynoxide serve")
-    info(f"broker pid {a.broker_pid}, emulator pid {a.emulator_pid} (their CPU per run is recorded)")
 
     def wanted(mode, c):
         return not only or any(o in (c.name, f"{mode}/{c.name}", mode) for o in only)
@@ -349,16 +437,13 @@ def main():
     input_topic = f"bench-e2e-input-{a.records}-{a.keys}"
     produced = ensure_input(a.jar, input_topic, a.records, a.keys)
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    load_start = loadavg()
+    host = machine()
     plan = [(mode, c) for mode in CONTENDERS for c in CONTENDERS[mode] if wanted(mode, c)]
     results = []
-    for index in range(a.runs):
-        # Alternate: every run goes through every contender; the order rotates per run.
-        shift = index % len(plan)
-        for mode, c in plan[shift:] + plan[:shift]:
-            if c.state == "dynamodb" and a.dynamodb_runs is not None and index >= a.dynamodb_runs:
-                continue
-            results.append(run_one(a, mode, c, index, input_topic, stamp))
+    for index, (mode, c) in alternating(plan, a.runs):
+        if c.state == "dynamodb" and a.dynamodb_runs is not None and index >= a.dynamodb_runs:
+            continue
+        results.append(run_one(a, mode, c, index, input_topic, stamp))
     med = summarize(results)
 
     ratios = []
@@ -372,13 +457,11 @@ def main():
                 "cpu_ratio": l["cpu_s"] / k["cpu_s"],
                 "rss_ratio": l["peak_rss_mib"] / k["peak_rss_mib"],
             })
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), None)
     broker_version, streams_version = pinned_versions()
     doc = {
         "benchmark": "end to end on the real broker: local runner vs Kafka Streams (issue 7, item 2)",
         "date": date,
-        "machine": {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
-                    "loadavg_start": load_start, "loadavg_end": loadavg()},
+        "machine": {**host, "loadavg_end": loadavg()},
         "versions": {"kafka_broker": broker_version, "kafka_streams": streams_version, "java": version(["java", "-version"]),
                      "rustc": version(["rustc", "--version"])},
         "setup": {"records": a.records, "keys": a.keys, "partitions": PARTITIONS, "input_topic": input_topic,
@@ -388,15 +471,11 @@ def main():
         "ratios": ratios,
         "runs": results,
     }
-    with open(a.out + ".json", "w") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-
     lines = [
         f"{a.records:,} records, {a.keys:,} keys, {PARTITIONS} partitions; {a.runs} run(s) per contender "
         f"({a.dynamodb_runs or a.runs} for the DynamoDB ones), "
-        f"alternating; lambda-streams batch size {a.batch_size:,}; medians. {os.cpu_count()} cores ({cpu}), "
-        f"load average {load_start} at the start, {loadavg()} at the end; {date}.",
+        f"alternating; lambda-streams batch size {a.batch_size:,}; medians. {host['nproc']} cores ({host['cpu']}), "
+        f"load average {host['loadavg_start']} at the start, {loadavg()} at the end; {date}.",
         "",
         "| mode | contender | guarantee | state | records/s (first record → done) | active s | wall s (process) | CPU s | peak RSS MiB | broker CPU s | emulator CPU s | load before → after (per run) |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -415,11 +494,7 @@ def main():
     for r in ratios:
         lines.append(f"| {r['mode']} | {r['lambda_streams']} | {r['kstreams']} | {r['throughput_ratio']:.2f}x | "
                      f"{r['wall_ratio']:.2f}x | {r['cpu_ratio']:.2f}x | {r['rss_ratio']:.2f}x | {r['note']} |")
-    md = "\n".join(lines) + "\n"
-    with open(a.out + ".md", "w") as f:
-        f.write(md)
-    print(md)
-    info(f"wrote {a.out}.json and {a.out}.md")
+    write_results(a.out, doc, lines)
 
 
 if __name__ == "__main__":

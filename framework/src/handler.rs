@@ -321,6 +321,7 @@ impl Handler {
             initialised = transactions.initialised,
             reused = transactions.reused,
             committed = transactions.committed,
+            seeded = transactions.seeded,
             skipped_outputs = transactions.skipped_outputs,
             uncommitted_records = transactions.uncommitted_records,
             "transactions committed"

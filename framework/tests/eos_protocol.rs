@@ -24,7 +24,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -250,7 +250,18 @@ fn long_value() -> String {
     "w".repeat(1600)
 }
 
-fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> KafkaEvent {
+fn event(source: &Source, batch: &Batch) -> KafkaEvent {
+    event_of(batch, |tp, o| {
+        let (k, v) = &source[tp][o as usize];
+        (k.clone(), v.clone(), 1_000 + o)
+    })
+}
+
+/// The event of `batch`, each record's `(key, value, timestamp)` from `record`.
+fn event_of(
+    batch: &Batch,
+    record: impl Fn(&TopicPartition, i64) -> (String, String, i64),
+) -> KafkaEvent {
     KafkaEvent {
         source: EventSource::SelfManaged,
         bootstrap_servers: "memory".into(),
@@ -260,13 +271,13 @@ fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> Kafka
                 tp: tp.clone(),
                 records: (a..=b)
                     .map(|o| {
-                        let (k, v) = &source[tp][o as usize];
+                        let (k, v, timestamp) = record(tp, o);
                         Record {
                             offset: o,
-                            timestamp: 1_000 + o,
+                            timestamp,
                             timestamp_type: TimestampType::CreateTime,
-                            key: Some(Bytes::from(k.clone())),
-                            value: Some(Bytes::from(v.clone())),
+                            key: Some(Bytes::from(k)),
+                            value: Some(Bytes::from(v)),
                             headers: Vec::new(),
                             key_schema_metadata: None,
                             value_schema_metadata: None,
@@ -275,6 +286,259 @@ fn event(source: &Source, batch: &BTreeMap<TopicPartition, (i64, i64)>) -> Kafka
                     .collect(),
             })
             .collect(),
+    }
+}
+
+/// A batch's range of offsets (inclusive) per partition.
+type Batch = BTreeMap<TopicPartition, (i64, i64)>;
+
+/// Lambda's event source under the fault model (see the file's documentation): batches of
+/// `topology` over `start..ends` of each partition, built by `event`, until every partition
+/// is consumed (or the step cap).
+struct FaultySource<'a> {
+    topology: &'a Arc<Topology>,
+    store: &'a Arc<dyn Store>,
+    broker: &'a Broker,
+    /// Per partition, the first offset to deliver (the event source's committed position).
+    start: BTreeMap<TopicPartition, i64>,
+    /// Per partition, the offset after its last record.
+    ends: BTreeMap<TopicPartition, i64>,
+    event: &'a dyn Fn(&Batch) -> KafkaEvent,
+    options: BatchOptions,
+}
+
+impl FaultySource<'_> {
+    /// Runs the schedule, then stops whatever still runs and lets the coordinator complete
+    /// every transaction. Returns whether every partition was consumed.
+    async fn run(&self, rng: &mut StdRng, stats: &mut Stats) -> bool {
+        let p_crash = [0.0, 0.01, 0.03][rng.random_range(0..3)];
+        let p_timeout = [0.02, 0.08][rng.random_range(0..2)];
+        let mut committed = self.start.clone();
+        let mut busy: BTreeMap<TopicPartition, usize> = BTreeMap::new();
+        // Warm containers: their output (and its cached producers), and whether one is busy.
+        let mut envs: Vec<(Arc<ExactlyOnceOutput>, bool, bool)> = Vec::new(); // (output, busy, alive)
+        let mut running: Vec<(usize, Invocation)> = Vec::new();
+        let mut next_id = 0usize;
+        let mut last_end: HashMap<(TopicPartition, i64), i64> = HashMap::new();
+        let mut complete = false;
+        for _ in 0..6_000 {
+            // Finished invocations.
+            let mut i = 0;
+            while i < running.len() {
+                if !running[i].1.handle.is_finished() {
+                    i += 1;
+                    continue;
+                }
+                let (id, inv) = running.remove(i);
+                let ok = inv.handle.await.unwrap().is_ok();
+                envs[inv.env].1 = false;
+                if ok {
+                    stats.successes += 1;
+                } else {
+                    stats.failures += 1;
+                }
+                if !inv.timed_out {
+                    for (tp, (_, b)) in &inv.batch {
+                        if ok {
+                            let c = committed.get_mut(tp).unwrap();
+                            *c = (*c).max(b + 1);
+                        }
+                        if busy.get(tp) == Some(&id) {
+                            busy.remove(tp);
+                        }
+                    }
+                }
+            }
+            let free: Vec<TopicPartition> = self
+                .ends
+                .iter()
+                .filter(|(tp, end)| !busy.contains_key(*tp) && committed[*tp] < **end)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            let done = free.is_empty()
+                && busy.is_empty()
+                && self.ends.iter().all(|(tp, end)| committed[tp] == *end);
+            {
+                let log = self.broker.log();
+                if done
+                    && running.is_empty()
+                    && log.markers.is_empty()
+                    && log.to_materialise.is_empty()
+                {
+                    complete = true;
+                    break;
+                }
+            }
+            // One action, weighted as in the model.
+            let ongoing = self.broker.log().ongoing();
+            let (markers, to_mat) = {
+                let log = self.broker.log();
+                (log.markers.len(), log.to_materialise.len())
+            };
+            let mut actions: Vec<(f64, u8, usize)> = Vec::new();
+            if !free.is_empty() {
+                actions.push((1.0, 0, 0));
+            }
+            for (k, (_, inv)) in running.iter().enumerate() {
+                actions.push((3.0, 1, k));
+                if !inv.timed_out {
+                    actions.push((p_timeout, 2, k));
+                }
+                actions.push((p_crash, 3, k));
+            }
+            if markers > 0 {
+                actions.push((1.0, 4, 0));
+            }
+            if to_mat > 0 {
+                actions.push((1.0, 5, 0));
+            }
+            if !ongoing.is_empty() {
+                actions.push((0.03, 6, 0));
+            }
+            if actions.is_empty() {
+                break;
+            }
+            let total: f64 = actions.iter().map(|a| a.0).sum();
+            let mut x = rng.random::<f64>() * total;
+            let mut chosen = actions[actions.len() - 1];
+            for a in &actions {
+                x -= a.0;
+                if x <= 0.0 {
+                    chosen = *a;
+                    break;
+                }
+            }
+            match chosen.1 {
+                0 => {
+                    let k = rng.random_range(1..=free.len());
+                    let mut picked = free.clone();
+                    while picked.len() > k {
+                        picked.remove(rng.random_range(0..picked.len()));
+                    }
+                    let mut batch = BTreeMap::new();
+                    for tp in picked {
+                        let a = committed[&tp];
+                        let end = self.ends[&tp] - 1;
+                        let b = end.min(a + rng.random_range(0..=3));
+                        if let Some(prev) = last_end.insert((tp.clone(), a), b)
+                            && prev != b
+                        {
+                            stats.shifted_retries += 1;
+                        }
+                        batch.insert(tp, (a, b));
+                    }
+                    if batch.len() > 1 {
+                        stats.multi_partition += 1;
+                    }
+                    let idle: Vec<usize> = (0..envs.len())
+                        .filter(|&e| envs[e].2 && !envs[e].1)
+                        .collect();
+                    let env = if !idle.is_empty() && rng.random_bool(0.7) {
+                        stats.reused_envs += 1;
+                        idle[rng.random_range(0..idle.len())]
+                    } else {
+                        envs.push((
+                            Arc::new(ExactlyOnceOutput::new("app", Arc::new(self.broker.clone()))),
+                            false,
+                            true,
+                        ));
+                        envs.len() - 1
+                    };
+                    envs[env].1 = true;
+                    let id = next_id;
+                    next_id += 1;
+                    for tp in batch.keys() {
+                        busy.insert(tp.clone(), id);
+                    }
+                    let event = (self.event)(&batch);
+                    let (output, topology, store, options) = (
+                        Arc::clone(&envs[env].0),
+                        Arc::clone(self.topology),
+                        Arc::clone(self.store),
+                        self.options.clone(),
+                    );
+                    let handle = tokio::spawn(async move {
+                        output
+                            .process(&topology, &event, store.as_ref(), &options)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| e.to_string())
+                    });
+                    stats.invocations += 1;
+                    running.push((
+                        id,
+                        Invocation {
+                            batch,
+                            env,
+                            timed_out: false,
+                            handle,
+                        },
+                    ));
+                }
+                1 => tokio::task::yield_now().await,
+                2 => {
+                    // The event source gives up waiting: the partitions go to a retry while
+                    // the invocation keeps running.
+                    let (id, inv) = &mut running[chosen.2];
+                    inv.timed_out = true;
+                    stats.zombies += 1;
+                    for tp in inv.batch.keys() {
+                        if busy.get(tp) == Some(id) {
+                            busy.remove(tp);
+                        }
+                    }
+                }
+                3 => {
+                    let (id, inv) = running.remove(chosen.2);
+                    inv.handle.abort();
+                    let _ = inv.handle.await;
+                    stats.crashes += 1;
+                    envs[inv.env].2 = false; // the container is gone, with its producers
+                    if !inv.timed_out {
+                        for tp in inv.batch.keys() {
+                            if busy.get(tp) == Some(&id) {
+                                busy.remove(tp);
+                            }
+                        }
+                    }
+                }
+                4 => {
+                    let mut log = self.broker.log();
+                    let i = rng.random_range(0..log.markers.len());
+                    log.deliver_marker(i);
+                }
+                5 => {
+                    let mut log = self.broker.log();
+                    let i = rng.random_range(0..log.to_materialise.len());
+                    log.materialise(i);
+                }
+                _ => {
+                    let tid = ongoing[rng.random_range(0..ongoing.len())].clone();
+                    self.broker.log().timeout_abort(&tid);
+                    stats.txn_timeouts += 1;
+                }
+            }
+        }
+        // Drain: stop whatever still runs; the coordinator times out open transactions and
+        // writes every marker.
+        for (_, inv) in running.drain(..) {
+            inv.handle.abort();
+            let _ = inv.handle.await;
+        }
+        {
+            let mut log = self.broker.log();
+            for tid in log.ongoing() {
+                log.timeout_abort(&tid);
+            }
+            while !log.markers.is_empty() {
+                log.deliver_marker(0);
+            }
+            while !log.to_materialise.is_empty() {
+                log.materialise(0);
+            }
+            stats.fenced = log.fenced;
+        }
+        complete
     }
 }
 
@@ -290,231 +554,20 @@ async fn schedule(seed: u64, control: Control) -> (Vec<String>, bool, Stats) {
         control => Arc::new(Weakened(MemoryStore::new(), control)),
     };
     let broker = Broker::default();
-    let p_crash = [0.0, 0.01, 0.03][rng.random_range(0..3)];
-    let p_timeout = [0.02, 0.08][rng.random_range(0..2)];
     let mut stats = Stats::default();
-    let mut committed: BTreeMap<TopicPartition, i64> =
-        source.keys().map(|tp| (tp.clone(), 0)).collect();
-    let mut busy: BTreeMap<TopicPartition, usize> = BTreeMap::new();
-    // Warm containers: their output (and its cached producers), and whether one is busy.
-    let mut envs: Vec<(Arc<ExactlyOnceOutput>, bool, bool)> = Vec::new(); // (output, busy, alive)
-    let mut running: Vec<(usize, Invocation)> = Vec::new();
-    let mut next_id = 0usize;
-    let mut last_end: HashMap<(TopicPartition, i64), i64> = HashMap::new();
-    let mut complete = false;
-    for _ in 0..6_000 {
-        // Finished invocations.
-        let mut i = 0;
-        while i < running.len() {
-            if !running[i].1.handle.is_finished() {
-                i += 1;
-                continue;
-            }
-            let (id, inv) = running.remove(i);
-            let ok = inv.handle.await.unwrap().is_ok();
-            envs[inv.env].1 = false;
-            if ok {
-                stats.successes += 1;
-            } else {
-                stats.failures += 1;
-            }
-            if !inv.timed_out {
-                for (tp, (_, b)) in &inv.batch {
-                    if ok {
-                        let c = committed.get_mut(tp).unwrap();
-                        *c = (*c).max(b + 1);
-                    }
-                    if busy.get(tp) == Some(&id) {
-                        busy.remove(tp);
-                    }
-                }
-            }
-        }
-        let free: Vec<TopicPartition> = source
+    let faults = FaultySource {
+        topology: &topology,
+        store: &store,
+        broker: &broker,
+        start: source.keys().map(|tp| (tp.clone(), 0)).collect(),
+        ends: source
             .iter()
-            .filter(|(tp, r)| !busy.contains_key(*tp) && committed[*tp] < r.len() as i64)
-            .map(|(tp, _)| tp.clone())
-            .collect();
-        let done = free.is_empty()
-            && busy.is_empty()
-            && source.iter().all(|(tp, r)| committed[tp] == r.len() as i64);
-        {
-            let log = broker.log();
-            if done && running.is_empty() && log.markers.is_empty() && log.to_materialise.is_empty()
-            {
-                complete = true;
-                break;
-            }
-        }
-        // One action, weighted as in the model.
-        let ongoing = broker.log().ongoing();
-        let (markers, to_mat) = {
-            let log = broker.log();
-            (log.markers.len(), log.to_materialise.len())
-        };
-        let mut actions: Vec<(f64, u8, usize)> = Vec::new();
-        if !free.is_empty() {
-            actions.push((1.0, 0, 0));
-        }
-        for (k, (_, inv)) in running.iter().enumerate() {
-            actions.push((3.0, 1, k));
-            if !inv.timed_out {
-                actions.push((p_timeout, 2, k));
-            }
-            actions.push((p_crash, 3, k));
-        }
-        if markers > 0 {
-            actions.push((1.0, 4, 0));
-        }
-        if to_mat > 0 {
-            actions.push((1.0, 5, 0));
-        }
-        if !ongoing.is_empty() {
-            actions.push((0.03, 6, 0));
-        }
-        if actions.is_empty() {
-            break;
-        }
-        let total: f64 = actions.iter().map(|a| a.0).sum();
-        let mut x = rng.random::<f64>() * total;
-        let mut chosen = actions[actions.len() - 1];
-        for a in &actions {
-            x -= a.0;
-            if x <= 0.0 {
-                chosen = *a;
-                break;
-            }
-        }
-        match chosen.1 {
-            0 => {
-                let k = rng.random_range(1..=free.len());
-                let mut picked = free.clone();
-                while picked.len() > k {
-                    picked.remove(rng.random_range(0..picked.len()));
-                }
-                let mut batch = BTreeMap::new();
-                for tp in picked {
-                    let a = committed[&tp];
-                    let end = source[&tp].len() as i64 - 1;
-                    let b = end.min(a + rng.random_range(0..=3));
-                    if let Some(prev) = last_end.insert((tp.clone(), a), b)
-                        && prev != b
-                    {
-                        stats.shifted_retries += 1;
-                    }
-                    batch.insert(tp, (a, b));
-                }
-                if batch.len() > 1 {
-                    stats.multi_partition += 1;
-                }
-                let idle: Vec<usize> = (0..envs.len())
-                    .filter(|&e| envs[e].2 && !envs[e].1)
-                    .collect();
-                let env = if !idle.is_empty() && rng.random_bool(0.7) {
-                    stats.reused_envs += 1;
-                    idle[rng.random_range(0..idle.len())]
-                } else {
-                    envs.push((
-                        Arc::new(ExactlyOnceOutput::new("app", Arc::new(broker.clone()))),
-                        false,
-                        true,
-                    ));
-                    envs.len() - 1
-                };
-                envs[env].1 = true;
-                let id = next_id;
-                next_id += 1;
-                for tp in batch.keys() {
-                    busy.insert(tp.clone(), id);
-                }
-                let event = event(&source, &batch);
-                let (output, topology, store, options) = (
-                    Arc::clone(&envs[env].0),
-                    Arc::clone(&topology),
-                    Arc::clone(&store),
-                    options_for(&source),
-                );
-                let handle = tokio::spawn(async move {
-                    output
-                        .process(&topology, &event, store.as_ref(), &options)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                });
-                stats.invocations += 1;
-                running.push((
-                    id,
-                    Invocation {
-                        batch,
-                        env,
-                        timed_out: false,
-                        handle,
-                    },
-                ));
-            }
-            1 => tokio::task::yield_now().await,
-            2 => {
-                // The event source gives up waiting: the partitions go to a retry while
-                // the invocation keeps running.
-                let (id, inv) = &mut running[chosen.2];
-                inv.timed_out = true;
-                stats.zombies += 1;
-                for tp in inv.batch.keys() {
-                    if busy.get(tp) == Some(id) {
-                        busy.remove(tp);
-                    }
-                }
-            }
-            3 => {
-                let (id, inv) = running.remove(chosen.2);
-                inv.handle.abort();
-                let _ = inv.handle.await;
-                stats.crashes += 1;
-                envs[inv.env].2 = false; // the container is gone, with its producers
-                if !inv.timed_out {
-                    for tp in inv.batch.keys() {
-                        if busy.get(tp) == Some(&id) {
-                            busy.remove(tp);
-                        }
-                    }
-                }
-            }
-            4 => {
-                let mut log = broker.log();
-                let i = rng.random_range(0..log.markers.len());
-                log.deliver_marker(i);
-            }
-            5 => {
-                let mut log = broker.log();
-                let i = rng.random_range(0..log.to_materialise.len());
-                log.materialise(i);
-            }
-            _ => {
-                let tid = ongoing[rng.random_range(0..ongoing.len())].clone();
-                broker.log().timeout_abort(&tid);
-                stats.txn_timeouts += 1;
-            }
-        }
-    }
-    // Drain: stop whatever still runs; the coordinator times out open transactions and
-    // writes every marker.
-    for (_, inv) in running.drain(..) {
-        inv.handle.abort();
-        let _ = inv.handle.await;
-    }
-    {
-        let mut log = broker.log();
-        for tid in log.ongoing() {
-            log.timeout_abort(&tid);
-        }
-        while !log.markers.is_empty() {
-            log.deliver_marker(0);
-        }
-        while !log.to_materialise.is_empty() {
-            log.materialise(0);
-        }
-        stats.fenced = log.fenced;
-    }
+            .map(|(tp, r)| (tp.clone(), r.len() as i64))
+            .collect(),
+        event: &|batch| event(&source, batch),
+        options: options_for(&source),
+    };
+    let complete = faults.run(&mut rng, &mut stats).await;
     // What each partition's next batch does: one more batch per partition, with no records
     // and no faults, emits the windows whose claims a fenced zombie made after the
     // partition's last batch (and finishes the committed ones).
@@ -1037,13 +1090,22 @@ fn run_schedules_with(
     seeds: std::ops::Range<u64>,
     control: Control,
 ) -> (Option<(u64, Vec<String>)>, u64, Stats) {
+    run_seeds(seeds, |seed| schedule(seed, control))
+}
+
+/// Runs `run` for each seed (one thread): the first seed with violations and them, the
+/// schedules that hit the step cap, the summed statistics.
+fn run_seeds<F: std::future::Future<Output = (Vec<String>, bool, Stats)>>(
+    seeds: std::ops::Range<u64>,
+    run: impl Fn(u64) -> F,
+) -> (Option<(u64, Vec<String>)>, u64, Stats) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
     let mut total = Stats::default();
     let mut incomplete = 0;
     for seed in seeds {
-        let (violations, complete, stats) = rt.block_on(schedule(seed, control));
+        let (violations, complete, stats) = rt.block_on(run(seed));
         total.add(&stats);
         incomplete += u64::from(!complete);
         if !violations.is_empty() {
@@ -1082,6 +1144,249 @@ fn every_output_is_seen_exactly_once_by_read_committed_under_the_fault_model() {
     );
 }
 
+// ------------------------------------------------------------------ switching from at-least-once
+
+/// The window size and grace of the switch's count, ms.
+const SWITCH_SIZE: i64 = 10;
+const SWITCH_GRACE: i64 = 5;
+
+/// A tumbling count per key (windows of 10 ms, grace 5 ms), emitted on update.
+fn switch_topology() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("in", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by(
+            lambda_streams::dsl::TimeWindows::of_size(std::time::Duration::from_millis(
+                SWITCH_SIZE as u64,
+            ))
+            .grace(std::time::Duration::from_millis(SWITCH_GRACE as u64)),
+        )
+        .count("switch")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("switch-updates", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// Per partition, `(key, timestamp)` records: time goes forward 0 to 4 ms a record, and one
+/// record in four goes back 5 to 30 ms (late when its window has closed); and the offset at
+/// which the function switches from at-least-once to exactly-once output (records before it
+/// ran at least once).
+type SwitchSource = BTreeMap<TopicPartition, (Vec<(String, i64)>, i64)>;
+
+fn switch_source(rng: &mut StdRng) -> SwitchSource {
+    (0..rng.random_range(2..=3))
+        .map(|p| {
+            let n = rng.random_range(4..=14);
+            let mut t = 1_000;
+            let records = (0..n)
+                .map(|_| {
+                    let key = ["a", "b"][rng.random_range(0..2)].to_owned();
+                    t += rng.random_range(0..=4);
+                    let time = if rng.random_bool(0.25) {
+                        t - rng.random_range(5..=30)
+                    } else {
+                        t
+                    };
+                    (key, time)
+                })
+                .collect();
+            let switch = rng.random_range(1..n);
+            (TopicPartition::new("in", p), (records, switch))
+        })
+        .collect()
+}
+
+fn switch_event(source: &SwitchSource, batch: &Batch) -> KafkaEvent {
+    event_of(batch, |tp, o| {
+        let (k, t) = &source[tp].0[o as usize];
+        (k.clone(), k.clone(), *t)
+    })
+}
+
+/// The reference, as Kafka Streams decides lateness: per partition in offset order, a
+/// record is late when its window's end + grace is at or before the highest timestamp read
+/// so far in the partition (its own included). The count per window (`<key>@<start>`).
+fn switch_reference(source: &SwitchSource) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for (records, _) in source.values() {
+        let mut stream_time = i64::MIN;
+        for (key, t) in records {
+            stream_time = stream_time.max(*t);
+            let start = t - t.rem_euclid(SWITCH_SIZE);
+            if start + SWITCH_SIZE + SWITCH_GRACE > stream_time {
+                *counts.entry(format!("{key}@{start}")).or_default() += 1;
+            }
+        }
+    }
+    counts
+}
+
+/// One switch: the records before each partition's switch offset run at least once
+/// (fault-free batches of 1 to 3 records, the partitions interleaved at random), the rest
+/// exactly once under the fault model, from the same store, with nothing in the shadow
+/// group. Then every window's state and the updates a `read_committed` reader sees must
+/// match the reference: versions after the at-least-once ones, each once and complete,
+/// the last one the reference's count.
+async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let source = switch_source(&mut rng);
+    let topology = Arc::new(switch_topology());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let before = lambda_streams::sink::MemorySink::new();
+    let mut position: BTreeMap<TopicPartition, i64> =
+        source.keys().map(|tp| (tp.clone(), 0)).collect();
+    loop {
+        let pending: Vec<&TopicPartition> = source
+            .iter()
+            .filter(|(tp, (_, switch))| position[*tp] < *switch)
+            .map(|(tp, _)| tp)
+            .collect();
+        let Some(&tp) = pending.get(rng.random_range(0..pending.len().max(1))) else {
+            break;
+        };
+        let a = position[tp];
+        let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
+        let event = switch_event(&source, &BTreeMap::from([(tp.clone(), (a, b))]));
+        topology
+            .process_with(&event, store.as_ref(), &before, &BatchOptions::default())
+            .await
+            .unwrap();
+        position.insert(tp.clone(), b + 1);
+    }
+    let broker = Broker::default();
+    let mut stats = Stats::default();
+    let complete = FaultySource {
+        topology: &topology,
+        store: &store,
+        broker: &broker,
+        start: position,
+        ends: source
+            .iter()
+            .map(|(tp, (r, _))| (tp.clone(), r.len() as i64))
+            .collect(),
+        event: &|batch| switch_event(&source, batch),
+        options: BatchOptions::default(),
+    }
+    .run(&mut rng, &mut stats)
+    .await;
+    if !complete {
+        return (Vec::new(), false, stats);
+    }
+    let version_of = |r: &OutputRecord| -> u64 {
+        std::str::from_utf8(r.header(VERSION_HEADER).unwrap_or_default())
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let text = |b: &Option<Vec<u8>>| {
+        String::from_utf8_lossy(b.as_deref().unwrap_or_default()).into_owned()
+    };
+    let mut at_switch: BTreeMap<String, u64> = BTreeMap::new();
+    if std::env::var("SWITCH_TRACE").is_ok() {
+        eprintln!("source {source:?}");
+    }
+    for r in before.records() {
+        if std::env::var("SWITCH_TRACE").is_ok() {
+            eprintln!(
+                "alo {:?} {:?} {:?}",
+                text(&r.key),
+                text(&r.value),
+                r.headers
+            );
+        }
+        let v = at_switch.entry(text(&r.key)).or_default();
+        *v = (*v).max(version_of(&r));
+    }
+    let mut after: BTreeMap<String, BTreeMap<u64, Vec<String>>> = BTreeMap::new();
+    for r in broker.log().committed_view("switch-updates") {
+        if std::env::var("SWITCH_TRACE").is_ok() {
+            eprintln!(
+                "committed {:?} {:?} {:?}",
+                text(&r.key),
+                text(&r.value),
+                r.headers
+            );
+        }
+        after
+            .entry(text(&r.key))
+            .or_default()
+            .entry(version_of(r))
+            .or_default()
+            .push(text(&r.value));
+    }
+    let mut state = BTreeMap::new();
+    for key in ["a", "b"] {
+        for (start, item) in store
+            .windows("switch", key.as_bytes(), 0, 10_000)
+            .await
+            .unwrap()
+        {
+            state.insert(format!("{key}@{start}"), item);
+        }
+    }
+    let reference = switch_reference(&source);
+    let mut violations = Vec::new();
+    let windows: BTreeSet<&String> = state.keys().chain(reference.keys()).collect();
+    for window in windows {
+        let want = reference.get(window).copied().unwrap_or(0);
+        let (value, version) = state.get(window).map_or((0, 0), |i| (i.value, i.version));
+        if value != want {
+            violations.push(format!("state of {window}: {value}, expected {want}"));
+        }
+        let first = at_switch.get(window).copied().unwrap_or(0) + 1;
+        let seen = after.remove(window).unwrap_or_default();
+        let versions: Vec<u64> = seen.keys().copied().collect();
+        if versions != (first..=version).collect::<Vec<u64>>() {
+            violations.push(format!(
+                "{window}: versions {versions:?} read_committed after the switch, expected \
+                 {first}..={version}"
+            ));
+        }
+        if let Some((v, values)) = seen.iter().find(|(_, values)| values.len() > 1) {
+            violations.push(format!("{window}: version {v} seen {values:?}"));
+        }
+        let last = seen.values().last().map(|v| v[0].clone());
+        if version >= first && last != Some(want.to_string()) {
+            violations.push(format!("{window}: last update {last:?}, expected {want}"));
+        }
+    }
+    violations.extend(
+        after
+            .keys()
+            .map(|w| format!("{w}: updates of a window with no state")),
+    );
+    (violations, true, stats)
+}
+
+/// A deployed windowed count switched from at-least-once to exactly-once output, with
+/// nothing in the shadow group: a partition's first batches under exactly-once output must
+/// decide lateness on the stream time the at-least-once batches reached (a record for a
+/// window closed before the switch stays out), and do so in every attempt, aborted first
+/// attempts and zombies included (an attempt's advance of the store's persisted time must
+/// not make a retry drop records whose updates it must produce again).
+#[test]
+fn a_switch_from_at_least_once_keeps_closed_windows_closed() {
+    let schedules: u64 = std::env::var("EOS_SCHEDULES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    let (failed, incomplete, total) = run_seeds(0..schedules, switch_schedule);
+    if let Some((seed, violations)) = failed {
+        panic!("seed {seed}: {violations:#?}");
+    }
+    eprintln!("{schedules} switches, {incomplete} incomplete (step cap): {total:?}");
+    assert!(
+        total.crashes > 0 && total.zombies > 0 && total.fenced > 0 && total.shifted_retries > 0,
+        "{total:?}"
+    );
+    assert!(
+        incomplete * 10 < schedules,
+        "{incomplete} of {schedules} incomplete"
+    );
+}
+
 /// An inner stream–stream join's pairs are accepted under exactly-once output: which
 /// records a record joins is decided in the join item's conditional write, and the pairs are
 /// kept in the item with the record that emits them, so a retry emits the same pairs in that
@@ -1117,7 +1422,7 @@ fn a_partial_batch_response_commits_the_progress_up_to_the_failed_record() {
         .enable_all()
         .build()
         .unwrap();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
     let store = MemoryStore::new();
     let topology = topology();
@@ -1213,7 +1518,7 @@ fn a_failed_initialisation_names_the_partition_and_keeps_the_others() {
         .enable_all()
         .build()
         .unwrap();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let log = FailingInit {
         broker: broker.clone(),
         id: "app-in-0".into(),
@@ -1496,7 +1801,7 @@ fn a_write_time_dead_letter_survives_an_aborted_transaction() {
         .to("length-updates", Utf8, DecimalI64);
     input.group_by_key(Utf8).count("counts");
     let topology = builder.build();
-    let broker = Broker::default();
+    let broker = Broker::completing();
     let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
     // The lengths' item: a first write rejects `boom`, the second writes it without; the
     // third (the count's) fails.

@@ -587,6 +587,27 @@ pub async fn produce_keyed(
     }
 }
 
+/// Produces `(partition, key, timestamp)` records to `topic`, in order, each with its key as
+/// its value (idempotent).
+pub async fn produce_timed(topic: &str, records: &[(i32, String, i64)]) {
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for (partition, key, timestamp) in records {
+        let record = FutureRecord::<String, String>::to(topic)
+            .key(key)
+            .payload(key)
+            .partition(*partition)
+            .timestamp(*timestamp);
+        producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .expect("produced");
+    }
+}
+
 /// The `local-runner` binary running `wordcount` from `input` to `output` in `group`, with
 /// its state in `table` on the emulator (batches of 20, a 20 ms window, no progress line).
 /// Built by `cargo run`, which execs the binary: `Child::kill` reaches the runner itself.

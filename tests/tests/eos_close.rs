@@ -166,24 +166,10 @@ async fn setup_shape(name: &str, shape: Shape) -> Setup {
             .await
             .expect("topic");
     }
-    let producer: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", servers)
-        .set("enable.idempotence", "true")
-        .create()
-        .expect("producer");
-    for p in 0..PARTITIONS {
-        for (key, t) in records(p) {
-            let record = rdkafka::producer::FutureRecord::<String, String>::to(&s.input)
-                .key(&key)
-                .payload(&key)
-                .partition(p)
-                .timestamp(t);
-            producer
-                .send(record, Duration::from_secs(10))
-                .await
-                .expect("produced");
-        }
-    }
+    let all: Vec<(i32, String, i64)> = (0..PARTITIONS)
+        .flat_map(|p| records(p).into_iter().map(move |(k, t)| (p, k, t)))
+        .collect();
+    produce_timed(&s.input, &all).await;
     create_table(&dynamo_client(), &s.table)
         .await
         .expect("table");

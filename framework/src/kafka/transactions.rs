@@ -188,6 +188,9 @@ pub struct TransactionReport {
     pub reused: u64,
     /// Transactions committed.
     pub committed: u64,
+    /// Partitions whose starting stream time was committed first, in a transaction of its
+    /// own (their first batch under exactly-once output; not counted in `committed`).
+    pub seeded: u64,
     /// Output records not produced because their source record's outputs were committed
     /// already (below the shadow offset).
     pub skipped_outputs: u64,
@@ -203,7 +206,9 @@ pub struct TransactionReport {
 /// reused across invocations of a warm container and initialised when there is none (a
 /// retry's initialisation fences a zombie's). Once every producer of the event is
 /// initialised, one stable read of the shadow group `<app>-eos` gives `s[tp]`, the
-/// offset up to which `tp`'s outputs are committed (then, for the topics given to
+/// offset up to which `tp`'s outputs are committed, with `tp`'s stream time as of it (a
+/// partition without any, in a windowed topology, first commits the stream time the store
+/// persisted, in a transaction of its own: see `seed_stream_times`; then, for the topics given to
 /// [`reread_committed`](Self::reread_committed), the batch is read again with
 /// `read_committed` and only what that finds is processed); the batch runs as ever (state written
 /// before producing), its outputs of records below `s[tp]` dropped and each other output
@@ -327,9 +332,8 @@ impl ExactlyOnceOutput {
                 });
             }
         };
-        // Nothing committed: no outputs, no attempt, no stream time yet (whatever an
-        // aborted attempt left in the store's clock).
-        let progress: Vec<(i64, ProgressMetadata)> = shadow
+        // Nothing committed: no outputs, no attempt, and the stream time to be seeded (2a).
+        let mut progress: Vec<(i64, ProgressMetadata)> = shadow
             .into_iter()
             .map(|s| match s {
                 Some(c) => (c.offset, ProgressMetadata::parse(&c.metadata)),
@@ -342,6 +346,17 @@ impl ExactlyOnceOutput {
                 ),
             })
             .collect();
+        // 2a. The partitions without committed progress: their starting stream time first.
+        match self
+            .seed_stream_times(topology, event, store, &producers, &mut progress)
+            .await
+        {
+            Ok(seeded) => report.seeded = seeded,
+            Err((fatal, e)) => {
+                self.give_up(&tps, &producers, fatal).await;
+                return Err(e);
+            }
+        }
         let committed_attempts: Vec<Option<String>> =
             progress.iter().map(|(_, m)| m.attempt.clone()).collect();
         let stream_times: Vec<StreamTime> = progress.iter().map(|(_, m)| m.stream_time).collect();
@@ -503,6 +518,85 @@ impl ExactlyOnceOutput {
             Some(e) => Err(e),
             None => Ok((outcome, report)),
         }
+    }
+
+    /// A partition whose progress the shadow group does not hold yet (its first batch under
+    /// exactly-once output: a new deployment, a switch from at-least-once output, or shadow
+    /// offsets that expired) starts from the stream time the store persisted: as far as
+    /// at-least-once batches read the partition, so that the windows they closed stay
+    /// closed. That time is committed first, with the batch's first offset, in a transaction
+    /// of its own and before anything is written: an aborted attempt moves the persisted
+    /// time past records its retry must process again (and would then drop as late), so
+    /// every later attempt takes the time from the shadow group, as for any committed
+    /// progress. Only for a topology that keeps stream time (a windowed one), once per
+    /// partition; the seed's attempt id is its own (it claims no window). Returns the
+    /// partitions seeded; on failure, the partition whose producer failed fatally (if one
+    /// did) and the error.
+    async fn seed_stream_times(
+        &self,
+        topology: &Topology,
+        event: &KafkaEvent,
+        store: &dyn Store,
+        producers: &[Arc<dyn TransactionalProducer>],
+        progress: &mut [(i64, ProgressMetadata)],
+    ) -> Result<u64, (Option<usize>, StreamError)> {
+        let unseeded: Vec<(usize, i64)> = event
+            .partitions
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| progress[*i].0 == i64::MIN)
+            .filter_map(|(i, batch)| batch.records.first().map(|r| (i, r.offset)))
+            .collect();
+        if unseeded.is_empty() || !topology.inner.windowed {
+            return Ok(0);
+        }
+        let clock = store.clock().await.map_err(|e| (None, e.into()))?;
+        let attempt = format!("{:032x}", rand::random::<u128>());
+        let group = self.group();
+        let seeds = futures::future::join_all(unseeded.iter().map(|&(i, first)| {
+            let tp = &event.partitions[i].tp;
+            let time = clock.partitions.get(tp).map_or(i64::MIN, |t| t.stream_time);
+            let metadata = ProgressMetadata::encode(&attempt, time);
+            let (p, group) = (&producers[i], group.as_str());
+            async move {
+                p.begin().await.map_err(|e| ("begin_transaction", e))?;
+                p.send_offset(group, tp, first, &metadata)
+                    .await
+                    .map_err(|e| ("send_offsets_to_transaction", e))?;
+                p.commit().await.map_err(|e| ("commit_transaction", e))?;
+                Ok::<_, (&str, TxnError)>((i, first, time))
+            }
+        }))
+        .await;
+        for (seed, &(i, _)) in seeds.into_iter().zip(&unseeded) {
+            match seed {
+                Ok((i, first, time)) => {
+                    progress[i] = (
+                        first,
+                        ProgressMetadata {
+                            attempt: Some(attempt.clone()),
+                            stream_time: StreamTime::Committed(time),
+                        },
+                    );
+                }
+                Err((step, e)) => {
+                    let tp = &event.partitions[i].tp;
+                    let fatal = e.fatal.then_some(i);
+                    return Err((
+                        fatal,
+                        StreamError::Transaction {
+                            tp: tp.clone(),
+                            transactional_id: self.transactional_id(tp),
+                            reason: format!(
+                                "{step} (committing the partition's starting stream time): {}",
+                                e.reason
+                            ),
+                        },
+                    ));
+                }
+            }
+        }
+        Ok(unseeded.len() as u64)
     }
 
     /// Aborts every transaction of the invocation; keeps the producers that aborted (not

@@ -6,8 +6,12 @@
 //!   (`CONCURRENT_TRANSACTIONS`); a coordinator timeout aborts and bumps the epoch;
 //! - `EndTxn` returns once the transaction is *prepared*; its markers are written later,
 //!   and the transactional offsets are materialised in the group after that (both when the
-//!   test says, in any order across transactions); an `OffsetFetch` with `require_stable`
-//!   waits while the partition has offsets pending;
+//!   test says, in any order across transactional ids); an `OffsetFetch` with
+//!   `require_stable` waits while the partition has offsets pending; a transactional id's
+//!   next transaction (or `init_transactions`) waits until its previous one is complete, its
+//!   offsets materialised included (Kafka's coordinator answers `CONCURRENT_TRANSACTIONS`
+//!   until every marker of the previous transaction, the offsets partition's too, is
+//!   written), so one producer's offset commits are materialised in order;
 //! - with a partitioner, the topics it partitions are read back per partition, and a
 //!   `read_committed` fetch of a range returns the offsets of committed transactions,
 //!   waiting while one in the range is open (the last stable offset).
@@ -63,6 +67,10 @@ pub struct Log {
     pub fenced: u64,
     /// How the topics read back are partitioned (`None`: no topic is read back).
     pub partitioner: Option<Partitioner>,
+    /// The coordinator completes the transactions a step waits on at once (every marker
+    /// written, every offset materialised), for tests that drive invocations one by one;
+    /// otherwise the test decides when (`deliver_marker`, `materialise`).
+    pub auto_complete: bool,
 }
 
 pub enum Step<T> {
@@ -89,8 +97,10 @@ impl Log {
             current: None,
             seq: 0,
         });
+        let completing = self.to_materialise.iter().any(|(key, _)| key.0 == tid);
         match t.status {
             Status::PrepareCommit | Status::PrepareAbort => Step::Blocked,
+            _ if completing => Step::Blocked,
             Status::Ongoing => {
                 t.epoch += 1;
                 self.end(tid, false);
@@ -114,9 +124,11 @@ impl Log {
                 t.epoch
             )));
         }
+        let completing = self.to_materialise.iter().any(|(key, _)| key.0 == tid);
         match t.status {
             Status::PrepareCommit | Status::PrepareAbort => Ok(Step::Blocked),
             Status::Ongoing => Ok(Step::Done(t.current.clone().unwrap())),
+            _ if completing => Ok(Step::Blocked),
             _ => {
                 t.seq += 1;
                 let key = (tid.to_owned(), epoch, t.seq);
@@ -145,6 +157,18 @@ impl Log {
                 && commit
             {
                 self.offsets.insert(gtp.clone(), offset);
+            }
+        }
+    }
+
+    /// With `auto_complete`: writes every marker and materialises every offset.
+    fn complete_if_auto(&mut self) {
+        if self.auto_complete {
+            while !self.markers.is_empty() {
+                self.deliver_marker(0);
+            }
+            while !self.to_materialise.is_empty() {
+                self.materialise(0);
             }
         }
     }
@@ -200,12 +224,21 @@ impl Broker {
 
     /// Runs `step` until it is not blocked, yielding to the other tasks first and between
     /// attempts (every request is a point where a schedule can interleave or crash).
+    /// A broker whose coordinator completes transactions as soon as a step waits on them.
+    pub fn completing() -> Self {
+        let broker = Broker::default();
+        broker.log().auto_complete = true;
+        broker
+    }
+
     pub async fn run<T>(&self, mut step: impl FnMut(&mut Log) -> Step<T>) -> T {
         loop {
             tokio::task::yield_now().await;
-            if let Step::Done(t) = step(&mut self.log()) {
+            let mut log = self.log();
+            if let Step::Done(t) = step(&mut log) {
                 return t;
             }
+            log.complete_if_auto();
         }
     }
 
@@ -215,9 +248,11 @@ impl Broker {
     ) -> Result<T, TxnError> {
         loop {
             tokio::task::yield_now().await;
-            if let Step::Done(t) = step(&mut self.log())? {
+            let mut log = self.log();
+            if let Step::Done(t) = step(&mut log)? {
                 return Ok(t);
             }
+            log.complete_if_auto();
         }
     }
 }
