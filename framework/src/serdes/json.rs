@@ -144,46 +144,76 @@ struct Scan {
     minus_zero: bool,
 }
 
-/// Bytes per step of [`scan`]: a block the compiler turns into SIMD compares (two AVX2
-/// registers, or four SSE2 ones).
+/// Bytes per step of [`scan`]: a block the compiler turns into SIMD compares (one AVX2
+/// register, or two SSE2 ones).
 const LANES: usize = 32;
 
 /// One pass over `json`, [`LANES`] bytes a step (the tail copied into a zeroed block).
 fn scan(json: &[u8]) -> Scan {
-    let (mut opens, mut flags) = (0, 0);
+    let mut lanes = Lanes::default();
     let mut at = 0;
     while let (Some(here), Some(next)) = (
         json[at..].first_chunk::<LANES>(),
         json.get(at + 1..).and_then(<[u8]>::first_chunk::<LANES>),
     ) {
-        scan_block(here, next, &mut opens, &mut flags);
+        lanes.add(here, next);
         at += LANES;
     }
     // At most LANES bytes are left (the loop stops when LANES + 1 are not).
     let mut tail = [0; LANES + 1];
     tail[..json.len() - at].copy_from_slice(&json[at..]);
     if let (Some(here), Some(next)) = (tail.first_chunk::<LANES>(), tail[1..].first_chunk()) {
-        scan_block(here, next, &mut opens, &mut flags);
+        lanes.add(here, next);
     }
-    Scan {
-        opens,
-        backslash: flags & 1 != 0,
-        minus_zero: flags & 2 != 0,
-    }
+    lanes.finish()
 }
 
-/// One block of [`scan`]: `next` is `here` one byte on. Written without branches, so that
-/// the compiler vectorises it.
-#[inline(always)]
-fn scan_block(here: &[u8; LANES], next: &[u8; LANES], opens: &mut usize, flags: &mut u8) {
-    let (mut block_opens, mut block_flags) = (0u8, 0u8);
-    for (&byte, &after) in here.iter().zip(next) {
-        block_opens += u8::from(byte == b'[') + u8::from(byte == b'{');
-        block_flags |=
-            u8::from(byte == b'\\') | (u8::from(byte == b'-') & u8::from(after == b'0')) << 1;
+/// [`scan`]'s counters, one per byte position of a block, summed only at the end (and every
+/// 255 blocks, before a `u8` could overflow), so that a block is a few SIMD instructions.
+#[derive(Default)]
+struct Lanes {
+    opens: [u8; LANES],
+    /// Bit 0: a `\`; bit 1: a `-` followed by `0`.
+    flags: [u8; LANES],
+    blocks: u8,
+    total_opens: usize,
+}
+
+impl Lanes {
+    /// One block: `next` is `here` one byte on. Without branches, so that it vectorises.
+    #[inline(always)]
+    fn add(&mut self, here: &[u8; LANES], next: &[u8; LANES]) {
+        for i in 0..LANES {
+            self.opens[i] += u8::from(here[i] == b'[') | u8::from(here[i] == b'{');
+            self.flags[i] |= u8::from(here[i] == b'\\')
+                | (u8::from(here[i] == b'-') & u8::from(next[i] == b'0')) << 1;
+        }
+        self.blocks += 1;
+        if self.blocks == u8::MAX {
+            self.sum_opens();
+        }
     }
-    *opens += usize::from(block_opens);
-    *flags |= block_flags;
+
+    fn sum_opens(&mut self) {
+        self.total_opens += self.opens.iter().map(|&n| usize::from(n)).sum::<usize>();
+        self.opens = [0; LANES];
+        self.blocks = 0;
+    }
+
+    fn finish(mut self) -> Scan {
+        self.sum_opens();
+        let flags = self
+            .flags
+            .as_chunks::<8>()
+            .0
+            .iter()
+            .fold(0, |all, eight| all | u64::from_ne_bytes(*eight));
+        Scan {
+            opens: self.total_opens,
+            backslash: flags & 0x0101_0101_0101_0101 != 0,
+            minus_zero: flags & 0x0202_0202_0202_0202 != 0,
+        }
+    }
 }
 
 /// Whether a `-0` in `json` may start a number whose value is zero (`-0`, `-0.00`, `-0e7`,
