@@ -38,9 +38,9 @@ use super::{Serde, SerdeError, non_null};
 /// Values are read with `sonic-rs` (SIMD; 1.4x fewer instructions than `serde_json` into a
 /// struct of ten fields, BENCHMARKS.md section 1) through the type's own `Deserialize`, so the
 /// same derive decides both, and `serde_json` stays the reference: a value on which the two
-/// could differ (negative zero, nesting 127 deep or more, a bad `\u` escape: the module docs of
-/// `framework/src/serdes/json.rs` say why), and any value `sonic-rs` refuses, is read by `serde_json`, whose result (a
-/// value, or its error) is the answer. So `Json<T>` returns what `serde_json::from_slice`
+/// could differ (negative zero, nesting 127 deep or more, a bad `\u` escape: the module docs
+/// of `framework/src/serdes/json.rs` say why), and any value `sonic-rs` refuses, is read by
+/// `serde_json`, whose result (a value, or its error) is the answer. So `Json<T>` returns what `serde_json::from_slice`
 /// returns, value for value and error for error, with the workspace's `serde_json` features
 /// (`float_roundtrip`: floats correctly rounded). Values are written with `serde_json`.
 ///
