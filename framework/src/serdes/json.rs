@@ -40,9 +40,9 @@ use super::{Serde, SerdeError, non_null};
 /// same derive decides both, and `serde_json` stays the reference: a value on which the two
 /// could differ (negative zero, nesting 127 deep or more, a bad `\u` escape: the module docs
 /// of `framework/src/serdes/json.rs` say why), and any value `sonic-rs` refuses, is read by
-/// `serde_json`, whose result (a value, or its error) is the answer. So `Json<T>` returns what `serde_json::from_slice`
-/// returns, value for value and error for error, with the workspace's `serde_json` features
-/// (`float_roundtrip`: floats correctly rounded). Values are written with `serde_json`.
+/// `serde_json`, whose result (a value, or its error) is the answer. So `Json<T>` returns what
+/// `serde_json::from_slice` returns, value for value and error for error, with the
+/// workspace's `serde_json` features (`float_roundtrip`: floats correctly rounded). Values are written with `serde_json`.
 ///
 /// `sonic-rs` picks its SIMD code at compile time: `cargo lambda build` compiles for
 /// `-C target-cpu=haswell` (AVX2, PCLMULQDQ, which every x86_64 Lambda host has), a plain
