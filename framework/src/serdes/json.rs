@@ -42,7 +42,8 @@ use super::{Serde, SerdeError, non_null};
 /// of `framework/src/serdes/json.rs` say why), and any value `sonic-rs` refuses, is read by
 /// `serde_json`, whose result (a value, or its error) is the answer. So `Json<T>` returns what
 /// `serde_json::from_slice` returns, value for value and error for error, with the
-/// workspace's `serde_json` features (`float_roundtrip`: floats correctly rounded). Values are written with `serde_json`.
+/// workspace's `serde_json` features (`float_roundtrip`: floats correctly rounded). Values
+/// are written with `serde_json`.
 ///
 /// `sonic-rs` picks its SIMD code at compile time: `cargo lambda build` compiles for
 /// `-C target-cpu=haswell` (AVX2, PCLMULQDQ, which every x86_64 Lambda host has), a plain
