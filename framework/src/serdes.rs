@@ -11,7 +11,7 @@
 //! | [`Utf8`] | `String` | UTF-8 text (Kafka's `StringSerde`) |
 //! | [`DecimalI64`] | `i64` | decimal text, `"42"` |
 //! | [`BigEndianI64`] | `i64` | 8 bytes, big-endian (Kafka's `LongSerde`) |
-//! | [`Json`] | any `T: Serialize + DeserializeOwned` | JSON (read with `sonic-rs`, `serde_json` the arbiter; written with `serde_json`) |
+//! | [`Json`] | any `T: Serialize + DeserializeOwned` | JSON (read as `serde_json` reads it, with `sonic-rs` where the two agree; written with `serde_json`) |
 //! | [`Unit`] | `()` | anything in, null out |
 //! | [`Nullable`] | `Option<T>` | null is `None` |
 //! | `schema::Avro`, `schema::Protobuf`, `schema::JsonSchema` | schema'd values | a schema registry's wire formats (module [`schema`], features `avro`, `protobuf`, `json-schema`) |
@@ -22,15 +22,14 @@
 
 use std::any::{Any, TypeId};
 use std::fmt;
-use std::marker::PhantomData;
 use std::sync::Arc;
-
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 pub use crate::event::SchemaMetadata;
 
+mod json;
 pub mod schema;
+
+pub use json::Json;
 
 /// Converts values of type `T` to Kafka bytes and back.
 ///
@@ -230,86 +229,6 @@ impl Serde<i64> for BigEndianI64 {
     }
 }
 
-/// JSON, for any type that derives `Serialize` and `Deserialize`.
-///
-/// Values are read with `sonic-rs` (SIMD; 1.4x fewer instructions than `serde_json` into a
-/// struct of ten fields, BENCHMARKS.md section 1) through the type's own `Deserialize`, so the
-/// same derive decides both. `serde_json` stays the arbiter: a value `sonic-rs` refuses is
-/// read again by `serde_json`, whose result (a value, or its error) is the answer, so no
-/// input that `serde_json` reads is refused and every error has `serde_json`'s wording.
-/// Values are written with `serde_json`.
-///
-/// A value that is not valid JSON for `T` is a [`SerdeError`] with `serde_json`'s message
-/// (line and column included); the framework adds the record's topic-partition and offset.
-///
-/// ```
-/// use lambda_streams::serdes::{Json, Serde};
-/// use serde::{Deserialize, Serialize};
-///
-/// #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-/// struct PageView { page: String, user: u64 }
-///
-/// let serde = Json::<PageView>::new();
-/// let view = PageView { page: "/home".into(), user: 7 };
-/// let bytes = serde.serialize(&view).unwrap();
-/// assert_eq!(bytes, br#"{"page":"/home","user":7}"#);
-/// assert_eq!(serde.deserialize(Some(&bytes)), Ok(view));
-/// let err = serde.deserialize(Some(br#"{"page":"/home"}"#)).unwrap_err();
-/// assert_eq!(err.to_string(), "invalid JSON: missing field `user` at line 1 column 16");
-/// ```
-pub struct Json<T>(PhantomData<fn() -> T>);
-
-impl<T> Json<T> {
-    /// The JSON serde of `T`.
-    pub fn new() -> Self {
-        Json(PhantomData)
-    }
-}
-
-impl<T> Default for Json<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T> Clone for Json<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for Json<T> {}
-
-impl<T> fmt::Debug for Json<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Json<{}>", std::any::type_name::<T>())
-    }
-}
-
-impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Json<T> {
-    /// Encodes `value`; `None` only if `serde_json` cannot encode it (a map with
-    /// non-string keys, or a failing `Serialize` implementation): the sinks call
-    /// [`try_serialize`](Serde::try_serialize), which reports that as an error.
-    fn serialize(&self, value: &T) -> Option<Vec<u8>> {
-        serde_json::to_vec(value).ok()
-    }
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        let bytes = non_null(data, "Json")?;
-        match sonic_rs::from_slice(bytes) {
-            Ok(value) => Ok(value),
-            // The arbiter: its value, or its error's wording.
-            Err(_) => {
-                serde_json::from_slice(bytes).map_err(|e| SerdeError(format!("invalid JSON: {e}")))
-            }
-        }
-    }
-    fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
-        serde_json::to_vec(value)
-            .map(Some)
-            .map_err(|e| SerdeError(format!("cannot encode as JSON: {e}")))
-    }
-}
-
 /// A side that is not read: deserializes anything (null included) to `()`, writes null.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Unit;
@@ -442,139 +361,6 @@ mod tests {
                 .unwrap_err()
                 .0
                 .contains("null")
-        );
-    }
-
-    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    struct Order {
-        id: u32,
-        items: Vec<String>,
-        note: Option<String>,
-    }
-
-    #[test]
-    fn json_round_trips_and_reports_bad_input() {
-        let serde = Json::<Order>::new();
-        let order = Order {
-            id: 3,
-            items: vec!["tea".into()],
-            note: None,
-        };
-        let bytes = br#"{"id":3,"items":["tea"],"note":null}"#;
-        assert_eq!(serde.serialize(&order), Some(bytes.to_vec()));
-        assert_eq!(serde.deserialize(Some(bytes)).unwrap(), order);
-        let err = serde.deserialize(Some(b"{\"id\":")).unwrap_err();
-        assert_eq!(
-            err.0,
-            "invalid JSON: EOF while parsing a value at line 1 column 6"
-        );
-        let err = serde
-            .deserialize(Some(br#"{"id":"x","items":[]}"#))
-            .unwrap_err();
-        assert!(
-            err.0
-                .starts_with("invalid JSON: invalid type: string \"x\", expected u32")
-        );
-        assert!(serde.deserialize(None).unwrap_err().0.contains("null"));
-        assert_eq!(
-            Nullable(Json::<Order>::new()).deserialize(None).unwrap(),
-            None
-        );
-    }
-
-    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct View {
-        user_id: String,
-        url: String,
-        referrer: Option<String>,
-        duration_ms: u32,
-        scroll_depth: f32,
-        ts: i64,
-        tags: Vec<String>,
-    }
-
-    use proptest::strategy::Strategy as _;
-
-    proptest::proptest! {
-        /// `Json` (sonic-rs, serde_json the arbiter) gives what serde_json alone gives, on
-        /// valid values and on every corruption of one: the same value, or the same error.
-        #[test]
-        fn json_reads_what_serde_json_reads(
-            user in "\\PC{0,12}",
-            url in "[a-z/\"\\\\\u{0}-\u{1f}é😀]{0,16}",
-            referrer in proptest::option::of("[a-z]{0,4}"),
-            duration_ms in proptest::prelude::any::<u32>(),
-            scroll_depth in proptest::prelude::any::<f32>().prop_filter("finite", |f| f.is_finite()),
-            ts in proptest::prelude::any::<i64>(),
-            tags in proptest::collection::vec("[a-z]{0,3}", 0..3),
-            cut in 0usize..200,
-            flip in proptest::option::of((0usize..200, proptest::prelude::any::<u8>())),
-        ) {
-            let view = View { user_id: user, url, referrer, duration_ms, scroll_depth, ts, tags };
-            let mut bytes = serde_json::to_vec(&view).unwrap();
-            let reference = |b: &[u8]| {
-                serde_json::from_slice::<View>(b).map_err(|e| format!("invalid JSON: {e}"))
-            };
-            let ours = |b: &[u8]| Json::<View>::new().deserialize(Some(b)).map_err(|e| e.0);
-            proptest::prop_assert_eq!(ours(&bytes), reference(&bytes));
-            proptest::prop_assert_eq!(ours(&bytes).unwrap(), view);
-            if let Some((at, byte)) = flip {
-                let at = at % bytes.len();
-                bytes[at] = byte;
-            }
-            bytes.truncate(bytes.len().saturating_sub(cut % 4 * (cut % 3)));
-            proptest::prop_assert_eq!(ours(&bytes), reference(&bytes));
-        }
-    }
-
-    #[test]
-    fn json_reads_what_serde_json_reads_at_the_edges() {
-        let ours = |b: &[u8]| Json::<View>::new().deserialize(Some(b)).map_err(|e| e.0);
-        let reference =
-            |b: &[u8]| serde_json::from_slice::<View>(b).map_err(|e| format!("invalid JSON: {e}"));
-        let base = r#"{"userId":"u","url":"/","referrer":null,"durationMs":1,"scrollDepth":0.5,"ts":-1,"tags":[]}"#;
-        for case in [
-            base.to_owned(),
-            base.replace("\"u\"", "\"\\ud83d\\ude00\""),
-            base.replace("\"u\"", "\"\\ud83d\""),
-            base.replace("0.5", "1e400"),
-            base.replace("0.5", "2.5e-46"),
-            base.replace(":1,", ":4294967296,"),
-            base.replace("-1", "-9223372036854775809"),
-            base.replace("\"ts\"", "\"ts\":1,\"ts\""),
-            base.replace("{", "{\"extra\":{\"a\":[1,{}]},"),
-            format!("{base} "),
-            format!("{base}x"),
-            format!(" \n{base}"),
-            base.replace("\"u\"", "\"\u{7f}\""),
-        ] {
-            assert_eq!(ours(case.as_bytes()), reference(case.as_bytes()), "{case}");
-        }
-        let control = base.replace("\"u\"", "\"\u{1}\"").into_bytes();
-        assert_eq!(ours(&control), reference(&control));
-        let mut latin1 = base.as_bytes().to_vec();
-        latin1[11] = 0xe9;
-        assert_eq!(ours(&latin1), reference(&latin1));
-    }
-
-    #[test]
-    fn json_encoding_failure_is_an_error_not_a_null() {
-        use std::collections::HashMap;
-        // JSON object keys must be strings: a map keyed by a tuple cannot be encoded.
-        let serde = Json::<HashMap<(u8, u8), u8>>::new();
-        let value = HashMap::from([((1, 2), 3)]);
-        assert_eq!(serde.serialize(&value), None);
-        assert!(
-            serde
-                .try_serialize(&value)
-                .unwrap_err()
-                .0
-                .starts_with("cannot encode as JSON: key must be a string")
-        );
-        assert_eq!(
-            Utf8.try_serialize(&"a".to_owned()).unwrap(),
-            Some(b"a".to_vec())
         );
     }
 
