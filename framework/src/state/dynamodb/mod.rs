@@ -15,10 +15,12 @@
 //! would break one is rejected, for the batch to treat as a poison record.
 //!
 //! The item layout and the update expressions are in `item.rs`, the aggregate cache in
-//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`.
+//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`, the lean
+//! request path of the writes in `lean.rs` (on its own HTTP/1.1 exchange, `http1.rs`).
 
 mod admin;
 mod cache;
+mod http1;
 mod item;
 mod lean;
 mod request;
