@@ -374,19 +374,22 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
         Framing::UntilClose
     };
     for header in response.headers.iter() {
-        let value = std::str::from_utf8(header.value).unwrap_or("").trim();
+        // Only the three headers read here are decoded.
+        let value = || std::str::from_utf8(header.value).unwrap_or("").trim();
         if header.name.eq_ignore_ascii_case("content-length") && body == Framing::UntilClose {
+            let value = value();
             let length = value
                 .parse()
                 .map_err(|_| format!("the response's content-length {value:?} is not a number"))?;
             body = Framing::Length(length);
         } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            let value = value();
             if !value.to_ascii_lowercase().ends_with("chunked") {
                 return Err(format!("the response's transfer-encoding {value:?}"));
             }
             body = Framing::Chunked;
         } else if header.name.eq_ignore_ascii_case("connection") {
-            for option in value.split(',').map(str::trim) {
+            for option in value().split(',').map(str::trim) {
                 if option.eq_ignore_ascii_case("close") {
                     keep_alive = false;
                 } else if option.eq_ignore_ascii_case("keep-alive") {

@@ -61,7 +61,7 @@ pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
 use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
-use request::{Returned, Update, Value, placeholder};
+use request::{Returned, Update, Value, placeholder, watermark_condition, watermark_set};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
 
@@ -500,7 +500,7 @@ impl DynamoStore {
                 request = request
                     .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                     .value(placeholder(":l", i), Value::N(*last));
-                set.push(Cow::Owned(format!("#w{i} = :l{i}")));
+                set.push(watermark_set(i));
             }
             request = match &stored {
                 Some(state) => request
@@ -618,7 +618,7 @@ impl DynamoStore {
     ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = Self::base_set(write);
-        let mut conditions = Vec::new();
+        let mut conditions: Vec<Cow<'static, str>> = Vec::new();
         let mut request = self.update(write, false).value(":d", Value::N(delta));
         // Under exactly-once output: the write's entry in the partition's single slot,
         // computed in the write (`v` and `ver` set, not added, so that the slot can
@@ -656,8 +656,8 @@ impl DynamoStore {
             if write.timestamp.is_some() {
                 add.push_str("#os4 = :mt, ");
             }
-            conditions.push("attribute_not_exists(#ob)".to_owned());
-            conditions.push("(attribute_not_exists(#os0) OR #os0 < :s)".to_owned());
+            conditions.push(Cow::Borrowed("attribute_not_exists(#ob)"));
+            conditions.push(Cow::Borrowed("(attribute_not_exists(#os0) OR #os0 < :s)"));
         }
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
@@ -665,14 +665,14 @@ impl DynamoStore {
                 .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                 .value(placeholder(":f", i), Value::N(first))
                 .value(placeholder(":l", i), Value::N(last));
-            set.push(Cow::Owned(format!("#w{i} = :l{i}")));
-            conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
+            set.push(watermark_set(i));
+            conditions.push(watermark_condition(i));
         }
         if write.timestamp.is_some() {
             // The newest record time only moves forward: a batch whose records are all
             // older than the window's newest is refused and written by the fallback (one
             // more request), which keeps the stored time.
-            conditions.push("(attribute_not_exists(#mt) OR #mt <= :mt)".to_owned());
+            conditions.push(Cow::Borrowed("(attribute_not_exists(#mt) OR #mt <= :mt)"));
         }
         let condition = conditions.join(" AND ");
         limits::check_expression(write, &condition)?;
