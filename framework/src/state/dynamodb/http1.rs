@@ -501,6 +501,65 @@ mod tests {
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
     }
 
+    /// A server whose first connection answers chunked and is then closed by the server
+    /// (without `Connection: close`), and whose second answers with a length: the second
+    /// request finds its pooled connection closed and is sent again on a new one.
+    #[tokio::test]
+    async fn a_pooled_connection_closed_by_the_server_is_replaced_at_once() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: http::Uri = format!("http://{}/", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let accepted = Arc::new(Mutex::new(0usize));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            let replies: [&[u8]; 2] = [
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+                b"HTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok",
+            ];
+            let mut held = Vec::new();
+            for reply in replies {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                *count.lock().unwrap() += 1;
+                let mut request = Vec::new();
+                while !request.ends_with(b"\r\n\r\n") {
+                    let mut byte = [0u8; 1];
+                    if socket.read(&mut byte).await.unwrap() == 0 {
+                        break;
+                    }
+                    request.push(byte[0]);
+                }
+                socket.write_all(reply).await.unwrap();
+                held.push(socket);
+                if held.len() == 1 {
+                    held.clear(); // the first connection closed by the server
+                }
+            }
+            std::future::pending::<()>().await;
+        });
+        let tls = crate::aws::rustls_client_config(crate::aws::TlsRoots::Compiled).unwrap();
+        let pool = Pool::new(Connector::new(&uri, tls, Duration::from_secs(3)).unwrap());
+        let request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n";
+        {
+            let response = pool.send(request).await.unwrap();
+            assert_eq!((response.status(), response.body()), (200, &b"abc"[..]));
+        }
+        assert_eq!(
+            pool.idle.lock().unwrap().len(),
+            1,
+            "kept for the next request"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let response = pool.send(request).await.unwrap();
+        assert_eq!((response.status(), response.body()), (201, &b"ok"[..]));
+        assert_eq!(
+            *accepted.lock().unwrap(),
+            2,
+            "a new connection for the second"
+        );
+    }
+
     #[test]
     fn chunked_bodies_are_decoded_in_place_once_complete() {
         let whole = b"HEAD5;x=y\r\nhello\r\n1\r\n \r\n5\r\nworld\r\n0\r\nt: v\r\n\r\n";

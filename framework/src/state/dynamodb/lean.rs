@@ -524,7 +524,7 @@ impl LeanClient {
             payload_hash,
         );
         out.extend_from_slice(b"\r\ncontent-length: ");
-        out.extend_from_slice(itoa(body.len()).as_ref());
+        super::request::decimal(&mut out, body.len() as u64, false);
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(body);
         out
@@ -534,27 +534,6 @@ impl LeanClient {
 /// Whether `text` can be written as a header value as it is: no control characters but tab.
 fn header_safe(text: &str) -> bool {
     text.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
-}
-
-/// The decimal digits of `n`.
-fn itoa(mut n: usize) -> impl AsRef<[u8]> {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    struct Digits([u8; 20], usize);
-    impl AsRef<[u8]> for Digits {
-        fn as_ref(&self) -> &[u8] {
-            &self.0[self.1..]
-        }
-    }
-    Digits(digits, at)
 }
 
 enum Attempt {

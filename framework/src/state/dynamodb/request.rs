@@ -347,7 +347,7 @@ impl<'a> Update<'a> {
 }
 
 /// Writes `n` (negative when `negative`) in decimal, without the formatting machinery.
-fn decimal(out: &mut Vec<u8>, mut n: u64, negative: bool) {
+pub(super) fn decimal(out: &mut Vec<u8>, mut n: u64, negative: bool) {
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
