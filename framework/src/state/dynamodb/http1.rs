@@ -411,7 +411,7 @@ fn parse_head(bytes: &[u8]) -> Result<Option<Head>, String> {
 
 /// Decodes the chunked body that starts at `at` in place (its data moved to `at..`), when it
 /// is complete: its length, and whether nothing follows it.
-fn dechunk(buffer: &mut Vec<u8>, at: usize) -> Result<Option<(usize, bool)>, String> {
+fn dechunk(buffer: &mut [u8], at: usize) -> Result<Option<(usize, bool)>, String> {
     let line_end = |from: usize, buffer: &[u8]| {
         memchr::memmem::find(&buffer[from..], b"\r\n").map(|i| from + i)
     };

@@ -319,7 +319,7 @@ impl LeanClient {
         let mut spent = 0.0;
         loop {
             attempt += 1;
-            let outcome = self.attempt(&body, &payload_hash).await;
+            let outcome = self.attempt(&body, payload_hash).await;
             let retry_cost = match &outcome {
                 Attempt::Done(_) => None,
                 Attempt::Retryable { transport, .. } => Some(if *transport { 10.0 } else { 5.0 }),
