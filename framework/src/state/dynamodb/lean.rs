@@ -8,9 +8,10 @@
 //! itself in the function's CPU, which is what a user pays for in Lambda. This path does
 //! only what a DynamoDB `UpdateItem` needs: the request body as the store wrote it (the
 //! store builds each write once and sends it either way, so both paths send the same
-//! request), the signing key derived once a day, one HTTP/1.1 request on a pooled
-//! connection, and of the response only the attributes the store reads
-//! ([`store_reads`]), in the SDK's own types. Everything else the store does (reads,
+//! request), the signing key and its HMAC state derived once a day, the canonical request
+//! hashed as it is written (never built as a string), one HTTP/1.1 request written whole
+//! on a kept-alive connection of its own pool (`http1.rs`), and of the response only the
+//! attributes the store reads ([`store_reads`]), in the SDK's own types. Everything else the store does (reads,
 //! queries, the closing index, table administration) stays on the SDK.
 //!
 //! # What it keeps of the SDK's behaviour
@@ -39,13 +40,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
+use super::http1::{Connector, Pool};
 use super::retry::RetrySettings;
 use crate::aws::TlsRoots;
 
@@ -98,11 +97,42 @@ pub struct LeanOutput {
     pub capacity_units: Option<f64>,
 }
 
-/// The signing key of one day and secret, derived once (four HMACs) instead of per request.
+/// The signing key of one day and secret, derived once (four HMACs) instead of per request,
+/// with the HMAC-SHA-256 state of the key's inner and outer pads: a signature then hashes
+/// only the string to sign and one block.
 struct SigningKey {
     day: String,
     secret: String,
-    key: Vec<u8>,
+    inner: Sha256,
+    outer: Sha256,
+}
+
+impl SigningKey {
+    fn new(day: &str, secret: &str, key: &[u8]) -> Self {
+        // HMAC (RFC 2104) with SHA-256's 64-byte blocks: a 32-byte key is zero-padded.
+        let mut block = [0u8; 64];
+        block[..key.len()].copy_from_slice(key);
+        let pad = |byte: u8| {
+            let mut padded = block;
+            padded.iter_mut().for_each(|b| *b ^= byte);
+            Sha256::new().chain_update(padded)
+        };
+        SigningKey {
+            day: day.to_owned(),
+            secret: secret.to_owned(),
+            inner: pad(0x36),
+            outer: pad(0x5c),
+        }
+    }
+
+    /// The hex HMAC-SHA-256 of the string to sign, fed by `message` into the inner hash.
+    fn sign(&self, message: impl FnOnce(&mut Sha256)) -> [u8; 64] {
+        let mut inner = self.inner.clone();
+        message(&mut inner);
+        let mut outer = self.outer.clone();
+        outer.update(inner.finalize());
+        hex_digest(&outer.finalize())
+    }
 }
 
 /// Credentials, until when they are used, and the signing key derived from them.
@@ -152,14 +182,14 @@ impl Budget {
 
 /// A DynamoDB client for `UpdateItem` only (see the module docs).
 pub struct LeanClient {
-    http: HttpClient<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+    pool: Pool,
     uri: http::Uri,
     host: String,
-    /// `host` as a header value, built once.
-    host_header: http::HeaderValue,
     region: String,
     provider: SharedCredentialsProvider,
-    credentials: tokio::sync::Mutex<Option<CachedCredentials>>,
+    credentials: Mutex<Option<CachedCredentials>>,
+    /// Held while the credentials are fetched, so that one request fetches them.
+    refreshing: tokio::sync::Mutex<()>,
     signing_key: Mutex<Option<Arc<SigningKey>>>,
     retry: RetrySettings,
     budget: Mutex<Budget>,
@@ -205,29 +235,21 @@ impl LeanClient {
             .path_and_query("/")
             .build()
             .map_err(|e| format!("DynamoDB endpoint {endpoint:?}: {e}"))?;
-        let mut connector = HttpConnector::new();
-        connector.enforce_http(false);
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        if !header_safe(&host) {
+            return Err(format!(
+                "DynamoDB endpoint {endpoint:?}: the host is not a header value"
+            ));
+        }
         let tls = crate::aws::rustls_client_config(roots)?;
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
-        let http = HttpClient::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(https);
-        let host_header = http::HeaderValue::from_str(&host)
-            .map_err(|e| format!("DynamoDB endpoint {endpoint:?}: {e}"))?;
+        let pool = Pool::new(Connector::new(&uri, tls, CONNECT_TIMEOUT)?);
         Ok(LeanClient {
-            http,
+            pool,
             uri,
-            host_header,
             host,
             region: region.to_owned(),
             provider,
-            credentials: tokio::sync::Mutex::new(None),
+            credentials: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
             signing_key: Mutex::new(None),
             retry,
             budget: Mutex::new(Budget::new(retry.retry_budget)),
@@ -290,13 +312,14 @@ impl LeanClient {
     /// Sends `body`, an `UpdateItem` request in DynamoDB's JSON 1.0 protocol, retried as
     /// the module docs say.
     pub async fn update_item(&self, body: Bytes) -> Result<LeanOutput, LeanError> {
-        let payload_hash = hex(&Sha256::digest(&body));
+        let payload_hash = hex_digest(&Sha256::digest(&body));
+        let payload_hash = std::str::from_utf8(&payload_hash).unwrap_or_default();
         let mut attempt = 0u32;
         // Tokens the retries of this request took: a success gives them back.
         let mut spent = 0.0;
         loop {
             attempt += 1;
-            let outcome = self.attempt(&body, &payload_hash).await;
+            let outcome = self.attempt(&body, payload_hash).await;
             let retry_cost = match &outcome {
                 Attempt::Done(_) => None,
                 Attempt::Retryable { transport, .. } => Some(if *transport { 10.0 } else { 5.0 }),
@@ -354,38 +377,25 @@ impl LeanClient {
             Ok(credentials) => credentials,
             Err(e) => return Attempt::Done(Err(LeanError::Transport(e))),
         };
-        let now = SystemTime::now();
-        let request = match self.signed_request(body.clone(), payload_hash, &credentials, now) {
-            Ok(request) => request,
-            Err(e) => return Attempt::Done(Err(LeanError::Transport(e))),
-        };
-        let response = match self.http.request(request).await {
+        let request = self.request(body, payload_hash, &credentials, SystemTime::now());
+        let response = match self.pool.send(&request).await {
             Ok(response) => response,
             Err(e) => {
                 return Attempt::Retryable {
-                    error: LeanError::Transport(describe_transport(&self.uri, &e)),
-                    transport: true,
-                };
-            }
-        };
-        let status = response.status();
-        let bytes = match response.into_body().collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) => {
-                return Attempt::Retryable {
                     error: LeanError::Transport(format!(
-                        "DynamoDB request to {}: reading the response: {e}",
-                        self.uri
+                        "DynamoDB request to {} failed: {}",
+                        self.uri, e.text
                     )),
                     transport: true,
                 };
             }
         };
-        if status.is_success() {
-            return Attempt::Done(parse_output(&bytes).map_err(LeanError::Transport));
+        let (status, bytes) = (response.status(), response.body());
+        if (200..300).contains(&status) {
+            return Attempt::Done(parse_output(bytes).map_err(LeanError::Transport));
         }
-        let error = parse_error(status, &bytes);
-        let retryable = status.is_server_error()
+        let error = parse_error(status, bytes);
+        let retryable = status >= 500
             || matches!(&error, LeanError::Service { code, .. } if is_retryable_code(code));
         if retryable {
             Attempt::Retryable {
@@ -399,28 +409,53 @@ impl LeanClient {
 
     /// The credentials to sign with, from the cache or the provider.
     async fn credentials(&self) -> Result<Credentials, String> {
-        let mut cached = self.credentials.lock().await;
-        if let Some(entry) = cached.as_ref()
-            && Instant::now() < entry.refresh_at
-        {
-            return Ok(entry.credentials.clone());
+        if let Some(credentials) = self.cached_credentials() {
+            return Ok(credentials);
+        }
+        let _refreshing = self.refreshing.lock().await;
+        if let Some(credentials) = self.cached_credentials() {
+            return Ok(credentials); // fetched while this request waited
         }
         let credentials = self
             .provider
             .provide_credentials()
             .await
             .map_err(|e| format!("DynamoDB: no credentials: {e}"))?;
+        // They are written into the request's head as they are.
+        if !header_safe(credentials.access_key_id())
+            || !credentials.session_token().is_none_or(header_safe)
+        {
+            return Err(
+                "DynamoDB: the credentials' access key or session token holds control characters"
+                    .to_owned(),
+            );
+        }
         let lifetime = credentials
             .expiry()
             .and_then(|at| at.duration_since(SystemTime::now()).ok())
             .map_or(CREDENTIALS_WITHOUT_EXPIRY, |left| {
                 left.saturating_sub(CREDENTIALS_REFRESH_MARGIN)
             });
-        *cached = Some(CachedCredentials {
+        *self
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(CachedCredentials {
             credentials: credentials.clone(),
             refresh_at: Instant::now() + lifetime,
         });
         Ok(credentials)
+    }
+
+    /// The cached credentials, unless they are due for a refresh.
+    fn cached_credentials(&self) -> Option<Credentials> {
+        let cached = self
+            .credentials
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        cached
+            .as_ref()
+            .filter(|entry| Instant::now() < entry.refresh_at)
+            .map(|entry| entry.credentials.clone())
     }
 
     /// The signing key of `day` for `secret`, derived once.
@@ -432,74 +467,73 @@ impl LeanClient {
         match slot.as_ref() {
             Some(key) if key.day == day && key.secret == secret => Arc::clone(key),
             _ => {
-                let key = Arc::new(SigningKey {
-                    day: day.to_owned(),
-                    secret: secret.to_owned(),
-                    key: aws_sigv4::sign::v4::generate_signing_key(
+                let key = Arc::new(SigningKey::new(
+                    day,
+                    secret,
+                    aws_sigv4::sign::v4::generate_signing_key(
                         secret,
                         now,
                         &self.region,
                         "dynamodb",
                     )
-                    .as_ref()
-                    .to_vec(),
-                });
+                    .as_ref(),
+                ));
                 *slot = Some(Arc::clone(&key));
                 key
             }
         }
     }
 
-    /// The `UpdateItem` request with its SigV4 `Authorization` header.
-    fn signed_request(
+    /// The `UpdateItem` request as HTTP/1.1 bytes (head and body), signed with SigV4.
+    /// The host was checked when the client was made, the credentials when they were
+    /// fetched, and the other values are this client's own: no header needs checking here.
+    fn request(
         &self,
-        body: Bytes,
+        body: &[u8],
         payload_hash: &str,
         credentials: &Credentials,
         now: SystemTime,
-    ) -> Result<http::Request<Full<Bytes>>, String> {
-        let (day, stamp) = amz_date(now);
+    ) -> Vec<u8> {
+        let date = amz_date(now);
+        let (day, stamp) = (date.day(), date.stamp());
         let token = credentials.session_token();
-        let key = self.signing_key(&day, credentials.secret_access_key(), now);
-        let authorization = authorization(
+        let key = self.signing_key(day, credentials.secret_access_key(), now);
+        let mut out = Vec::with_capacity(body.len() + 480 + token.map_or(0, str::len));
+        out.extend_from_slice(b"POST / HTTP/1.1\r\nhost: ");
+        out.extend_from_slice(self.host.as_bytes());
+        out.extend_from_slice(b"\r\ncontent-type: ");
+        out.extend_from_slice(CONTENT_TYPE.as_bytes());
+        out.extend_from_slice(b"\r\nx-amz-target: ");
+        out.extend_from_slice(UPDATE_ITEM_TARGET.as_bytes());
+        out.extend_from_slice(b"\r\nx-amz-date: ");
+        out.extend_from_slice(stamp.as_bytes());
+        if let Some(token) = token {
+            out.extend_from_slice(b"\r\nx-amz-security-token: ");
+            out.extend_from_slice(token.as_bytes());
+        }
+        out.extend_from_slice(b"\r\nauthorization: ");
+        authorization(
+            &mut out,
             &self.host,
             &self.region,
-            &stamp,
-            &day,
+            stamp,
+            day,
             credentials.access_key_id(),
             token,
-            &key.key,
+            &key,
             payload_hash,
         );
-        // Names and constant values from static strings, the host's value built once: no
-        // header is parsed per request.
-        let value = |text: String| {
-            http::HeaderValue::try_from(text).map_err(|e| format!("a request header: {e}"))
-        };
-        let mut request = http::Request::new(Full::new(body));
-        *request.method_mut() = http::Method::POST;
-        *request.uri_mut() = self.uri.clone();
-        let headers = request.headers_mut();
-        headers.reserve(6);
-        headers.insert(http::header::HOST, self.host_header.clone());
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static(CONTENT_TYPE),
-        );
-        headers.insert(
-            http::HeaderName::from_static("x-amz-target"),
-            http::HeaderValue::from_static(UPDATE_ITEM_TARGET),
-        );
-        headers.insert(http::HeaderName::from_static("x-amz-date"), value(stamp)?);
-        headers.insert(http::header::AUTHORIZATION, value(authorization)?);
-        if let Some(token) = token {
-            headers.insert(
-                http::HeaderName::from_static("x-amz-security-token"),
-                value(token.to_owned())?,
-            );
-        }
-        Ok(request)
+        out.extend_from_slice(b"\r\ncontent-length: ");
+        super::request::decimal(&mut out, body.len() as u64, false);
+        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(body);
+        out
     }
+}
+
+/// Whether `text` can be written as a header value as it is: no control characters but tab.
+fn header_safe(text: &str) -> bool {
+    text.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 
 enum Attempt {
@@ -522,74 +556,87 @@ fn is_retryable_code(code: &str) -> bool {
     )
 }
 
-/// The SigV4 `Authorization` header value of an `UpdateItem` POST to `/` with the headers
-/// this client sends.
+/// Writes the SigV4 `Authorization` header value of an `UpdateItem` POST to `/` with the
+/// headers this client sends into `out`. The canonical request is hashed as it is written
+/// and the string to sign fed to the key's HMAC state: neither is built as a string.
 #[allow(clippy::too_many_arguments)]
 fn authorization(
+    out: &mut Vec<u8>,
     host: &str,
     region: &str,
     stamp: &str,
     day: &str,
     access_key: &str,
     token: Option<&str>,
-    signing_key: &[u8],
+    key: &SigningKey,
     payload_hash: &str,
-) -> String {
+) {
     let signed_headers = if token.is_some() {
         SIGNED_HEADERS_WITH_TOKEN
     } else {
         SIGNED_HEADERS
     };
-    let mut canonical = String::with_capacity(320);
-    canonical.push_str("POST\n/\n\ncontent-type:");
-    canonical.push_str(CONTENT_TYPE);
-    canonical.push_str("\nhost:");
-    canonical.push_str(host);
-    canonical.push_str("\nx-amz-date:");
-    canonical.push_str(stamp);
+    let mut canonical = Sha256::new();
+    canonical.update(b"POST\n/\n\ncontent-type:");
+    canonical.update(CONTENT_TYPE);
+    canonical.update(b"\nhost:");
+    canonical.update(host);
+    canonical.update(b"\nx-amz-date:");
+    canonical.update(stamp);
     if let Some(token) = token {
-        canonical.push_str("\nx-amz-security-token:");
-        canonical.push_str(token.trim());
+        canonical.update(b"\nx-amz-security-token:");
+        canonical.update(token.trim());
     }
-    canonical.push_str("\nx-amz-target:");
-    canonical.push_str(UPDATE_ITEM_TARGET);
-    canonical.push_str("\n\n");
-    canonical.push_str(signed_headers);
-    canonical.push('\n');
-    canonical.push_str(payload_hash);
-    let mut string_to_sign = String::with_capacity(160);
-    string_to_sign.push_str("AWS4-HMAC-SHA256\n");
-    string_to_sign.push_str(stamp);
-    string_to_sign.push('\n');
-    push_scope(&mut string_to_sign, day, region);
-    string_to_sign.push('\n');
-    push_hex(&mut string_to_sign, &Sha256::digest(canonical.as_bytes()));
-    let signature =
-        aws_sigv4::sign::v4::calculate_signature(signing_key, string_to_sign.as_bytes());
-    let mut header = String::with_capacity(
-        100 + access_key.len() + region.len() + signed_headers.len() + signature.len(),
-    );
-    header.push_str("AWS4-HMAC-SHA256 Credential=");
-    header.push_str(access_key);
-    header.push('/');
-    push_scope(&mut header, day, region);
-    header.push_str(", SignedHeaders=");
-    header.push_str(signed_headers);
-    header.push_str(", Signature=");
-    header.push_str(&signature);
-    header
+    canonical.update(b"\nx-amz-target:");
+    canonical.update(UPDATE_ITEM_TARGET);
+    canonical.update(b"\n\n");
+    canonical.update(signed_headers);
+    canonical.update(b"\n");
+    canonical.update(payload_hash);
+    let canonical = hex_digest(&canonical.finalize());
+    let signature = key.sign(|mac| {
+        mac.update(b"AWS4-HMAC-SHA256\n");
+        mac.update(stamp);
+        mac.update(b"\n");
+        scope(day, region, |part| mac.update(part));
+        mac.update(b"\n");
+        mac.update(canonical);
+    });
+    out.extend_from_slice(b"AWS4-HMAC-SHA256 Credential=");
+    out.extend_from_slice(access_key.as_bytes());
+    out.push(b'/');
+    scope(day, region, |part| out.extend_from_slice(part));
+    out.extend_from_slice(b", SignedHeaders=");
+    out.extend_from_slice(signed_headers.as_bytes());
+    out.extend_from_slice(b", Signature=");
+    out.extend_from_slice(&signature);
 }
 
-/// The credential scope: `<day>/<region>/dynamodb/aws4_request`.
-fn push_scope(out: &mut String, day: &str, region: &str) {
-    out.push_str(day);
-    out.push('/');
-    out.push_str(region);
-    out.push_str("/dynamodb/aws4_request");
+/// The credential scope, `<day>/<region>/dynamodb/aws4_request`, in parts.
+fn scope(day: &str, region: &str, mut write: impl FnMut(&[u8])) {
+    write(day.as_bytes());
+    write(b"/");
+    write(region.as_bytes());
+    write(b"/dynamodb/aws4_request");
 }
 
-/// `(YYYYMMDD, YYYYMMDD'T'HHMMSS'Z')` of `time` in UTC.
-fn amz_date(time: SystemTime) -> (String, String) {
+/// A request's time as SigV4 writes it: `YYYYMMDD'T'HHMMSS'Z'` in UTC.
+struct AmzDate([u8; 16]);
+
+impl AmzDate {
+    /// `YYYYMMDD`.
+    fn day(&self) -> &str {
+        std::str::from_utf8(&self.0[..8]).unwrap_or_default()
+    }
+
+    /// `YYYYMMDD'T'HHMMSS'Z'`.
+    fn stamp(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+/// The [`AmzDate`] of `time`.
+fn amz_date(time: SystemTime) -> AmzDate {
     let seconds = time.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
     let (days, of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
@@ -602,50 +649,32 @@ fn amz_date(time: SystemTime) -> (String, String) {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    // Digits written by hand: this runs once per request.
-    let digits = |out: &mut String, n: i64, width: u32| {
-        for place in (0..width).rev() {
-            let digit = (n / 10i64.pow(place)).rem_euclid(10) as u8;
-            out.push(char::from(b'0' + digit));
+    let mut text = *b"00000000T000000Z";
+    let mut digits = |at: usize, n: i64, width: usize| {
+        let mut n = n;
+        for place in (at..at + width).rev() {
+            text[place] = b'0' + n.rem_euclid(10) as u8;
+            n /= 10;
         }
     };
-    let mut date = String::with_capacity(8);
-    digits(&mut date, year, 4);
-    digits(&mut date, month, 2);
-    digits(&mut date, day, 2);
-    let mut stamp = String::with_capacity(16);
-    stamp.push_str(&date);
-    stamp.push('T');
-    digits(&mut stamp, of_day / 3600, 2);
-    digits(&mut stamp, of_day / 60 % 60, 2);
-    digits(&mut stamp, of_day % 60, 2);
-    stamp.push('Z');
-    (date, stamp)
+    digits(0, year, 4);
+    digits(4, month, 2);
+    digits(6, day, 2);
+    digits(9, of_day / 3600, 2);
+    digits(11, of_day / 60 % 60, 2);
+    digits(13, of_day % 60, 2);
+    AmzDate(text)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    push_hex(&mut out, bytes);
-    out
-}
-
-fn push_hex(out: &mut String, bytes: &[u8]) {
+/// The lowercase hex of a SHA-256 digest.
+fn hex_digest(bytes: &[u8]) -> [u8; 64] {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for b in bytes {
-        out.push(DIGITS[usize::from(b >> 4)] as char);
-        out.push(DIGITS[usize::from(b & 0xf)] as char);
+    let mut out = [0u8; 64];
+    for (i, b) in bytes.iter().take(32).enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
     }
-}
-
-fn describe_transport(endpoint: &http::Uri, error: &hyper_util::client::legacy::Error) -> String {
-    let mut text = format!("DynamoDB request to {endpoint} failed: {error}");
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    out
 }
 
 // --- The JSON 1.0 protocol's responses -------------------------------------------------
@@ -806,7 +835,7 @@ fn parse_output(bytes: &[u8]) -> Result<LeanOutput, String> {
     })
 }
 
-fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
+fn parse_error(status: u16, bytes: &[u8]) -> LeanError {
     let body = match serde_json::from_slice::<ErrorBody<'_>>(bytes) {
         Ok(body) => body,
         Err(e) => {
@@ -817,7 +846,7 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
                 return LeanError::Transport(format!("the failed condition's item: {e}"));
             }
             return LeanError::Service {
-                code: format!("HTTP {}", status.as_u16()),
+                code: format!("HTTP {status}"),
                 message: String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned(),
             };
         }
@@ -826,7 +855,7 @@ fn parse_error(status: http::StatusCode, bytes: &[u8]) -> LeanError {
         .kind
         .as_deref()
         .map(|kind| kind.rsplit('#').next().unwrap_or(kind).to_owned())
-        .unwrap_or_else(|| format!("HTTP {}", status.as_u16()));
+        .unwrap_or_else(|| format!("HTTP {status}"));
     if code == "ConditionalCheckFailedException" {
         return LeanError::ConditionFailed(body.item.map(|item| item.0));
     }
@@ -881,7 +910,7 @@ mod tests {
         );
         assert!(parse_output(br#"{"Attributes":{"v":{"X":"1"}}}"#).is_err());
         let failed = parse_error(
-            http::StatusCode::BAD_REQUEST,
+            400,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
                 "message":"The conditional request failed","Item":{"ver":{"N":"2"}}}"#,
         );
@@ -892,7 +921,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match parse_error(
-            http::StatusCode::BAD_REQUEST,
+            400,
             br#"{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException",
                 "message":"The conditional request failed","Item":{"a":{"B":"!"}}}"#,
         ) {
@@ -900,7 +929,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match parse_error(
-            http::StatusCode::BAD_REQUEST,
+            400,
             br#"{"__type":"com.amazon.coral.validate#ValidationException","Message":"Item size has exceeded"}"#,
         ) {
             LeanError::Service { code, message } => {
@@ -910,7 +939,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            parse_error(http::StatusCode::BAD_GATEWAY, b"<html>"),
+            parse_error(502, b"<html>"),
             LeanError::Service { code, .. } if code == "HTTP 502"
         ));
     }
@@ -1058,7 +1087,10 @@ mod tests {
     #[test]
     fn amz_dates_are_utc_calendar_dates() {
         // 2024-02-29T23:59:59Z = 1709251199; 1970-01-01; 2000-03-01T00:00:00Z = 951868800.
-        let at = |s: u64| amz_date(UNIX_EPOCH + Duration::from_secs(s));
+        let at = |s: u64| {
+            let date = amz_date(UNIX_EPOCH + Duration::from_secs(s));
+            (date.day().to_owned(), date.stamp().to_owned())
+        };
         assert_eq!(
             at(1_709_251_199),
             ("20240229".into(), "20240229T235959Z".into())
@@ -1087,23 +1119,28 @@ mod tests {
             );
             let body = sample_body();
             let host = "dynamodb.eu-west-1.amazonaws.com";
-            let (day, stamp) = amz_date(now);
+            let date = amz_date(now);
+            let (day, stamp) = (date.day(), date.stamp());
             let key = aws_sigv4::sign::v4::generate_signing_key(
                 "secret/key",
                 now,
                 "eu-west-1",
                 "dynamodb",
             );
-            let ours = authorization(
+            let key = SigningKey::new(day, "secret/key", key.as_ref());
+            let mut ours = Vec::new();
+            authorization(
+                &mut ours,
                 host,
                 "eu-west-1",
-                &stamp,
-                &day,
+                stamp,
+                day,
                 "AKIDEXAMPLE",
                 token,
-                key.as_ref(),
-                &hex(&Sha256::digest(&body)),
+                &key,
+                std::str::from_utf8(&hex_digest(&Sha256::digest(&body))).unwrap(),
             );
+            let ours = String::from_utf8(ours).unwrap();
             let identity: Identity = credentials.into();
             let params = aws_sigv4::sign::v4::SigningParams::builder()
                 .identity(&identity)

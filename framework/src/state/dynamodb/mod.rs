@@ -15,10 +15,12 @@
 //! would break one is rejected, for the batch to treat as a poison record.
 //!
 //! The item layout and the update expressions are in `item.rs`, the aggregate cache in
-//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`.
+//! `cache.rs`, table administration (and the emulator's client) in `admin.rs`, the lean
+//! request path of the writes in `lean.rs` (on its own HTTP/1.1 exchange, `http1.rs`).
 
 mod admin;
 mod cache;
+mod http1;
 mod item;
 mod lean;
 mod request;
@@ -59,7 +61,7 @@ pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
 use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
 use lean::LeanError;
-use request::{Returned, Update, Value, placeholder};
+use request::{Returned, Update, Value, placeholder, watermark_condition, watermark_set};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
 
@@ -577,7 +579,7 @@ impl DynamoStore {
                 request = request
                     .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                     .value(placeholder(":l", i), Value::N(*last));
-                set.push(Cow::Owned(format!("#w{i} = :l{i}")));
+                set.push(watermark_set(i));
             }
             request = match &stored {
                 Some(state) => request
@@ -695,7 +697,7 @@ impl DynamoStore {
     ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
         let mut set = Self::base_set(write);
-        let mut conditions = Vec::new();
+        let mut conditions: Vec<Cow<'static, str>> = Vec::new();
         let mut request = self.update(write, false).value(":d", Value::N(delta));
         // Under exactly-once output: the write's entry in the partition's single slot,
         // computed in the write (`v` and `ver` set, not added, so that the slot can
@@ -733,8 +735,8 @@ impl DynamoStore {
             if write.timestamp.is_some() {
                 add.push_str("#os4 = :mt, ");
             }
-            conditions.push("attribute_not_exists(#ob)".to_owned());
-            conditions.push("(attribute_not_exists(#os0) OR #os0 < :s)".to_owned());
+            conditions.push(Cow::Borrowed("attribute_not_exists(#ob)"));
+            conditions.push(Cow::Borrowed("(attribute_not_exists(#os0) OR #os0 < :s)"));
         }
         for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
             let tp = &write.partitions[tp as usize];
@@ -742,14 +744,14 @@ impl DynamoStore {
                 .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
                 .value(placeholder(":f", i), Value::N(first))
                 .value(placeholder(":l", i), Value::N(last));
-            set.push(Cow::Owned(format!("#w{i} = :l{i}")));
-            conditions.push(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})"));
+            set.push(watermark_set(i));
+            conditions.push(watermark_condition(i));
         }
         if write.timestamp.is_some() {
             // The newest record time only moves forward: a batch whose records are all
             // older than the window's newest is refused and written by the fallback (one
             // more request), which keeps the stored time.
-            conditions.push("(attribute_not_exists(#mt) OR #mt <= :mt)".to_owned());
+            conditions.push(Cow::Borrowed("(attribute_not_exists(#mt) OR #mt <= :mt)"));
         }
         let condition = conditions.join(" AND ");
         limits::check_expression(write, &condition)?;

@@ -12,7 +12,6 @@
 //! Setting a placeholder twice keeps the last value, as the SDK's maps do.
 
 use std::borrow::Cow;
-use std::io::Write;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder;
@@ -86,6 +85,45 @@ pub(super) fn placeholder(prefix: &'static str, i: usize) -> Cow<'static, str> {
     match table {
         Some(table) if i < STATIC_PLACEHOLDERS => Cow::Borrowed(table[i]),
         _ => Cow::Owned(format!("{prefix}{i}")),
+    }
+}
+
+/// The update's part that moves watermark `i` (`#w3 = :l3`): static for the first
+/// [`STATIC_PLACEHOLDERS`], else formatted.
+pub(super) fn watermark_set(i: usize) -> Cow<'static, str> {
+    const SET: [&str; STATIC_PLACEHOLDERS] = [
+        "#w0 = :l0",
+        "#w1 = :l1",
+        "#w2 = :l2",
+        "#w3 = :l3",
+        "#w4 = :l4",
+        "#w5 = :l5",
+        "#w6 = :l6",
+        "#w7 = :l7",
+    ];
+    match SET.get(i) {
+        Some(set) => Cow::Borrowed(set),
+        None => Cow::Owned(format!("#w{i} = :l{i}")),
+    }
+}
+
+/// The condition that watermark `i` is below the batch's first offset of its partition
+/// (`(attribute_not_exists(#w3) OR #w3 < :f3)`): static for the first
+/// [`STATIC_PLACEHOLDERS`], else formatted.
+pub(super) fn watermark_condition(i: usize) -> Cow<'static, str> {
+    const CONDITION: [&str; STATIC_PLACEHOLDERS] = [
+        "(attribute_not_exists(#w0) OR #w0 < :f0)",
+        "(attribute_not_exists(#w1) OR #w1 < :f1)",
+        "(attribute_not_exists(#w2) OR #w2 < :f2)",
+        "(attribute_not_exists(#w3) OR #w3 < :f3)",
+        "(attribute_not_exists(#w4) OR #w4 < :f4)",
+        "(attribute_not_exists(#w5) OR #w5 < :f5)",
+        "(attribute_not_exists(#w6) OR #w6 < :f6)",
+        "(attribute_not_exists(#w7) OR #w7 < :f7)",
+    ];
+    match CONDITION.get(i) {
+        Some(condition) => Cow::Borrowed(condition),
+        None => Cow::Owned(format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})")),
     }
 }
 
@@ -207,7 +245,7 @@ impl<'a> Update<'a> {
         out.extend_from_slice(b",\"Key\":{\"pk\":{\"S\":");
         string(&mut out, &self.pk);
         out.extend_from_slice(b"},\"sk\":{\"N\":\"");
-        let _ = write!(out, "{}", self.sk);
+        decimal(&mut out, self.sk.unsigned_abs(), self.sk < 0);
         out.extend_from_slice(b"\"}}");
         if let Some(expression) = &self.update_expression {
             out.extend_from_slice(b",\"UpdateExpression\":");
@@ -243,10 +281,14 @@ impl<'a> Update<'a> {
                         string(&mut out, s);
                     }
                     Value::N(n) => {
-                        let _ = write!(out, "{{\"N\":\"{n}\"");
+                        out.extend_from_slice(b"{\"N\":\"");
+                        decimal(&mut out, n.unsigned_abs(), *n < 0);
+                        out.push(b'"');
                     }
                     Value::U(n) => {
-                        let _ = write!(out, "{{\"N\":\"{n}\"");
+                        out.extend_from_slice(b"{\"N\":\"");
+                        decimal(&mut out, *n, false);
+                        out.push(b'"');
                     }
                     Value::B(b) => {
                         out.extend_from_slice(b"{\"B\":\"");
@@ -304,13 +346,41 @@ impl<'a> Update<'a> {
     }
 }
 
+/// Writes `n` (negative when `negative`) in decimal, without the formatting machinery.
+pub(super) fn decimal(out: &mut Vec<u8>, mut n: u64, negative: bool) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if negative {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// Writes `s` as a JSON string: quotes, backslashes and control characters escaped.
 fn string(out: &mut Vec<u8>, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let needs_escape = |b: &u8| *b < 0x20 || *b == b'"' || *b == b'\\';
     out.push(b'"');
+    // Names, placeholders and expressions hold no escapes: checked without stopping early
+    // (the compiler vectorizes it), then copied whole.
+    let clean = !s
+        .as_bytes()
+        .iter()
+        .fold(false, |dirty, b| dirty | needs_escape(b));
+    if clean {
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+        return;
+    }
     let mut rest = s.as_bytes();
-    // Names, placeholders and expressions hold no escapes: one copy.
     while let Some(at) = rest.iter().position(needs_escape) {
         out.extend_from_slice(&rest[..at]);
         let b = rest[at];
@@ -434,6 +504,17 @@ mod tests {
             input.get_return_consumed_capacity(),
             &Some(ReturnConsumedCapacity::Total)
         );
+    }
+
+    #[test]
+    fn watermark_expressions_are_the_formatted_ones() {
+        for i in 0..12 {
+            assert_eq!(watermark_set(i), format!("#w{i} = :l{i}"));
+            assert_eq!(
+                watermark_condition(i),
+                format!("(attribute_not_exists(#w{i}) OR #w{i} < :f{i})")
+            );
+        }
     }
 
     #[test]
