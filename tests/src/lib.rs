@@ -1098,3 +1098,57 @@ pub fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
         })
         .collect()
 }
+
+/// Runs `handler` in process under the local runner on `topics` (consumer group `group`),
+/// as the event source would, until the topics are idle: batches of at most `batch_size`
+/// gathered for 100 ms, 10 ms between retries, with `faults`. Fails the test when the run
+/// takes over 180 s or the runner fails.
+pub async fn run_in_process(
+    handler: lambda_streams::lambda::Handler,
+    group: String,
+    topics: Vec<String>,
+    batch_size: usize,
+    faults: local_runner::Faults,
+) -> local_runner::RunSummary {
+    let config = local_runner::RunnerConfig {
+        bootstrap_servers: bootstrap(),
+        group_id: group,
+        topics,
+        batch_size,
+        batching_window: Duration::from_millis(100),
+        until_idle: true,
+        idle_timeout: Duration::from_millis(800),
+        retry_backoff: Duration::from_millis(10),
+        faults,
+        ..local_runner::RunnerConfig::default()
+    };
+    let runner = local_runner::Runner::new(
+        config,
+        std::sync::Arc::new(local_runner::InProcess::new(std::sync::Arc::new(handler))),
+    )
+    .expect("runner");
+    tokio::time::timeout(Duration::from_secs(180), runner.run())
+        .await
+        .expect("the runner finished in time")
+        .expect("the runner succeeded")
+}
+
+/// Runs the ignored test `child` of this test binary in a process of its own with `env`
+/// set (the tests of a binary share one environment) and `SSL_CERT_DIR` removed; fails the
+/// test unless it passed.
+pub fn run_child_test(child: &str, env: &[(&str, String)]) {
+    let mut command = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    command
+        .args([child, "--exact", "--ignored", "--nocapture"])
+        .env_remove("SSL_CERT_DIR");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let output = command.output().expect("the test binary starts");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "the child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -12,7 +12,6 @@
 //!
 //! DynamoDB itself is reached over plain HTTP everywhere else in the tests (the emulator).
 
-use std::process::Command;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::DisplayErrorContext;
@@ -60,18 +59,7 @@ async fn compiled_roots_reject_a_certificate_of_another_ca() {
 #[test]
 fn system_roots_trust_ssl_cert_file() {
     require_secured_listeners();
-    let output = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([SYSTEM_ROOTS_CHILD, "--exact", "--ignored", "--nocapture"])
-        .env("SSL_CERT_FILE", ssl_ca_location())
-        .env_remove("SSL_CERT_DIR")
-        .output()
-        .expect("the test binary starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "the child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_child_test(SYSTEM_ROOTS_CHILD, &[("SSL_CERT_FILE", ssl_ca_location())]);
 }
 
 /// Run by [`system_roots_trust_ssl_cert_file`] with `SSL_CERT_FILE` set.

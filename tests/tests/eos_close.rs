@@ -24,7 +24,7 @@ use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::{BatchOptions, Guarantee, OutputGuarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::{Faults, admin};
 
 const PARTITIONS: i32 = 3;
 /// Records per partition.
@@ -228,27 +228,14 @@ fn check_closed(shape: Shape, output: &str) -> Vec<String> {
 }
 
 async fn run_runner(s: &Setup, faults: Faults, store: Arc<dyn Store>) -> (u64, u64) {
-    let config = RunnerConfig {
-        bootstrap_servers: bootstrap(),
-        group_id: unique("group"),
-        topics: vec![s.input.clone()],
-        batch_size: 5,
-        batching_window: Duration::from_millis(100),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(800),
-        retry_backoff: Duration::from_millis(10),
+    let summary = run_in_process(
+        handler(s, store),
+        unique("group"),
+        vec![s.input.clone()],
+        5,
         faults,
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(
-        config,
-        Arc::new(InProcess::new(Arc::new(handler(s, store)))),
     )
-    .expect("runner");
-    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    .await;
     (summary.invocations, summary.failures)
 }
 

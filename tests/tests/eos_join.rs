@@ -23,7 +23,7 @@ use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::{BatchOptions, Guarantee, OutputGuarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::{Faults, admin};
 
 const PARTITIONS: i32 = 2;
 /// Records per partition and side.
@@ -149,23 +149,14 @@ async fn run_runner(s: &Setup, faults: Faults, store: Arc<dyn Store>) -> (u64, u
         })
         .with_application_id(&s.app)
         .with_event_read_committed(true);
-    let config = RunnerConfig {
-        bootstrap_servers: bootstrap(),
-        group_id: unique("group"),
-        topics: vec![s.left.clone(), s.right.clone()],
-        batch_size: 5,
-        batching_window: Duration::from_millis(100),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(800),
-        retry_backoff: Duration::from_millis(10),
+    let summary = run_in_process(
+        handler,
+        unique("group"),
+        vec![s.left.clone(), s.right.clone()],
+        5,
         faults,
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    )
+    .await;
     (summary.invocations, summary.failures)
 }
 

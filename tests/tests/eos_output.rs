@@ -367,23 +367,7 @@ async fn run_runner(
         None => Arc::new(dynamo),
     };
     let handler = handler(&t, store, &app, output);
-    let config = RunnerConfig {
-        bootstrap_servers: bootstrap(),
-        group_id: unique("group"),
-        topics: vec![t.input.clone()],
-        batch_size: 7,
-        batching_window: Duration::from_millis(100),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(800),
-        retry_backoff: Duration::from_millis(10),
-        faults,
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    let summary = run_in_process(handler, unique("group"), vec![t.input.clone()], 7, faults).await;
     let run = Run {
         invocations: summary.invocations,
         batches: summary.batches,

@@ -26,7 +26,7 @@ use lambda_streams::state::Store;
 use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::{BatchOptions, Guarantee, OutputGuarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
-use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
+use local_runner::{Faults, admin};
 
 const PARTITIONS: i32 = 2;
 /// The windows' size and grace, ms.
@@ -139,23 +139,7 @@ async fn run(s: &Setup, output: OutputGuarantee, faults: Faults) -> (u64, u64) {
         })
         .with_application_id(format!("{}-app", s.table))
         .with_event_read_committed(true);
-    let config = RunnerConfig {
-        bootstrap_servers: bootstrap(),
-        group_id: s.group.clone(),
-        topics: vec![s.input.clone()],
-        batch_size: 4,
-        batching_window: Duration::from_millis(100),
-        until_idle: true,
-        idle_timeout: Duration::from_millis(800),
-        retry_backoff: Duration::from_millis(10),
-        faults,
-        ..RunnerConfig::default()
-    };
-    let runner = Runner::new(config, Arc::new(InProcess::new(Arc::new(handler)))).expect("runner");
-    let summary = tokio::time::timeout(Duration::from_secs(180), runner.run())
-        .await
-        .expect("the runner finished in time")
-        .expect("the runner succeeded");
+    let summary = run_in_process(handler, s.group.clone(), vec![s.input.clone()], 4, faults).await;
     (summary.invocations, summary.failures)
 }
 

@@ -171,18 +171,7 @@ const CHILD: &str = "lean_tls_child";
 #[test]
 fn the_lean_client_writes_over_tls_and_refuses_an_untrusted_certificate() {
     require_services();
-    let output = Command::new(std::env::current_exe().expect("the test binary"))
-        .args([CHILD, "--exact", "--ignored", "--nocapture"])
-        .env("SSL_CERT_FILE", ssl_ca_location())
-        .env_remove("SSL_CERT_DIR")
-        .output()
-        .expect("the test binary starts");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "the child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_child_test(CHILD, &[("SSL_CERT_FILE", ssl_ca_location())]);
 }
 
 #[test]
