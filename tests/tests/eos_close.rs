@@ -314,10 +314,9 @@ fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
 /// attempt committed and in each claim: it finishes them and emits nothing. Were A's re-claim
 /// to replace B's attempt (the claim keeping only the last), C would emit every window again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open defect of issue 15: in full runs on a loaded machine (2 of 2 after the 2026-12-02 merge) the zombie leaves claims of its own attempt alone on windows its retry did not claim, and the run stops on the claims check before the read_committed check; passes alone (cargo test -p lambda-streams-e2e --test eos_close -- --ignored a_zombie_re_claiming_committed_windows)"]
 async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
     let s = setup("eosclose-zombie").await;
-    let claims = zombie_then_duplicate(&s).await;
+    let claims = zombie_then_duplicate(&s, Resume::AfterRetry).await;
     // A re-claimed windows B committed: their claims hold B's attempt, then A's. (A is
     // fenced at its first produce, which may come before it re-claimed the last windows:
     // those keep B's attempt alone.)
@@ -325,6 +324,26 @@ async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
     assert_b_then_a(&claims);
     let violations = check_closes(&s.output);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The zombie of [`a_zombie_re_claiming_committed_windows_emits_nothing`], let go while its
+/// retry B is mid-way (before B's 2nd, 12th and 24th state write): A and B race through the
+/// writes and claims. Which claims hold which attempts depends on the race (A may claim a
+/// window B's closing query no longer finds: its claim keeps A's attempt alone, and the
+/// partition's next batch, the duplicate C, emits it); whatever the race, a read_committed
+/// consumer sees each closed window once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_racing_its_retry_leaves_every_window_once() {
+    for n in [2, 12, 24] {
+        let s = setup(&format!("eosclose-race{n}")).await;
+        let claims = zombie_then_duplicate(&s, Resume::DuringRetry(n)).await;
+        eprintln!("A let go at B's write {n}: claims {claims:?}");
+        let violations = check_closes(&s.output);
+        assert!(
+            violations.is_empty(),
+            "A let go at B's write {n}: {violations:#?}"
+        );
+    }
 }
 
 #[test]
@@ -368,13 +387,29 @@ async fn every_closed_session_once_under_duplicates_retries_and_a_crash() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_sessions_emits_nothing() {
     let s = setup_shape("eosclose-szombie", Shape::Sessions).await;
-    let claims = zombie_then_duplicate(&s).await;
+    let claims = zombie_then_duplicate(&s, Resume::AfterRetry).await;
     // One claim per key's item (B closed all of a key's sessions in one rewrite), holding
     // B's attempt and, where A re-claimed it, A's.
     assert_eq!(claims.len(), 3, "{claims:?}");
     assert_b_then_a(&claims);
     let violations = check_closed(Shape::Sessions, &s.output);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
+}
+
+/// The sessions' zombie let go while its retry is mid-way, as
+/// [`a_zombie_racing_its_retry_leaves_every_window_once`]: each closed session once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zombie_racing_its_retry_leaves_every_session_once() {
+    for n in [1, 3, 6] {
+        let s = setup_shape(&format!("eosclose-srace{n}"), Shape::Sessions).await;
+        let claims = zombie_then_duplicate(&s, Resume::DuringRetry(n)).await;
+        eprintln!("A let go at B's write {n}: claims {claims:?}");
+        let violations = check_closed(Shape::Sessions, &s.output);
+        assert!(
+            violations.is_empty(),
+            "A let go at B's write {n}: {violations:#?}"
+        );
+    }
 }
 
 /// The claims after [`zombie_then_duplicate`]: each holds B's attempt first and at most A's
@@ -398,40 +433,91 @@ fn assert_b_then_a(claims: &[String]) {
     );
 }
 
+/// When the zombie A of [`zombie_then_duplicate`] goes on after its freeze.
+#[derive(Clone, Copy)]
+enum Resume {
+    /// Once its retry B has committed (the schedule the claims assertions describe).
+    AfterRetry,
+    /// When B is about to make its `n`-th state write: A and B then race through the
+    /// state writes and the claims (what a loaded machine made of a fixed-length freeze).
+    DuringRetry(u64),
+}
+
 /// The zombie schedule on `s`: container A initialises its producers, reads the committed
 /// progress (none) and freezes before its first state write; B, a retry of the same event,
-/// fences A, claims and emits what closed and commits; A goes on and is fenced; then the
-/// delayed duplicate C runs. Returns the claims (attempts) in the table before C ran.
-async fn zombie_then_duplicate(s: &Setup) -> Vec<String> {
-    let frozen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// fences A, claims and emits what closed and commits; A goes on (as `resume` says) and is
+/// fenced; then the delayed duplicate C runs. Returns the claims (attempts) in the table
+/// before C ran.
+///
+/// The freeze is a gate, not a fixed time: with a fixed one, a loaded machine made B slower
+/// than the freeze, and A went on mid-way through B (it then claims windows B's closing
+/// query no longer finds, which keep A's attempt alone until the partition's next batch, C
+/// here, emits them: allowed, but not the schedule the claims assertions describe).
+async fn zombie_then_duplicate(s: &Setup, resume: Resume) -> Vec<String> {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let frozen = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
     let slow: Arc<dyn Store> = {
-        let frozen = Arc::clone(&frozen);
+        let (frozen, release) = (Arc::clone(&frozen), Arc::clone(&release));
         Arc::new(FaultyStore::new(dynamo(s)).on_write(move |before| {
             if before == 0 {
-                frozen.store(true, std::sync::atomic::Ordering::SeqCst);
-                std::thread::sleep(Duration::from_secs(10));
+                frozen.store(true, SeqCst);
+                // Blocks A's task (one worker thread); B runs on the test's thread.
+                let deadline = std::time::Instant::now() + Duration::from_secs(180);
+                while !release.load(SeqCst) {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the zombie was never let go"
+                    );
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
         }))
     };
+    let retry: Arc<dyn Store> = match resume {
+        Resume::AfterRetry => Arc::new(dynamo(s)),
+        Resume::DuringRetry(n) => {
+            let release = Arc::clone(&release);
+            Arc::new(FaultyStore::new(dynamo(s)).on_write(move |before| {
+                if before == n {
+                    release.store(true, SeqCst);
+                }
+            }))
+        }
+    };
     let a = handler(s, slow);
-    let b = handler(s, Arc::new(dynamo(s)));
+    let b = handler(s, retry);
     let c = handler(s, Arc::new(dynamo(s)));
     let event = event_of_all(&s.input);
+    // A runs on a runtime of its own, on its own thread: its freeze blocks that thread
+    // only. (Blocking a worker of the test's runtime stalled B too, for as long as A was
+    // frozen: B went on only once A did, and the two raced.)
     let zombie = {
         let event = event.clone();
-        tokio::spawn(async move { a.handle_event(&event).await.map(|_| ()) })
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("a runtime for the zombie")
+                .block_on(async move { a.handle_event(&event).await.map(|_| ()) })
+        })
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !frozen.load(std::sync::atomic::Ordering::SeqCst) {
+    while !frozen.load(SeqCst) {
         assert!(
             std::time::Instant::now() < deadline,
             "A never reached its state writes"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let started = std::time::Instant::now();
     b.handle_event(&event).await.expect("the retry succeeds");
-    let e = zombie
+    eprintln!("B took {:?}", started.elapsed());
+    release.store(true, SeqCst);
+    let e = tokio::task::spawn_blocking(move || zombie.join())
         .await
+        .expect("joined")
         .expect("no panic")
         .expect_err("the zombie is fenced");
     eprintln!("the zombie: {e}");
