@@ -1178,16 +1178,16 @@ fn outer_join_topology() -> Topology {
     builder.try_build().unwrap()
 }
 
-/// Per partition of `left` and `right` (1 or 2 each), 2 to 6 records of key `a` or `b`,
-/// each at offset `o` at time `1,000 + o`, valued by its coordinates.
+/// Per partition of `left` and `right` (1 or 2 each), 4 to 8 records of key `a`, `b` or
+/// `c`, each at offset `o` at time `1,000 + o`, valued by its coordinates.
 fn outer_source(rng: &mut StdRng) -> Source {
     let mut source = Source::new();
     for topic in ["left", "right"] {
         for p in 0..rng.random_range(1..=2) {
-            let n = rng.random_range(2..=6);
+            let n = rng.random_range(4..=8);
             let records = (0..n)
                 .map(|o| {
-                    let key = ["a", "b"][rng.random_range(0..2)].to_owned();
+                    let key = ["a", "b", "c"][rng.random_range(0..3)].to_owned();
                     (key, format!("{topic}{p}.{o}"))
                 })
                 .collect();
