@@ -1396,8 +1396,9 @@ fn an_outer_join_s_closing_pass_is_seen_exactly_once_under_the_fault_model() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(400);
-    let (failed, incomplete, stats) =
-        run_seeds(0..schedules, |seed| outer_join_schedule(seed, Control::None));
+    let (failed, incomplete, stats) = run_seeds(0..schedules, |seed| {
+        outer_join_schedule(seed, Control::None)
+    });
     eprintln!("{schedules} schedules, {incomplete} incomplete (step cap): {stats:?}");
     if let Some((seed, violations)) = failed {
         panic!("seed {seed}: {violations:#?}");

@@ -411,9 +411,11 @@ fn joins_closing_passes_build_under_exactly_once_output() {
         for poison in ["fail", "skip", "dead-letter:dead"] {
             let mut vars = EXACTLY_ONCE.to_vec();
             vars.push(("LAMBDA_STREAMS_POISON_POLICY", poison));
-            if let Err(e) =
-                Handler::try_from_config(built.clone(), Arc::new(MemoryStore::new()), &config(&vars))
-            {
+            if let Err(e) = Handler::try_from_config(
+                built.clone(),
+                Arc::new(MemoryStore::new()),
+                &config(&vars),
+            ) {
                 panic!("kind {kind}, {poison}: refused: {e}");
             }
         }

@@ -217,10 +217,7 @@ fn check(s: &Setup, outer: bool) -> Vec<String> {
 fn the_reference_has_pairs_and_records_alone_of_both_sides() {
     for outer in [false, true] {
         let results = reference(outer);
-        let pairs = results
-            .iter()
-            .filter(|(_, v)| !v.contains("none"))
-            .count();
+        let pairs = results.iter().filter(|(_, v)| !v.contains("none")).count();
         let left_alone = results.iter().filter(|(_, v)| v.ends_with("+none")).count();
         let right_alone = results
             .iter()
