@@ -352,8 +352,12 @@ where
     /// emits each of its outputs once: each output names the arrival that emits it. Like
     /// every output of the framework, it is at least once: a retried batch (even one ending
     /// later) emits its outputs again, identical, as does a batch delivered again before a
-    /// later batch of its partition wrote the key. The outputs of one batch for one key are
-    /// part of the item, which holds at most 400 KB.
+    /// later batch of its partition wrote the key. Under exactly-once output
+    /// (`LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once`) a `read_committed` consumer sees each
+    /// pair and each record alone once: an arrival's outputs go in its record's
+    /// transaction, and the closing pass's rewrite of the item claims what it emits
+    /// (`runtime::claims`). The outputs of one batch for one key are part of the item, which
+    /// holds at most 400 KB.
     ///
     /// Cost per batch: one conditional write per touched key, one batched read of the
     /// touched keys' items after the write, one query of the closing index, and one
