@@ -2145,3 +2145,112 @@ fn a_write_time_dead_letter_survives_an_aborted_transaction() {
     let updates = log.committed_view("length-updates").len();
     assert_eq!(updates, 1, "one update of the lengths, once");
 }
+
+/// The dead letter of a record a left join's closing pass cannot emit (its joiner panics on
+/// the record alone) is kept in the pass's claim with the records it emits: when the
+/// transaction that holds them aborts (here the coordinator times it out and fences the
+/// producer as the pass claims), the retry re-claims the claim and produces the dead letter
+/// and the record alone again, from the claim, although the item no longer holds them: a
+/// `read_committed` reader sees each once. Its control, the same schedule with the rewrite
+/// not claiming (as at least once): both are lost.
+#[test]
+fn a_join_s_closing_pass_dead_letter_survives_an_aborted_transaction() {
+    use lambda_streams::dsl::JoinWindows;
+    use lambda_streams::state::fault::FaultyStore;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let topology = || {
+        let builder = StreamsBuilder::new();
+        builder.output_guarantee(lambda_streams::OutputGuarantee::ExactlyOnce);
+        let left = builder.stream("left", Utf8, Utf8);
+        let right = builder.stream("right", Utf8, Utf8);
+        left.left_join_stream(
+            &right,
+            JoinWindows::of(std::time::Duration::from_millis(1)),
+            "left-pairs",
+            (Utf8, Utf8, Utf8),
+            |_, l: &String, r: Option<&String>| {
+                assert!(
+                    !(l == "boom" && r.is_none()),
+                    "the joiner refuses boom alone"
+                );
+                format!("{l}+{}", r.map_or("none", |r| r.as_str()))
+            },
+        )
+        .to("joined", Utf8, Utf8);
+        builder.try_build().unwrap()
+    };
+    // left-0: k "boom" at 1,000, then z at 1,001 to 1,003; right-0: q at 1,000 to 1,003.
+    // The closing pass at 1,003 closes boom and x1 alone (nothing of q's key on the left).
+    let (l, r) = (
+        TopicPartition::new("left", 0),
+        TopicPartition::new("right", 0),
+    );
+    let mut source = Source::new();
+    source.insert(
+        l.clone(),
+        [("k", "boom"), ("z", "x1"), ("z", "x2"), ("z", "x3")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    source.insert(
+        r.clone(),
+        (0..4).map(|_| ("q".to_owned(), "r".to_owned())).collect(),
+    );
+    let batch = BTreeMap::from([(l.clone(), (0, 3)), (r.clone(), (0, 3))]);
+    let e = event(&source, &batch);
+    let options = BatchOptions {
+        source_partitions: BTreeMap::from([("left".to_owned(), 1), ("right".to_owned(), 1)]),
+        ..options()
+    };
+    let run = |control: Control| {
+        let topology = topology();
+        let broker = Broker::completing();
+        let inner: Box<dyn Store> = match control {
+            Control::None => Box::new(MemoryStore::new()),
+            control => Box::new(Weakened(MemoryStore::new(), control)),
+        };
+        // The three arrivals' writes, then the pass's first claim: as it is made, the
+        // coordinator times out the left partition's transaction (the batch's first).
+        let timeouts = broker.clone();
+        let store = FaultyStore::new(inner).on_write(move |before| {
+            if before == 3 {
+                timeouts.log().timeout_abort("app-left-0");
+            }
+        });
+        let first = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+        let failed = rt.block_on(first.process(&topology, &e, &store, &options));
+        assert!(failed.is_err(), "the first attempt is fenced");
+        settle(&broker);
+        let retry = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+        rt.block_on(retry.process(&topology, &e, &store, &options))
+            .expect("the retry succeeds");
+        settle(&broker);
+        let log = broker.log();
+        let letters: Vec<String> = log
+            .committed_view("dlq")
+            .iter()
+            .map(|r| {
+                String::from_utf8_lossy(r.header(SOURCE_HEADER).unwrap_or_default()).into_owned()
+            })
+            .collect();
+        let joined: Vec<String> = log
+            .committed_view("joined")
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .collect();
+        (letters, joined)
+    };
+    let (letters, joined) = run(Control::None);
+    assert_eq!(letters, ["left:0:0"], "the dead letter of left-0@0, once");
+    assert_eq!(joined, ["x1+none"], "the record alone, once");
+    // The control: the rewrite not claiming loses both with the aborted transaction.
+    let (letters, joined) = run(Control::NoClosingClaims);
+    assert!(
+        letters.is_empty() && joined.is_empty(),
+        "{letters:?} {joined:?}"
+    );
+}
