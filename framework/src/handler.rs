@@ -127,15 +127,6 @@ impl Handler {
                 "no application id: set LAMBDA_STREAMS_APPLICATION_ID".into(),
             ));
         }
-        if let (Some(store), crate::runtime::PoisonPolicy::DeadLetter { .. }) =
-            (self.topology.closing_store(), &self.options.poison)
-        {
-            return Err(refused(format!(
-                "the closing pass of the left or outer stream–stream join of store {store:?} \
-                 may dead-letter records that are not in the event, which no transaction of \
-                 the event can hold; use the fail or skip poison policy"
-            )));
-        }
         Ok(())
     }
 

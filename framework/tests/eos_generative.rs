@@ -523,15 +523,29 @@ async fn schedule(
 }
 
 /// The exactly-once checks the generative comparison does not make for updates: no update
-/// of a key seen twice with one version, and no internal header in the output.
-fn check_once(run: &Run) -> Result<(), String> {
+/// of a key seen twice with one version, and no internal header in the output. A topic
+/// whose reference is a stream's records (`Expected::Records`) is compared as an exact
+/// multiset already, which finds any copy; there one write may also emit several records
+/// of a key with the item's one version (a left or outer join's closing pass releasing two
+/// records of the key, a grace join's releasing two held records), so its versions are
+/// not checked here.
+fn check_once(run: &Run, expected: &[reference::Expected]) -> Result<(), String> {
     let mut seen = BTreeSet::new();
+    let records_only: BTreeSet<String> = expected
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| matches!(e, reference::Expected::Records(_)))
+        .map(|(i, _)| format!("o{i}"))
+        .collect();
     for r in &run.outputs {
         if r.header(TRANSACTION_HEADER).is_some() {
             return Err(format!(
                 "{}: the internal transaction header leaked",
                 r.topic
             ));
+        }
+        if records_only.contains(&r.topic) {
+            continue;
         }
         if let Some(version) = r.header(VERSION_HEADER)
             && !seen.insert((r.topic.clone(), r.key.clone(), version.to_vec()))
@@ -598,7 +612,7 @@ fn run_case(
             io,
         ))
         .and_then(|run| {
-            check_once(&run)?;
+            check_once(&run, &expected)?;
             harness::compare(&plan, &expected, &run, Fault::None)
         })
         .and_then(|()| harness::check_window_state(&plan, &inputs, store.as_ref()));

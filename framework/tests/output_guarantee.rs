@@ -2,12 +2,14 @@
 //! `exactly_once`, aggregate and table updates straight from their store's write are
 //! accepted (the outbox of updates makes them exactly once), and so are time windows',
 //! sessions' and sliding windows' closes straight from their store (emit on close,
-//! `suppress`: claimed before they are emitted); a topology whose sinks produce other records with no source record (a
-//! window's close merged with other records, the closing pass of a left or outer
-//! stream–stream join, updates merged from two stores or after a join, sessions and
-//! sliding windows on update, or on close merged with other records) is refused, by `try_build` when the builder asks for it
-//! and by the handler when its configuration does, naming the sink. Never a silent
-//! at-least-once output.
+//! `suppress`: claimed before they are emitted), and the closing passes of left and outer
+//! stream–stream joins and of grace joins (their rewrite of the join's item claims what
+//! they emit, dead letters among them); a topology whose sinks produce other records with
+//! no source record (a window's close merged with other records, a join's closing pass
+//! merged with a store's updates, updates merged from two stores or after a join, sessions
+//! and sliding windows on update, or on close merged with other records) is refused, by
+//! `try_build` when the builder asks for it and by the handler when its configuration
+//! does, naming the sink. Never a silent at-least-once output.
 
 #![allow(clippy::unwrap_used)]
 
@@ -37,10 +39,10 @@ fn records_only(builder: &StreamsBuilder) {
         .to("rekeyed", Utf8, Utf8);
 }
 
-/// The kinds of sinks of records with no source record the outbox does not cover, each
-/// with the store it names: a window's close, a left join's closing pass, two stores'
-/// updates merged into one sink, a store's updates after a join, sessions emitted on
-/// update.
+/// The kinds of sinks of records with no source record neither the outbox nor the claims
+/// cover, each with the store it names: a window's close merged with a store's updates, a
+/// left join's closing pass merged with a store's updates, two stores' updates merged into
+/// one sink, a store's updates after a join, sessions emitted on update.
 const UNSOURCED: usize = 5;
 
 fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
@@ -65,7 +67,13 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
             "per-minute"
         }
         1 => {
+            // A left join's closing pass merged with a store's updates.
             let other = builder.stream("views", Utf8, Utf8);
+            let counts = other
+                .group_by_key(Utf8)
+                .count("view-counts")
+                .to_stream()
+                .map(|k, n| (k, n.to_string()));
             clicks
                 .left_join_stream(
                     &other,
@@ -74,8 +82,9 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
                     (Utf8, Utf8, Utf8),
                     |_, l: &String, r: Option<&String>| format!("{l}+{}", r.map_or("none", |r| r)),
                 )
+                .merge(&counts)
                 .to("joined", Utf8, Utf8);
-            "pairs"
+            "view-counts"
         }
         2 => {
             let a = clicks.group_by_key(Utf8).count("click-counts");
@@ -341,36 +350,76 @@ fn a_handler_reading_its_repartition_topic_is_accepted_and_a_given_sink_refused(
 }
 
 /// A stream–table join with a grace period emits its held records from the closing pass,
-/// with no source record of the batch: refused under exactly_once output, naming the sink
-/// and the join's store; accepted at least once.
+/// and a left or outer stream–stream join its records that joined nothing, with no source
+/// record of the batch: under exactly_once output the pass's rewrite of the join's item
+/// claims them (`runtime::claims`), so straight to a sink through stateless operators
+/// (merged with the streams' own records too) they build, and a handler configured
+/// exactly once accepts them, with a dead-letter poison policy too (the pass's dead letters
+/// are kept in its claims).
 #[test]
-fn a_grace_join_is_refused_under_exactly_once_output() {
-    let topology = |guarantee: OutputGuarantee| {
+fn joins_closing_passes_build_under_exactly_once_output() {
+    let topology = |guarantee: OutputGuarantee, kind: usize| {
         let builder = StreamsBuilder::new();
         builder.output_guarantee(guarantee);
-        let prices =
-            builder.versioned_table("prices", Utf8, Utf8, "prices", Duration::from_secs(600));
-        builder
-            .stream("orders", Utf8, Utf8)
-            .join_with_grace(
-                &prices,
+        let orders = builder.stream("orders", Utf8, Utf8);
+        let windows = JoinWindows::of(Duration::from_secs(10)).grace(Duration::from_secs(2));
+        let joined = match kind {
+            0 => orders.left_join_stream(
+                &builder.stream("payments", Utf8, Utf8),
+                windows,
+                "order-payments",
+                (Utf8, Utf8, Utf8),
+                |_, o: &String, p: Option<&String>| format!("{o}/{}", p.map_or("-", |p| p)),
+            ),
+            1 => orders.outer_join_stream(
+                &builder.stream("payments", Utf8, Utf8),
+                windows,
+                "order-payments",
+                (Utf8, Utf8, Utf8),
+                |_, o: Option<&String>, p: Option<&String>| {
+                    format!("{}/{}", o.map_or("-", |o| o), p.map_or("-", |p| p))
+                },
+            ),
+            2 => orders.join_with_grace(
+                &builder.versioned_table("prices", Utf8, Utf8, "prices", Duration::from_secs(600)),
                 Duration::from_secs(5),
                 "held-orders",
                 (Utf8, Utf8),
                 |_, o: String, p: String| format!("{o}@{p}"),
-            )
-            .to("priced", Utf8, Utf8);
+            ),
+            _ => orders.left_join_with_grace(
+                &builder.versioned_table("prices", Utf8, Utf8, "prices", Duration::from_secs(600)),
+                Duration::from_secs(5),
+                "held-orders",
+                (Utf8, Utf8),
+                |_, o: String, p: Option<String>| format!("{o}@{}", p.unwrap_or_default()),
+            ),
+        };
+        joined
+            .filter(|_, v| !v.is_empty())
+            .map_values(|v| v.to_uppercase())
+            .merge(&orders)
+            .to("out", Utf8, Utf8);
         builder.try_build()
     };
-    assert!(topology(OutputGuarantee::AtLeastOnce).is_ok());
-    let error = topology(OutputGuarantee::ExactlyOnce)
-        .err()
-        .expect("refused under exactly_once")
-        .to_string();
-    assert!(
-        error.contains("held-orders") && error.contains("closing pass"),
-        "{error}"
-    );
+    for kind in 0..4 {
+        assert!(topology(OutputGuarantee::AtLeastOnce, kind).is_ok());
+        let built = match topology(OutputGuarantee::ExactlyOnce, kind) {
+            Ok(built) => built,
+            Err(e) => panic!("kind {kind}: refused under exactly_once: {e}"),
+        };
+        for poison in ["fail", "skip", "dead-letter:dead"] {
+            let mut vars = EXACTLY_ONCE.to_vec();
+            vars.push(("LAMBDA_STREAMS_POISON_POLICY", poison));
+            if let Err(e) = Handler::try_from_config(
+                built.clone(),
+                Arc::new(MemoryStore::new()),
+                &config(&vars),
+            ) {
+                panic!("kind {kind}, {poison}: refused: {e}");
+            }
+        }
+    }
 }
 
 /// Final results of session and sliding windows come from the closing pass, with no source

@@ -356,16 +356,38 @@ class Closing:
             self.idx[key] = view
         self.idx_pending = []
 
-    def write(self, key, ts, src, o):
-        it = self.items.setdefault(key, dict(ver=0, wins={}, wm={}, claims={}))
+    def write(self, key, ts, src, o, low0, first, mut):
+        """An arrival, in the shape of a left or outer stream–stream join's: the same
+        conditional write that adds the record also closes the key's windows that the
+        closing time as the batch started (`low0`) has passed, and keeps their records in
+        the item, attributed to the arriving record (src, o), until a later batch of `src`
+        writes the item (offsets below the batch's `first`).  Returns the records the
+        arrival emits, in src's transaction: those kept for it (also when a retry finds the
+        write already applied)."""
+        it = self.items.setdefault(key, dict(ver=0, wins={}, wm={}, claims={}, outs={}))
         if it['wm'].get(src, -1) < o:
+            it['outs'] = {k: v for k, v in it['outs'].items() if k[0] != src or k[1] >= first}
             win = it['wins'].setdefault(ts // CSIZE, [0, False])
             if win[1]:
                 self.late_writes.append((key, ts // CSIZE, src, o))
             win[0] += 1
             it['ver'] += 1
             it['wm'][src] = o
+            payload = []
+            if low0 is not None:
+                for w in sorted(it['wins']):
+                    cnt, done = it['wins'][w]
+                    if not done and (w + 1) * CSIZE <= low0:
+                        it['wins'][w][1] = True
+                        payload.append(('ses', key, w, cnt, it['ver'], src, 'arrival'))
             self._index(key)
+            if 'arrival_outputs_not_kept' in mut:
+                return payload
+            if payload:
+                it['outs'][(src, o)] = payload
+        if 'arrival_outputs_not_kept' in mut:
+            return []
+        return list(it['outs'].get((src, o), []))
 
     def query(self, low):
         return sorted(k for k, at in self.idx.items() if at is not None and at <= low)
@@ -760,6 +782,7 @@ class World:
                 r = yield from fetch()
                 yield
             s = {tp: r[tp][0] for tp in tps}
+            low0 = W.low()                      # the join's closing time as the batch starts
             meta = {tp: r[tp][1] for tp in tps}
             finish_after_commit = self.rng.random() < 0.5
             for tp in tps:
@@ -781,7 +804,7 @@ class World:
                 for o, rec in recs:
                     if st == 1:                 # the windowed count: state only, emitted on close
                         W.write(rec[0], rec[3], tp, o)
-                        C.write(rec[0], rec[3], tp, o)
+                        arrived = C.write(rec[0], rec[3], tp, o, low0, a, m)
                     emit = (o >= s[tp]) or 'no_shadow_check' in m
                     if not emit:
                         continue
@@ -813,6 +836,14 @@ class World:
                         yield from produce(tp, otp, v)
                         produced[tp] = True
                         yield
+                    if st == 1:
+                        # What the arrival closed, kept in the item with it: in its
+                        # partition's transaction (a left or outer join's records alone).
+                        for v in arrived:
+                            yield from produce(tp, "SES", v)
+                            produced[tp] = True
+                            self.stats['arrival_closes'] += 1
+                            yield
             if st == 1:
                 yield from close_pass(s, meta)
             for tp in tps:
@@ -1141,6 +1172,9 @@ MUTATIONS = [
     ('close_no_version_condition', 'closing pass: the claiming rewrite not conditioned on the version read'),
     ('gsi_discovery', 'a partition\'s claims found through the eventually consistent index, '
                       'not the strongly consistent register'),
+    ('arrival_outputs_not_kept', 'an arrival that closes windows (a left or outer join\'s records '
+                                 'alone) emits them once when its write applies, not kept in the '
+                                 'item for a retry'),
 ]
 
 

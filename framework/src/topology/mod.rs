@@ -298,11 +298,14 @@ impl Topology {
     }
 
     /// Whether the topology can run under `guarantee`: under exactly-once output, the
-    /// refusal of the first sink that produces records with no source record the outbox of
-    /// updates does not cover (a window's close, sessions and sliding windows, the closing
-    /// pass of a left or outer stream–stream join, a store's updates after a join or merged
-    /// with another store's), naming the sink's node. A store's updates straight from its
-    /// write are accepted: they go in the transaction of the record they are kept under.
+    /// refusal of the first sink that produces records with no source record that neither
+    /// the outbox of updates nor the closing-pass claims cover (a window's close through a
+    /// join or merged with another store's records, sessions and sliding windows on update,
+    /// a store's updates after a join or merged with another store's), naming the sink's
+    /// node. A store's updates straight from its write are accepted (they go in the
+    /// transaction of the record they are kept under), and so are closes straight from
+    /// their store and the closing passes of left and outer stream–stream joins and grace
+    /// joins (claimed by the batch's first event partition).
     pub fn check_output_guarantee(
         &self,
         guarantee: crate::sink::OutputGuarantee,
@@ -311,19 +314,6 @@ impl Topology {
             (crate::sink::OutputGuarantee::ExactlyOnce, Some(refused)) => Err(refused.clone()),
             _ => Ok(()),
         }
-    }
-
-    /// The store of a left or outer stream–stream join (or a grace join) with a closing
-    /// pass, if any (its dead letters have no record of the event). A session's or sliding
-    /// window's closing pass keeps its dead letters in its claims, exactly once.
-    pub(crate) fn closing_store(&self) -> Option<&str> {
-        self.inner
-            .roles
-            .closes
-            .values()
-            .filter_map(|&s| self.inner.stores.get(s))
-            .find(|s| s.closing.as_ref().is_some_and(|c| c.close.is_some()))
-            .map(|s| s.name.as_str())
     }
 
     /// The names of the state stores its aggregations keep.

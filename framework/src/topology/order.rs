@@ -425,12 +425,14 @@ impl Walk<'_> {
                          another store's updates",
                         store_name(store)
                     )),
-                    (None, Some(join)) => Some(format!(
-                        "the closing pass of the join of store {:?} (a left or outer \
-                         stream–stream join's records that joined nothing, or a stream–table \
-                         join's records held for its grace period)",
-                        store_name(join)
-                    )),
+                    // The closing pass of a left or outer stream–stream join (its records
+                    // that joined nothing) or of a grace join (its held records), through
+                    // stateless operators: the pass's rewrite of the join's item claims
+                    // what it emits (`runtime::claims`), dead letters among them, so
+                    // exactly once. What an arrival emits is kept in the item with the
+                    // record that emits it, in that record's transaction (as an inner
+                    // join's pairs).
+                    (None, Some(_)) => None,
                     (None, None) => None,
                 };
                 if let Some(from) = from {

@@ -13,9 +13,11 @@
 //! released record's join result, in timestamp order, then rewrites the item on a version
 //! condition; after a conflict it reads the item again and emits only what it had not yet
 //! (outputs are at least once, as every output of the framework; a crash between the
-//! emission and the rewrite emits the same records again on the next pass). A record later
-//! than the grace (its timestamp plus the grace already passed) is released by the pass at
-//! the end of its own batch.
+//! emission and the rewrite emits the same records again on the next pass; under
+//! exactly-once output the rewrite claims what it releases, `runtime::claims`, and a
+//! `read_committed` consumer sees each result once). A record later than the grace (its
+//! timestamp plus the grace already passed) is released by the pass at the end of its own
+//! batch.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

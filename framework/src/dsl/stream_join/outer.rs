@@ -22,6 +22,12 @@ impl Outer {
     pub(super) fn of(&self, side: u8) -> bool {
         if side == THIS { self.this } else { self.other }
     }
+
+    /// Whether no side is outer (an inner join): no record is ever emitted alone, the
+    /// items never enter the closing index and the join has no closing pass.
+    pub(super) fn pairs_only(&self) -> bool {
+        !self.this && !self.other
+    }
 }
 
 /// The ids of left and outer joins, one per join built (its arrivals are counted per
@@ -172,7 +178,7 @@ impl JoinState {
         // A record of an outer side leaves when its window and grace close (emitted alone
         // if it never joined); an inner join keeps its records as long as Kafka Streams'
         // window store, for partners later than the grace.
-        let pairs_only = !outer.this && !outer.other;
+        let pairs_only = outer.pairs_only();
         let closed = |e: &Entry| {
             if pairs_only {
                 windows.expired(e.ts, time)
@@ -346,8 +352,12 @@ where
     /// emits each of its outputs once: each output names the arrival that emits it. Like
     /// every output of the framework, it is at least once: a retried batch (even one ending
     /// later) emits its outputs again, identical, as does a batch delivered again before a
-    /// later batch of its partition wrote the key. The outputs of one batch for one key are
-    /// part of the item, which holds at most 400 KB.
+    /// later batch of its partition wrote the key. Under exactly-once output
+    /// (`LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once`) a `read_committed` consumer sees each
+    /// pair and each record alone once: an arrival's outputs go in its record's
+    /// transaction, and the closing pass's rewrite of the item claims what it emits
+    /// (`runtime::claims`). The outputs of one batch for one key are part of the item, which
+    /// holds at most 400 KB.
     ///
     /// Cost per batch: one conditional write per touched key, one batched read of the
     /// touched keys' items after the write, one query of the closing index, and one
@@ -524,9 +534,7 @@ where
                     .buffered(&that, Arc::clone(&store_index))
                     .arrivals(id, 1),
             );
-        // With no outer side (an inner join) no record is ever emitted alone: the items
-        // never enter the closing index and the join has no closing pass.
-        let pairs_only = !outer.this && !outer.other;
+        let pairs_only = outer.pairs_only();
         let closes: Option<crate::dsl::grouped::ClosesFn<JoinState>> = if pairs_only {
             None
         } else {
@@ -561,15 +569,17 @@ where
             Arc::clone(&that.serde),
             Arc::new(joiner),
         );
-        let close = closer(
-            Arc::clone(&key_serde),
-            Arc::clone(&this_serde),
-            Arc::clone(&that_serde),
-            Arc::clone(&joiner) as Arc<OuterJoiner<K, V, VO, VR>>,
-            windows,
-            outer,
-            next.clone(),
-        );
+        let close = (!pairs_only).then(|| {
+            closer(
+                Arc::clone(&key_serde),
+                Arc::clone(&this_serde),
+                Arc::clone(&that_serde),
+                Arc::clone(&joiner) as Arc<OuterJoiner<K, V, VO, VR>>,
+                windows,
+                outer,
+                next.clone(),
+            )
+        });
         arrivals
             .downstream()
             .add(Arc::new(move |ctx, key: K, x: Arrival| {
@@ -673,7 +683,7 @@ where
             inner.stores[join_store].closing = Some(Closing {
                 node,
                 topics: Default::default(),
-                close: (!pairs_only).then_some(close),
+                close,
                 reads: None,
             });
             node
