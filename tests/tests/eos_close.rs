@@ -12,7 +12,7 @@
 //! The same for a session count emitted on close, whose sessions close in the closing pass:
 //! its rewrite of the key's item claims the sessions it emits.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -551,4 +551,102 @@ async fn claims_in(table: &str) -> Vec<String> {
         }
     }
     claims
+}
+
+/// A batch that closes more windows than one DynamoDB item could name: 2,500 windows with
+/// 120-byte keys, whose claim register entries (about 180 bytes each) pass 400 KB together.
+/// The register is paged (`state::dynamodb`, 64 items under its partition key): the batch
+/// claims and emits every window, each once for read_committed, and its redelivery finishes
+/// the claims and emits nothing. (On one item, every attempt of the batch failed on the
+/// register's write, the partition stopped.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_closing_more_windows_than_one_item_can_name_emits_each_once() {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    require_services();
+    const WINDOWS: usize = 2_500;
+    let (input, output) = (unique("eosclose-many-in"), unique("eosclose-many-out"));
+    let (table, app) = (unique("eosclose-many"), unique("eosclose-many-app"));
+    let servers = bootstrap();
+    for topic in [&input, &output] {
+        admin::create_topic(&servers, topic, 1)
+            .await
+            .expect("topic");
+    }
+    // Every key's window at BASE, then a record of key `z` 100 ms later closes them all.
+    let key = |i: usize| format!("{i:05}{}", "k".repeat(115));
+    let mut records: Vec<(i32, String, i64)> = (0..WINDOWS).map(|i| (0, key(i), BASE)).collect();
+    records.push((0, "z".to_owned(), BASE + 100));
+    produce_timed(&input, &records).await;
+    create_table(&dynamo_client(), &table).await.expect("table");
+    let event = KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: vec![PartitionRecords {
+            tp: TopicPartition::new(&input, 0),
+            records: records
+                .iter()
+                .enumerate()
+                .map(|(o, (_, key, t))| Record {
+                    offset: o as i64,
+                    timestamp: *t,
+                    timestamp_type: TimestampType::CreateTime,
+                    key: Some(key.clone().into_bytes().into()),
+                    value: Some(key.clone().into_bytes().into()),
+                    headers: Vec::new(),
+                    key_schema_metadata: None,
+                    value_schema_metadata: None,
+                })
+                .collect(),
+        }],
+    };
+    let handler = || {
+        let store = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
+        Handler::with_kafka_output(
+            topology(Shape::Windows, &input, &output),
+            Arc::new(store),
+            None,
+        )
+        .with_options(BatchOptions {
+            output: OutputGuarantee::ExactlyOnce,
+            source_partitions: BTreeMap::from([(input.clone(), 1)]),
+            ..BatchOptions::default()
+        })
+        .with_application_id(&app)
+        .with_event_read_committed(true)
+    };
+    let expected: BTreeMap<String, Vec<String>> = (0..WINDOWS)
+        .map(|i| (format!("{}@{BASE}", key(i)), vec!["1".to_owned()]))
+        .collect();
+    // The windows whose read_committed records differ from one "1" (the first 5 of them).
+    let wrong = || {
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (key, value) in console_read_committed(&output) {
+            seen.entry(key).or_default().push(value);
+        }
+        let keys: BTreeSet<&String> = seen.keys().chain(expected.keys()).collect();
+        let wrong: Vec<String> = keys
+            .into_iter()
+            .filter(|k| seen.get(*k) != expected.get(*k))
+            .map(|k| format!("{k}: {:?}", seen.get(k)))
+            .collect();
+        (wrong.len(), wrong.into_iter().take(5).collect::<Vec<_>>())
+    };
+    handler()
+        .handle_event(&event)
+        .await
+        .expect("the batch claims and emits every window");
+    assert_eq!(
+        claims_in(&table).await.len(),
+        WINDOWS,
+        "every window claimed"
+    );
+    assert_eq!(wrong(), (0, Vec::new()), "each window once, count 1");
+    handler()
+        .handle_event(&event)
+        .await
+        .expect("the redelivery finishes the claims");
+    assert!(claims_in(&table).await.is_empty(), "every claim finished");
+    assert_eq!(wrong(), (0, Vec::new()), "each window still once");
 }

@@ -27,7 +27,7 @@ mod request;
 mod retry;
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -95,6 +95,24 @@ const CLAIM_ATTEMPTS: &str = "ca";
 /// item of a store has `@` in its partition key: base64url has none).
 fn claims_key(store: &str, tp: &TopicPartition) -> String {
     format!("__claims#{store}@{tp}")
+}
+
+/// The pages of a claim register: items `sk = 1..=REGISTER_PAGES` under its partition key,
+/// each entry on the page its name hashes to. One item would pass DynamoDB's 400 KB at
+/// about 8,000 pending claims (a batch closing that many windows would then fail on every
+/// retry), and each write to it costs WCUs by the whole item's size; 64 pages hold about
+/// 500,000 claims, and an entry's write costs by its page's size. Read all at once by one
+/// strongly consistent `Query` of the partition key. (Page 0, the single register item
+/// before pages, is read too, and its entries moved to their pages.)
+const REGISTER_PAGES: u64 = 64;
+
+/// The page of register entry `entry` (FNV-1a: stable across builds and versions, as the
+/// page must be found again by every later deployment).
+fn register_page(entry: &str) -> i64 {
+    let hash = entry.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    (hash % REGISTER_PAGES) as i64 + 1
 }
 
 /// A window's attribute in a claim register: `w:<key in base64url>:<start>`.
@@ -1077,9 +1095,9 @@ impl Store for DynamoStore {
         Ok(windows)
     }
 
-    /// `tp`'s claim register (one item, `pk = __claims#<store>@<topic>-<partition>`, an
-    /// attribute `w:<key in base64url>:<window start>` per window), read strongly
-    /// consistent, then its windows (strongly consistent `BatchGetItem`): a window with
+    /// `tp`'s claim register (`pk = __claims#<store>@<topic>-<partition>`, its entries on
+    /// [`REGISTER_PAGES`] items, an attribute `w:<key in base64url>:<window start>` per
+    /// window), read strongly consistent, then its windows (strongly consistent `BatchGetItem`): a window with
     /// `ck` (the claiming partition) and `ca` (the attempts, space-separated) is claimed,
     /// one with `cq` open, any other closed.
     async fn claimed_windows(
@@ -1088,17 +1106,11 @@ impl Store for DynamoStore {
         tp: &TopicPartition,
     ) -> Result<(Vec<ClaimedWindow>, WriteStats), StateError> {
         let err = |e: String| StateError::new(store, b"*", StateErrorKind::Request(e));
-        let mut stats = WriteStats {
-            requests: 1,
-            ..WriteStats::default()
-        };
-        let register = self
-            .batch_get(vec![primary_key(&claims_key(store, tp), 0)])
-            .await
-            .map_err(&err)?;
+        let mut stats = WriteStats::default();
+        let register = self.register(store, tp, &mut stats).await.map_err(&err)?;
         // (key, start or slot, whether a closing pass's claim)
         let mut named: Vec<(Vec<u8>, i64, bool)> = Vec::new();
-        for name in register.first().map(|r| r.keys()).into_iter().flatten() {
+        for name in register.iter().flat_map(|page| page.keys()) {
             let (entry, closing) = match (name.strip_prefix("w:"), name.strip_prefix("c:")) {
                 (Some(entry), _) => (entry, false),
                 (None, Some(entry)) => (entry, true),
@@ -1183,7 +1195,7 @@ impl Store for DynamoStore {
     ) -> Result<(bool, WriteStats), StateError> {
         let mut stats = WriteStats::default();
         let entry = claim_entry(&window.key, window.start);
-        let intent = Update::new(&self.table, claims_key(store, tp), 0)
+        let intent = Update::new(&self.table, claims_key(store, tp), register_page(&entry))
             .update_expression("SET #e = :one")
             .name("#e", entry.as_str())
             .value(":one", Value::N(1))
@@ -1293,10 +1305,14 @@ impl Store for DynamoStore {
             Err(refused) => return Err(StateError::new(store, &window.window.key, refused.kind)),
         }
         let entry = register_entry(window);
-        let forget = Update::new(&self.table, format!("__claims#{store}@{tp}"), 0)
-            .update_expression("REMOVE #e")
-            .name("#e", entry.as_str())
-            .consumed_capacity();
+        let forget = Update::new(
+            &self.table,
+            format!("__claims#{store}@{tp}"),
+            register_page(&entry),
+        )
+        .update_expression("REMOVE #e")
+        .name("#e", entry.as_str())
+        .consumed_capacity();
         stats.requests += 1;
         match self.update_item(forget, &mut stats).await {
             Ok(_) => Ok((true, stats)),
@@ -1312,22 +1328,14 @@ impl Store for DynamoStore {
         windows: &[ClaimedWindow],
     ) -> Result<WriteStats, StateError> {
         let mut stats = WriteStats::default();
-        for chunk in windows.chunks(50) {
-            let entries: Vec<String> = chunk.iter().map(register_entry).collect();
-            let mut request = Update::new(&self.table, claims_key(store, tp), 0);
-            let mut removes = Vec::with_capacity(entries.len());
-            for (i, entry) in entries.iter().enumerate() {
-                let p = placeholder("#e", i);
-                removes.push(p.to_string());
-                request = request.name(p, entry.as_str());
-            }
-            let request = request
-                .update_expression(format!("REMOVE {}", removes.join(", ")))
-                .consumed_capacity();
-            stats.requests += 1;
-            if let Err(refused) = self.update_item(request, &mut stats).await {
-                return Err(StateError::new(store, &chunk[0].window.key, refused.kind));
-            }
+        let mut pages: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+        for window in windows {
+            let entry = register_entry(window);
+            pages.entry(register_page(&entry)).or_default().push(entry);
+        }
+        for (page, entries) in pages {
+            self.edit_register(store, tp, page, &entries, false, &mut stats)
+                .await?;
         }
         Ok(stats)
     }
@@ -1397,11 +1405,15 @@ impl Store for DynamoStore {
         let mut stats = WriteStats::default();
         let slot = i64::try_from(item.state.version).unwrap_or(i64::MAX);
         let entry = format!("c:{}:{slot}", URL_SAFE_NO_PAD.encode(&item.key));
-        let intent = Update::new(&self.table, claims_key(store, claim.tp), 0)
-            .update_expression("SET #e = :one")
-            .name("#e", entry.as_str())
-            .value(":one", Value::N(1))
-            .consumed_capacity();
+        let intent = Update::new(
+            &self.table,
+            claims_key(store, claim.tp),
+            register_page(&entry),
+        )
+        .update_expression("SET #e = :one")
+        .name("#e", entry.as_str())
+        .value(":one", Value::N(1))
+        .consumed_capacity();
         stats.requests += 1;
         if let Err(refused) = self.update_item(intent, &mut stats).await {
             return Err(StateError::new(store, &item.key, refused.kind));
@@ -1488,6 +1500,105 @@ impl DynamoStore {
 }
 
 impl DynamoStore {
+    /// The pages of `tp`'s claim register for `store` ([`REGISTER_PAGES`]): one strongly
+    /// consistent `Query` of its partition key (one request a MB). Entries still on page 0
+    /// (the one-item register of earlier versions) are first added to their pages, then
+    /// removed from page 0, so that a claim is named somewhere at every point.
+    async fn register(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        stats: &mut WriteStats,
+    ) -> Result<Vec<Item>, String> {
+        let pk = claims_key(store, tp);
+        let mut pages = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("#pk = :pk")
+            .expression_attribute_names("#pk", "pk")
+            .expression_attribute_values(":pk", AttributeValue::S(pk.clone()))
+            .consistent_read(true)
+            .into_paginator()
+            .send();
+        let mut items = Vec::new();
+        while let Some(page) = pages.next().await {
+            stats.requests += 1;
+            let page = page.map_err(|e| {
+                format!(
+                    "cannot read the claim register {pk:?}: {}",
+                    self.describe(&e)
+                )
+            })?;
+            items.extend(page.items().iter().cloned());
+        }
+        let legacy: Vec<String> = items
+            .iter()
+            .filter(|item| matches!(item.get("sk"), Some(AttributeValue::N(n)) if n == "0"))
+            .flat_map(|item| item.keys())
+            .filter(|name| name.starts_with("w:") || name.starts_with("c:"))
+            .cloned()
+            .collect();
+        if !legacy.is_empty() {
+            let mut moved: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+            for entry in &legacy {
+                moved
+                    .entry(register_page(entry))
+                    .or_default()
+                    .push(entry.clone());
+            }
+            let err = |e: StateError| e.to_string();
+            for (page, entries) in moved {
+                self.edit_register(store, tp, page, &entries, true, stats)
+                    .await
+                    .map_err(err)?;
+            }
+            self.edit_register(store, tp, 0, &legacy, false, stats)
+                .await
+                .map_err(err)?;
+        }
+        Ok(items)
+    }
+
+    /// Adds (`SET <entry> = 1`) or removes (`REMOVE <entry>`) `entries` on page `page` of
+    /// `tp`'s claim register for `store`, 50 a request.
+    async fn edit_register(
+        &self,
+        store: &str,
+        tp: &TopicPartition,
+        page: i64,
+        entries: &[String],
+        add: bool,
+        stats: &mut WriteStats,
+    ) -> Result<(), StateError> {
+        for chunk in entries.chunks(50) {
+            let mut request = Update::new(&self.table, claims_key(store, tp), page);
+            let mut parts = Vec::with_capacity(chunk.len());
+            for (i, entry) in chunk.iter().enumerate() {
+                let p = placeholder("#e", i);
+                parts.push(if add {
+                    format!("{p} = :one")
+                } else {
+                    p.to_string()
+                });
+                request = request.name(p, entry.as_str());
+            }
+            let request = if add {
+                request
+                    .update_expression(format!("SET {}", parts.join(", ")))
+                    .value(":one", Value::N(1))
+            } else {
+                request.update_expression(format!("REMOVE {}", parts.join(", ")))
+            }
+            .consumed_capacity();
+            stats.requests += 1;
+            if let Err(refused) = self.update_item(request, stats).await {
+                return Err(StateError::new(store, b"*", refused.kind));
+            }
+        }
+        Ok(())
+    }
+
     /// Reads items by primary key: strongly consistent `BatchGetItem`, 100 keys a request,
     /// unprocessed keys sent again with backoff.
     async fn batch_get(&self, keys: Vec<Item>) -> Result<Vec<Item>, String> {
