@@ -59,6 +59,10 @@ pub(crate) struct Roles {
     /// batch, they emit the records whose window closed in the closing pass at the end of
     /// the batch, after every write, with no source record.
     pub(crate) closes: BTreeMap<NodeId, usize>,
+    /// Under exactly-once output, the aggregations that decide a table–table join's
+    /// result per key (`dsl::join`): fed by the two tables' updates, each attributed to
+    /// the event record its outbox entry is kept under, so that the decision is made once.
+    pub(crate) decides: BTreeSet<NodeId>,
 }
 
 impl Roles {
@@ -85,6 +89,12 @@ impl Roles {
     /// Declares that `node` also emits in the closing pass of store `store`.
     pub(crate) fn closes(&mut self, node: NodeId, store: usize) {
         self.closes.insert(node, store);
+    }
+
+    /// Declares that `node` decides a table–table join's result from the updates of the
+    /// two tables (see [`Roles::decides`]).
+    pub(crate) fn decides(&mut self, node: NodeId) {
+        self.decides.insert(node);
     }
 }
 
@@ -289,7 +299,12 @@ impl Walk<'_> {
             }
         }
         let flow = if let Some(&store) = self.roles.writes.get(&node) {
-            if let Some(table) = input.updates_of {
+            if self.roles.decides.contains(&node) {
+                // A table–table join's decision: its inputs are the two tables' updates,
+                // each attributed to the event record of its outbox entry, so the tables
+                // keep the outbox.
+                self.outboxed.extend(input.update_stores.iter().copied());
+            } else if let Some(table) = input.updates_of {
                 return Err(TopologyError::new(
                     name,
                     format!(
