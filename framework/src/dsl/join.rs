@@ -609,8 +609,13 @@ where
                 Decision::none,
                 |_, decision: Decision, latest: Decision| {
                     // The decision made from the newest states of the two sides wins: a
-                    // lookup overtaken by a later change of the key changes nothing.
-                    if decision.sum > latest.sum {
+                    // lookup overtaken by a later change of the key changes nothing. Of
+                    // two made from the same states (both sides changed in one batch),
+                    // one that emits wins over one that does not (a deletion of an inner
+                    // join is sent by the side that lost the key, not by the other).
+                    if decision.sum > latest.sum
+                        || (decision.sum == latest.sum && latest.outcome == Decision::NOTHING)
+                    {
                         decision
                     } else {
                         latest
