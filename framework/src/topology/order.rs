@@ -437,7 +437,10 @@ impl Walk<'_> {
                     )),
                     (Some(store), _) => Some(format!(
                         "the updates of the table in store {:?} after a join, or merged with \
-                         another store's updates",
+                         another store's updates (a table–table join is exactly once when \
+                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` is \
+                         called before the join is declared: its results are then decided in \
+                         a store of their own)",
                         store_name(store)
                     )),
                     (None, Some(join)) => Some(format!(
