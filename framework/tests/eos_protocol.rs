@@ -2002,7 +2002,10 @@ fn check_joins(broker: &Broker, source: &JoinSource, complete: bool) -> Vec<Stri
         }
     }
     let mut violations = Vec::new();
-    let text = |b: &Option<Vec<u8>>| b.as_deref().map(|b| String::from_utf8_lossy(b).into_owned());
+    let text = |b: &Option<Vec<u8>>| {
+        b.as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
     let side = |v: &Option<String>| v.clone().unwrap_or_else(|| "?".to_owned());
     for (topic, outer) in [("profiles", true), ("pairs", false)] {
         let mut latest: BTreeMap<String, BTreeMap<u64, Option<String>>> = BTreeMap::new();
@@ -2020,7 +2023,11 @@ fn check_joins(broker: &Broker, source: &JoinSource, complete: bool) -> Vec<Stri
                 violations.push(format!("{topic}: the transaction header leaked"));
             }
             let value = text(&r.value);
-            if let Some(old) = latest.entry(key.clone()).or_default().insert(version, value.clone()) {
+            if let Some(old) = latest
+                .entry(key.clone())
+                .or_default()
+                .insert(version, value.clone())
+            {
                 violations.push(format!(
                     "{topic}: {key} version {version} seen twice ({old:?}, {value:?})"
                 ));
@@ -2086,14 +2093,16 @@ fn a_table_table_join_is_seen_once_by_read_committed_under_the_fault_model() {
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    let (failed, incomplete, stats) = run_seeds(first..schedules, |seed| {
-        join_schedule(seed, Control::None)
-    });
+    let (failed, incomplete, stats) =
+        run_seeds(first..schedules, |seed| join_schedule(seed, Control::None));
     eprintln!("{schedules} schedules, {incomplete} incomplete (step cap): {stats:?}");
     if let Some((seed, violations)) = failed {
         panic!("seed {seed}: {violations:#?}");
     }
-    assert!(stats.crashes > 0 && stats.zombies > 0 && stats.shifted_retries > 0, "{stats:?}");
+    assert!(
+        stats.crashes > 0 && stats.zombies > 0 && stats.shifted_retries > 0,
+        "{stats:?}"
+    );
 }
 
 /// The control of the table–table joins: with the outbox replaced by the update re-derived

@@ -452,19 +452,26 @@ fn table_table_joins_build_under_exactly_once_output() {
             .stream("moves", Utf8, Utf8)
             .to_table("cities", Utf8, Utf8)
             .filter(|_, c| !c.is_empty());
-        let counts = builder.stream("clicks", Utf8, Utf8).group_by_key(Utf8).count("clicks");
+        let counts = builder
+            .stream("clicks", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .count("clicks");
         names
             .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
             .to_stream()
             .to("inner", Utf8, Utf8);
         names
             .map_values(|n| n.to_uppercase())
-            .left_join(&counts, |_, n: &String, c: Option<&i64>| format!("{n}:{c:?}"))
+            .left_join(&counts, |_, n: &String, c: Option<&i64>| {
+                format!("{n}:{c:?}")
+            })
             .filter(|_, v| !v.is_empty())
             .to_change_stream()
             .to("left", Utf8, Nullable(Utf8));
         cities
-            .outer_join(&counts, |_, c: Option<&String>, n: Option<&i64>| format!("{c:?}:{n:?}"))
+            .outer_join(&counts, |_, c: Option<&String>, n: Option<&i64>| {
+                format!("{c:?}:{n:?}")
+            })
             .to_change_stream()
             .to("outer", Utf8, Nullable(Utf8));
         builder
@@ -495,7 +502,9 @@ fn table_table_joins_build_under_exactly_once_output() {
         .expect("refused");
     assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
     assert!(
-        refused.to_string().contains("output_guarantee(OutputGuarantee::ExactlyOnce)"),
+        refused
+            .to_string()
+            .contains("output_guarantee(OutputGuarantee::ExactlyOnce)"),
         "{refused}"
     );
 }

@@ -67,7 +67,8 @@ fn input_records(side: usize) -> Vec<Vec<(String, Option<String>)>> {
             (0..14)
                 .map(|i| {
                     let key = format!("k{}", 3 * ((i * 7 + side) % 2) + p);
-                    let value = ((i + 2 * side) % 5 != 4).then(|| format!("{}{i}", ["n", "c"][side]));
+                    let value =
+                        ((i + 2 * side) % 5 != 4).then(|| format!("{}{i}", ["n", "c"][side]));
                     (key, value)
                 })
                 .collect()

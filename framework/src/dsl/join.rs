@@ -370,7 +370,13 @@ where
     /// tables hold a value for it, the joined table's update is `joiner(key, this, other)`.
     /// Each update carries as its version the sum of the two items' versions, which grows
     /// with every change of either side, so consumers can keep the highest version per
-    /// key. A deletion in either table deletes the joined key where it had a value (a
+    /// key. Under exactly-once output (the builder's
+    /// [`output_guarantee`](StreamsBuilder::output_guarantee), asked before the join is
+    /// declared) each key's joined update is decided once in a store of the join's own
+    /// (one more write per key a batch changes), and carries that item's version: each
+    /// `(key, version)` once for a `read_committed` consumer, the highest one the join of
+    /// the two tables' final values (docs/state.md, "Exactly-once output of table–table
+    /// joins"). A deletion in either table deletes the joined key where it had a value (a
     /// deletion, seen in [`KTable::to_change_stream`]). Each update and deletion carries
     /// the later of the two sides' timestamps, as in Kafka Streams. The joined table
     /// cannot itself be joined.
@@ -631,21 +637,23 @@ where
             }
         }
         let (updates, deletes) = (out.updates.clone(), out.deletes.clone());
-        decided.updates().add(Arc::new(move |ctx, key: K, decision: Decision| {
-            let forward = |ctx: &mut Ctx| match decision.outcome {
-                Decision::UPDATE => {
-                    let this = this_lookup.find(&key, decision.this.as_ref(), &names.0)?;
-                    let other = other_lookup.find(&key, decision.other.as_ref(), &names.1)?;
-                    match joined(&key, this.as_ref(), other.as_ref()) {
-                        Some(value) => updates.forward(ctx, key.clone(), value),
-                        None => Ok(()),
+        decided
+            .updates()
+            .add(Arc::new(move |ctx, key: K, decision: Decision| {
+                let forward = |ctx: &mut Ctx| match decision.outcome {
+                    Decision::UPDATE => {
+                        let this = this_lookup.find(&key, decision.this.as_ref(), &names.0)?;
+                        let other = other_lookup.find(&key, decision.other.as_ref(), &names.1)?;
+                        match joined(&key, this.as_ref(), other.as_ref()) {
+                            Some(value) => updates.forward(ctx, key.clone(), value),
+                            None => Ok(()),
+                        }
                     }
-                }
-                Decision::DELETE => deletes.forward(ctx, key.clone(), ()),
-                _ => Ok(()),
-            };
-            ctx.with_update_timestamp(decision.timestamp, forward)
-        }));
+                    Decision::DELETE => deletes.forward(ctx, key.clone(), ()),
+                    _ => Ok(()),
+                };
+                ctx.with_update_timestamp(decision.timestamp, forward)
+            }));
         KTable::from_nodes(self.shared.clone(), out.updates, decided.nodes.clone())
             .with_deletes(out.deletes)
     }

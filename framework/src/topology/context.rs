@@ -311,9 +311,7 @@ impl Ctx {
             (Some((tp, offset)), Some((_, _, timestamp)), _, _) => (tp, offset, timestamp),
             // A table–table join's decision under exactly-once output: attributed to the
             // event record its update's outbox entry is kept under.
-            (_, _, Origin::Update { timestamp, .. }, Some((tp, offset))) => {
-                (tp, offset, timestamp)
-            }
+            (_, _, Origin::Update { timestamp, .. }, Some((tp, offset))) => (tp, offset, timestamp),
             _ => {
                 self.unattributed.get_or_insert(store);
                 return None;

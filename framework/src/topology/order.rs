@@ -17,7 +17,10 @@
 //!   `to_table`, a count of a count): a batch emits one update per key per batch, where
 //!   Kafka Streams (record at a time, without caching) emits one per input record, so what
 //!   an aggregation of updates folds depends on batch boundaries; and an update has no
-//!   source record whose watermark would apply it once (design notes, section 4).
+//!   source record whose watermark would apply it once (design notes, section 4). One
+//!   exception, under exactly-once output: a table–table join's decision store
+//!   ([`Roles::decides`]), whose writes are attributed to the outbox entries of the
+//!   updates that feed it, and whose fold keeps the decision of the newest states.
 //! - **A table's update stream repartitioned or buffered by a stream–stream join**: both
 //!   need each record's source coordinates, which an update does not have.
 //! - **A join of an emit-on-close window's updates**: those updates are emitted after the
