@@ -498,8 +498,7 @@ fn table_table_joins_build_under_exactly_once_output() {
     let topology = joins(None).try_build().expect("accepted at least once");
     let refused = topology
         .check_output_guarantee(OutputGuarantee::ExactlyOnce)
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
     assert!(
         refused
