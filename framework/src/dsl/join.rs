@@ -515,7 +515,7 @@ where
     {
         // Under exactly-once output the two sides' changes go to the join's decision
         // store instead of the output (see `Decision`).
-        let exactly_once = lock(&self.shared).output == crate::OutputGuarantee::ExactlyOnce;
+        let exactly_once = lock(&self.shared).output == crate::sink::OutputGuarantee::ExactlyOnce;
         let decisions = exactly_once.then(Downstream::<K, Decision>::new);
         let out = Outputs {
             updates: Downstream::<K, VR>::new(),
