@@ -470,8 +470,11 @@ impl Topology {
                         timestamp: emission.entry.time,
                     };
                     let mark = ctx.outputs.len();
-                    ctx.update_entry = Some((emission.tp, emission.entry.offset));
-                    ctx.update_state = Some(emission.entry.state.clone());
+                    // A table–table join's decision needs the entry and the item's state.
+                    if self.inner.decision_inputs.contains(&index) {
+                        ctx.update_entry = Some((emission.tp, emission.entry.offset));
+                        ctx.update_state = Some(emission.entry.state.clone());
+                    }
                     let emitted =
                         guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state));
                     ctx.update_entry = None;

@@ -144,6 +144,9 @@ pub(crate) struct WriteOrder {
     /// (`state::outbox`), and their updates go in the transaction of the record that made
     /// them.
     pub(crate) outboxed: BTreeSet<usize>,
+    /// Of those, the stores whose updates feed a table–table join's decision store
+    /// ([`Roles::decides`]): their updates go on with the item's state the entry holds.
+    pub(crate) decision_inputs: BTreeSet<usize>,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -164,6 +167,7 @@ pub(crate) fn write_order(
         sort_hops: false,
         unsourced_sinks: Vec::new(),
         outboxed: BTreeSet::new(),
+        decision_inputs: BTreeSet::new(),
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
@@ -174,6 +178,7 @@ pub(crate) fn write_order(
         sort_hops,
         unsourced_sinks,
         outboxed,
+        decision_inputs,
         ..
     } = walk;
     let name = |store: usize| {
@@ -213,6 +218,7 @@ pub(crate) fn write_order(
         sort_hops,
         unsourced_sinks,
         outboxed,
+        decision_inputs,
     })
 }
 
@@ -233,6 +239,8 @@ struct Walk<'a> {
     unsourced_sinks: Vec<TopologyError>,
     /// See [`WriteOrder::outboxed`].
     outboxed: BTreeSet<usize>,
+    /// See [`WriteOrder::decision_inputs`].
+    decision_inputs: BTreeSet<usize>,
 }
 
 impl Walk<'_> {
@@ -307,6 +315,8 @@ impl Walk<'_> {
                 // each attributed to the event record of its outbox entry, so the tables
                 // keep the outbox.
                 self.outboxed.extend(input.update_stores.iter().copied());
+                self.decision_inputs
+                    .extend(input.update_stores.iter().copied());
             } else if let Some(table) = input.updates_of {
                 return Err(TopologyError::new(
                     name,
