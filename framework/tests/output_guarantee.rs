@@ -482,3 +482,77 @@ fn final_sessions_and_sliding_windows_build_under_exactly_once_output() {
         assert!(error.contains(store), "{error}");
     }
 }
+
+/// Table–table joins (inner, left, outer; on tables of topics, of streams and of
+/// aggregations, filtered or mapped before and after) build under exactly-once output when
+/// the builder asks for it before the join is declared: each key's joined update is
+/// decided once in the join's store and emitted from its outbox. Declared first and run by
+/// a handler configured exactly once, the same join is refused, naming the sink.
+#[test]
+fn table_table_joins_build_under_exactly_once_output() {
+    use lambda_streams::serdes::Nullable;
+    let joins = |guarantee: Option<OutputGuarantee>| {
+        let builder = StreamsBuilder::new();
+        if let Some(guarantee) = guarantee {
+            builder.output_guarantee(guarantee);
+        }
+        let names = builder.table("names", Utf8, Utf8, "names");
+        let cities = builder
+            .stream("moves", Utf8, Utf8)
+            .to_table("cities", Utf8, Utf8)
+            .filter(|_, c| !c.is_empty());
+        let counts = builder
+            .stream("clicks", Utf8, Utf8)
+            .group_by_key(Utf8)
+            .count("clicks");
+        names
+            .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
+            .to_stream()
+            .to("inner", Utf8, Utf8);
+        names
+            .map_values(|n| n.to_uppercase())
+            .left_join(&counts, |_, n: &String, c: Option<&i64>| {
+                format!("{n}:{c:?}")
+            })
+            .filter(|_, v| !v.is_empty())
+            .to_change_stream()
+            .to("left", Utf8, Nullable(Utf8));
+        cities
+            .outer_join(&counts, |_, c: Option<&String>, n: Option<&i64>| {
+                format!("{c:?}:{n:?}")
+            })
+            .to_change_stream()
+            .to("outer", Utf8, Nullable(Utf8));
+        builder
+    };
+    let topology = joins(Some(OutputGuarantee::ExactlyOnce))
+        .try_build()
+        .expect("accepted under exactly-once output");
+    assert!(
+        topology
+            .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+            .is_ok()
+    );
+    // A handler configured exactly once runs it.
+    assert!(
+        Handler::try_from_config(
+            topology,
+            Arc::new(MemoryStore::new()),
+            &config(EXACTLY_ONCE)
+        )
+        .is_ok()
+    );
+    // Declared at least once, the joins emit straight from the two tables' writes: refused
+    // under exactly-once output, naming the sink and what to do.
+    let topology = joins(None).try_build().expect("accepted at least once");
+    let refused = topology
+        .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+        .expect_err("refused");
+    assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
+    assert!(
+        refused
+            .to_string()
+            .contains("output_guarantee(OutputGuarantee::ExactlyOnce)"),
+        "{refused}"
+    );
+}

@@ -18,6 +18,7 @@ use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
 use crate::error::StreamError;
 use crate::serdes::{Nullable, Serde, SerdeError};
+use crate::state::ItemState;
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::describe::{NodeId, NodeKind};
 
@@ -369,7 +370,13 @@ where
     /// tables hold a value for it, the joined table's update is `joiner(key, this, other)`.
     /// Each update carries as its version the sum of the two items' versions, which grows
     /// with every change of either side, so consumers can keep the highest version per
-    /// key. A deletion in either table deletes the joined key where it had a value (a
+    /// key. Under exactly-once output (the builder's
+    /// [`output_guarantee`](StreamsBuilder::output_guarantee), asked before the join is
+    /// declared) each key's joined update is decided once in a store of the join's own
+    /// (one more write per key a batch changes), and carries that item's version: each
+    /// `(key, version)` once for a `read_committed` consumer, the highest one the join of
+    /// the two tables' final values (docs/state.md, "Exactly-once output of table–table
+    /// joins"). A deletion in either table deletes the joined key where it had a value (a
     /// deletion, seen in [`KTable::to_change_stream`]). Each update and deletion carries
     /// the later of the two sides' timestamps, as in Kafka Streams. The joined table
     /// cannot itself be joined.
@@ -506,9 +513,15 @@ where
         VO: Clone + Send + Sync + 'static,
         VR: Clone + Send + Sync + 'static,
     {
+        // Under exactly-once output the two sides' changes go to the join's decision
+        // store instead of the output (see `Decision`).
+        let exactly_once = lock(&self.shared).output == crate::sink::OutputGuarantee::ExactlyOnce;
+        let decisions = exactly_once.then(Downstream::<K, Decision>::new);
         let out = Outputs {
             updates: Downstream::<K, VR>::new(),
             deletes: Downstream::<K, ()>::new(),
+            decisions: decisions.clone(),
+            flipped: false,
         };
         // `f` called only with the sides `kind` keeps.
         let joined = Arc::new(move |k: &K, v: Option<&V>, o: Option<&VO>| -> Option<VR> {
@@ -523,7 +536,7 @@ where
             Arc::clone(&joined),
             Arc::clone(&joined),
             Arc::clone(&joined),
-            joined,
+            Arc::clone(&joined),
         );
         let this_node = watch(
             self,
@@ -537,10 +550,14 @@ where
                 None => Joined::Delete,
             },
         );
+        let flipped = Outputs {
+            flipped: true,
+            ..out.clone()
+        };
         let other_node = watch(
             other,
             self,
-            &out,
+            &flipped,
             &format!("{prefix}OTHER"),
             move |k, o, v: Option<&V>| f3(k, v, Some(o)).map_or(Joined::Nothing, Joined::Update),
             move |k, v: Option<&V>, _| match f4(k, v, None) {
@@ -550,12 +567,235 @@ where
                 None => Joined::Nothing,
             },
         );
-        KTable::from_nodes(
-            self.shared.clone(),
-            out.updates,
-            vec![this_node, other_node],
-        )
-        .with_deletes(out.deletes)
+        let Some(decisions) = decisions else {
+            return KTable::from_nodes(
+                self.shared.clone(),
+                out.updates,
+                vec![this_node, other_node],
+            )
+            .with_deletes(out.deletes);
+        };
+        self.decided(other, decisions, [this_node, other_node], out, joined)
+    }
+
+    /// Under exactly-once output, the joined table from the join's decisions (`decisions`,
+    /// from the nodes `sides`): a store of one item per key holding the latest decision
+    /// (the one made from the highest sum of the two sides' versions) with the two sides'
+    /// states it was made from, written attributed to the outbox entries of the updates
+    /// that caused it. The joined table's updates are that store's, from its outbox, each
+    /// value computed again from the states the decision keeps (`joined`).
+    fn decided<VO, VR>(
+        &self,
+        other: &KTable<K, VO>,
+        decisions: Downstream<K, Decision>,
+        sides: [NodeId; 2],
+        out: Outputs<K, VR>,
+        joined: Arc<JoinFn<K, V, VO, VR>>,
+    ) -> KTable<K, VR>
+    where
+        VO: Clone + Send + Sync + 'static,
+        VR: Clone + Send + Sync + 'static,
+    {
+        let (Some(this_lookup), Some(other_lookup)) = (self.lookup.clone(), other.lookup.clone())
+        else {
+            panic!("{NOT_JOINABLE}");
+        };
+        let (store, names) = {
+            let inner = lock(&self.shared);
+            let name = |i: usize| inner.stores[i].name.clone();
+            (
+                format!("{}.{}", inner.description.name(sides[0]), sides[1]),
+                (name(this_lookup.store), name(other_lookup.store)),
+            )
+        };
+        let decided = KStream::new(self.shared.clone(), decisions, &sides)
+            .group_by_key(Arc::clone(&this_lookup.key_serde))
+            .aggregate_closing(
+                &store,
+                Decision::none,
+                |_, decision: Decision, latest: Decision| {
+                    // The decision made from the newest states of the two sides wins: a
+                    // lookup overtaken by a later change of the key changes nothing. Of
+                    // two made from the same states (both sides changed in one batch),
+                    // one that emits wins over one that does not (a deletion of an inner
+                    // join is sent by the side that lost the key, not by the other).
+                    if decision.sum > latest.sum
+                        || (decision.sum == latest.sum && latest.outcome == Decision::NOTHING)
+                    {
+                        decision
+                    } else {
+                        latest
+                    }
+                },
+                DecisionSerde,
+                None,
+            );
+        {
+            let mut inner = lock(&self.shared);
+            for &node in &decided.nodes {
+                inner.roles.decides(node);
+            }
+        }
+        let (updates, deletes) = (out.updates.clone(), out.deletes.clone());
+        decided
+            .updates()
+            .add(Arc::new(move |ctx, key: K, decision: Decision| {
+                let forward = |ctx: &mut Ctx| match decision.outcome {
+                    Decision::UPDATE => {
+                        let this = this_lookup.find(&key, decision.this.as_ref(), &names.0)?;
+                        let other = other_lookup.find(&key, decision.other.as_ref(), &names.1)?;
+                        match joined(&key, this.as_ref(), other.as_ref()) {
+                            Some(value) => updates.forward(ctx, key.clone(), value),
+                            None => Ok(()),
+                        }
+                    }
+                    Decision::DELETE => deletes.forward(ctx, key.clone(), ()),
+                    _ => Ok(()),
+                };
+                ctx.with_update_timestamp(decision.timestamp, forward)
+            }));
+        KTable::from_nodes(self.shared.clone(), out.updates, decided.nodes.clone())
+            .with_deletes(out.deletes)
+    }
+}
+
+/// A table–table join's joiner, called with the sides its kind keeps.
+type JoinFn<K, V, VO, VR> = dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
+
+/// Under exactly-once output, a table–table join's decision for a key: what it emits, made
+/// once from the two sides' items as they were read, and kept in the join's store.
+///
+/// Without it, a joined update is derived from the changed side's update (kept in its
+/// outbox) and the other side's item as the batch reads it. A retry after an aborted
+/// transaction re-emits the update from the outbox but reads the other side again, and
+/// two changes of a key on both sides (two partitions, or one batch) both read the same
+/// pair of states: the output would carry one `(key, version)` twice, or two values with
+/// one version (the version was the sum of the two sides' versions). With the decision
+/// kept in one item per key, written attributed to the outbox entry of the update that
+/// caused it, a retry or a zombie finds the decision made (the item's watermark) and emits
+/// it from the item's own outbox; the item's version numbers the joined updates of a key
+/// 1, 2, 3, ... once each.
+#[derive(Clone, Debug)]
+pub(crate) struct Decision {
+    /// The sum of the two sides' item versions it was made from (0: none yet). Each side's
+    /// version only grows, so the decision made last from the newest states has the
+    /// highest sum: the store keeps the decision of the highest sum.
+    sum: u64,
+    /// What it emits: [`Decision::UPDATE`], [`Decision::DELETE`] or nothing.
+    outcome: u8,
+    /// The timestamp its output carries (the later of the two sides', as Kafka Streams).
+    timestamp: i64,
+    /// This table's item and the other table's, as read (`None`: no item).
+    this: Option<ItemState>,
+    other: Option<ItemState>,
+}
+
+impl Decision {
+    /// Emits nothing.
+    const NOTHING: u8 = 0;
+    /// Emits the joiner's value of the two sides.
+    const UPDATE: u8 = 1;
+    /// Emits a deletion.
+    const DELETE: u8 = 2;
+
+    /// No decision yet.
+    fn none() -> Self {
+        Decision {
+            sum: 0,
+            outcome: Self::NOTHING,
+            timestamp: i64::MIN,
+            this: None,
+            other: None,
+        }
+    }
+}
+
+/// Encodes a [`Decision`]: the sum (8 bytes, big endian), the outcome (1), the timestamp
+/// (8), then each side's item: a presence byte, then its value, version (8 each), a
+/// timestamp presence byte and the timestamp (8), an aggregate presence byte and the
+/// aggregate (4-byte length, bytes).
+struct DecisionSerde;
+
+impl Serde<Decision> for DecisionSerde {
+    fn serialize(&self, value: &Decision) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&value.sum.to_be_bytes());
+        out.push(value.outcome);
+        out.extend_from_slice(&value.timestamp.to_be_bytes());
+        for state in [&value.this, &value.other] {
+            let Some(state) = state else {
+                out.push(0);
+                continue;
+            };
+            out.push(1);
+            out.extend_from_slice(&state.value.to_be_bytes());
+            out.extend_from_slice(&state.version.to_be_bytes());
+            match state.timestamp {
+                Some(t) => {
+                    out.push(1);
+                    out.extend_from_slice(&t.to_be_bytes());
+                }
+                None => out.push(0),
+            }
+            match &state.aggregate {
+                Some(bytes) => {
+                    out.push(1);
+                    out.extend_from_slice(&u32::try_from(bytes.len()).ok()?.to_be_bytes());
+                    out.extend_from_slice(bytes);
+                }
+                None => out.push(0),
+            }
+        }
+        Some(out)
+    }
+
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<Decision, SerdeError> {
+        let data = data.ok_or_else(|| SerdeError("a join decision is null".into()))?;
+        let mut at = 0usize;
+        let mut take = |n: usize| -> Result<&[u8], SerdeError> {
+            let bytes = data
+                .get(at..at + n)
+                .ok_or_else(|| SerdeError(format!("a join decision is cut short at {at}")))?;
+            at += n;
+            Ok(bytes)
+        };
+        let word = |b: &[u8]| -> [u8; 8] { b.try_into().unwrap_or([0; 8]) };
+        let sum = u64::from_be_bytes(word(take(8)?));
+        let outcome = take(1)?[0];
+        let timestamp = i64::from_be_bytes(word(take(8)?));
+        let mut sides = [None, None];
+        for side in &mut sides {
+            if take(1)?[0] == 0 {
+                continue;
+            }
+            let value = i64::from_be_bytes(word(take(8)?));
+            let version = u64::from_be_bytes(word(take(8)?));
+            let timestamp = match take(1)?[0] {
+                0 => None,
+                _ => Some(i64::from_be_bytes(word(take(8)?))),
+            };
+            let aggregate = match take(1)?[0] {
+                0 => None,
+                _ => {
+                    let len = u32::from_be_bytes(take(4)?.try_into().unwrap_or([0; 4]));
+                    Some(take(len as usize)?.to_vec())
+                }
+            };
+            *side = Some(ItemState {
+                value,
+                aggregate,
+                version,
+                timestamp,
+            });
+        }
+        let [this, other] = sides;
+        Ok(Decision {
+            sum,
+            outcome,
+            timestamp,
+            this,
+            other,
+        })
     }
 }
 
@@ -582,6 +822,11 @@ enum Joined<R> {
 struct Outputs<K, R> {
     updates: Downstream<K, R>,
     deletes: Downstream<K, ()>,
+    /// Under exactly-once output: where the decisions go instead (see [`Decision`]).
+    decisions: Option<Downstream<K, Decision>>,
+    /// Whether the changed side is the join's other table (the decision keeps the sides
+    /// in the join's order).
+    flipped: bool,
 }
 
 impl<K: Clone, R: Clone> Outputs<K, R> {
@@ -600,17 +845,64 @@ impl<K: Clone, R: Clone> Outputs<K, R> {
         if let Joined::Nothing = joined {
             return Ok(());
         }
-        if let Origin::Update { version, timestamp } = ctx.origin {
-            ctx.origin = Origin::Update {
-                version: version + other_version,
-                timestamp: other_timestamp.map_or(timestamp, |t| t.max(timestamp)),
-            };
-        }
+        let Origin::Update { version, timestamp } = ctx.origin else {
+            return Ok(());
+        };
+        let timestamp = other_timestamp.map_or(timestamp, |t| t.max(timestamp));
+        ctx.origin = Origin::Update {
+            version: version + other_version,
+            timestamp,
+        };
         match joined {
             Joined::Update(value) => self.updates.forward(ctx, key, value),
             Joined::Delete => self.deletes.forward(ctx, key, ()),
             Joined::Nothing => Ok(()),
         }
+    }
+}
+
+impl<K: Clone, R: Clone> Outputs<K, R> {
+    /// Under exactly-once output: sends the decision on `joined` (made from the changed
+    /// side's item `changed` and the other side's `other`, as read) to the join's store,
+    /// attributed to the outbox entry `entry` of the change. Sent also when it emits
+    /// nothing, so that a retry re-emitting the change touches the join's item and emits
+    /// what its outbox holds.
+    #[allow(clippy::too_many_arguments)]
+    fn decide(
+        &self,
+        decisions: &Downstream<K, Decision>,
+        ctx: &mut Ctx,
+        key: K,
+        joined: &Joined<R>,
+        (changed, other): (Option<ItemState>, Option<&ItemState>),
+        other_timestamp: Option<i64>,
+        entry: Option<(u32, i64)>,
+    ) -> Result<(), StreamError> {
+        let Origin::Update { version, timestamp } = ctx.origin else {
+            return Ok(());
+        };
+        let other = other.cloned();
+        let sum = version + other.as_ref().map_or(0, |s| s.version);
+        let (this, other) = if self.flipped {
+            (other, changed)
+        } else {
+            (changed, other)
+        };
+        let decision = Decision {
+            sum,
+            outcome: match joined {
+                Joined::Update(_) => Decision::UPDATE,
+                Joined::Delete => Decision::DELETE,
+                Joined::Nothing => Decision::NOTHING,
+            },
+            timestamp: other_timestamp.map_or(timestamp, |t| t.max(timestamp)),
+            this,
+            other,
+        };
+        let saved = std::mem::replace(&mut ctx.update_entry, entry);
+        let sent = decisions.forward(ctx, key, decision);
+        ctx.update_entry = saved;
+        sent
     }
 }
 
@@ -694,6 +986,12 @@ where
     };
     let (lookup, store) = (Arc::clone(lookup), Arc::clone(store));
     let key_bytes = encoded.clone();
+    // Under exactly-once output: the changed item's state and outbox entry, for the
+    // decision.
+    let changed = out
+        .decisions
+        .as_ref()
+        .map(|_| (ctx.update_state.clone(), ctx.update_entry));
     ctx.defer(
         lookup.store,
         encoded,
@@ -705,7 +1003,18 @@ where
                 _ => None,
             };
             let joined = decide(&key, found.as_ref(), written);
-            out.emit(ctx, key, joined, state.map_or(0, |s| s.version), timestamp)
+            match (&out.decisions, changed) {
+                (Some(decisions), Some((changed, entry))) => out.decide(
+                    decisions,
+                    ctx,
+                    key,
+                    &joined,
+                    (changed, state),
+                    timestamp,
+                    entry,
+                ),
+                _ => out.emit(ctx, key, joined, state.map_or(0, |s| s.version), timestamp),
+            }
         }),
     )
 }

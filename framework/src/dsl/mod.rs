@@ -260,6 +260,7 @@ impl StreamsBuilder {
         inner.sort_hops = order.sort_hops;
         inner.unsourced_sinks = order.unsourced_sinks;
         inner.outboxed = order.outboxed;
+        inner.decision_inputs = order.decision_inputs;
         let topology = Topology {
             inner: Arc::new(inner),
         };

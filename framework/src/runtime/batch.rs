@@ -470,7 +470,16 @@ impl Topology {
                         timestamp: emission.entry.time,
                     };
                     let mark = ctx.outputs.len();
-                    guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state))?;
+                    // A table–table join's decision needs the entry and the item's state.
+                    if self.inner.decision_inputs.contains(&index) {
+                        ctx.update_entry = Some((emission.tp, emission.entry.offset));
+                        ctx.update_state = Some(emission.entry.state.clone());
+                    }
+                    let emitted =
+                        guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state));
+                    ctx.update_entry = None;
+                    ctx.update_state = None;
+                    emitted?;
                     let tp = ctx.partitions[emission.tp as usize].clone();
                     tag_transaction(&mut ctx.outputs[mark..], &tp, emission.entry.offset);
                 }

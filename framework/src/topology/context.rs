@@ -187,6 +187,14 @@ pub(crate) struct Ctx {
     /// Under exactly-once output: per partition of the batch, the shadow offset (its
     /// outputs committed below it) and the range whose outputs this batch commits.
     pub(crate) transactions: Option<Transactions>,
+    /// Under exactly-once output, while a store's update from its outbox goes on: the
+    /// event record (partition index, offset) the outbox entry is kept under. A
+    /// table–table join's decision is written to its store attributed to it (see
+    /// `dsl::join`), so that a retry re-emitting the entry finds the decision made.
+    pub(crate) update_entry: Option<(u32, i64)>,
+    /// Under exactly-once output, while a store's update from its outbox goes on: the
+    /// item's state the entry holds (a table–table join keeps it with its decision).
+    pub(crate) update_state: Option<crate::state::ItemState>,
 }
 
 /// Per partition of a batch under exactly-once output: the shadow offsets, and the offset
@@ -249,6 +257,8 @@ impl Ctx {
             closing_times: vec![i64::MIN; stores],
             closing_poison: Vec::new(),
             transactions: None,
+            update_entry: None,
+            update_state: None,
         }
     }
 
@@ -292,11 +302,20 @@ impl Ctx {
         key: Vec<u8>,
         window: Option<ItemWindow>,
     ) -> Option<(&mut PendingItem, u32, i64)> {
-        let (Some((tp, offset)), Some((_, _, timestamp))) =
-            (self.contribution_coordinates(), self.record_time())
-        else {
-            self.unattributed.get_or_insert(store);
-            return None;
+        let (tp, offset, timestamp) = match (
+            self.contribution_coordinates(),
+            self.record_time(),
+            self.origin,
+            self.update_entry,
+        ) {
+            (Some((tp, offset)), Some((_, _, timestamp)), _, _) => (tp, offset, timestamp),
+            // A table–table join's decision under exactly-once output: attributed to the
+            // event record its update's outbox entry is kept under.
+            (_, _, Origin::Update { timestamp, .. }, Some((tp, offset))) => (tp, offset, timestamp),
+            _ => {
+                self.unattributed.get_or_insert(store);
+                return None;
+            }
         };
         let item = self.pending[store]
             .entry((key, window.map(|w| w.start)))

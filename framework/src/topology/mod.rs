@@ -164,6 +164,9 @@ pub(crate) struct TopologyInner {
     /// The stores that keep the outbox of updates under exactly-once output
     /// (`order::WriteOrder::outboxed`).
     pub(crate) outboxed: std::collections::BTreeSet<usize>,
+    /// The outboxed stores whose updates feed a table–table join's decision store
+    /// (`order::WriteOrder::decision_inputs`).
+    pub(crate) decision_inputs: std::collections::BTreeSet<usize>,
     /// The output guarantee the builder asked for ([`StreamsBuilder::output_guarantee`]).
     ///
     /// [`StreamsBuilder::output_guarantee`]: crate::StreamsBuilder::output_guarantee

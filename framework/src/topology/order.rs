@@ -17,7 +17,10 @@
 //!   `to_table`, a count of a count): a batch emits one update per key per batch, where
 //!   Kafka Streams (record at a time, without caching) emits one per input record, so what
 //!   an aggregation of updates folds depends on batch boundaries; and an update has no
-//!   source record whose watermark would apply it once (design notes, section 4).
+//!   source record whose watermark would apply it once (design notes, section 4). One
+//!   exception, under exactly-once output: a table–table join's decision store
+//!   ([`Roles::decides`]), whose writes are attributed to the outbox entries of the
+//!   updates that feed it, and whose fold keeps the decision of the newest states.
 //! - **A table's update stream repartitioned or buffered by a stream–stream join**: both
 //!   need each record's source coordinates, which an update does not have.
 //! - **A join of an emit-on-close window's updates**: those updates are emitted after the
@@ -59,6 +62,10 @@ pub(crate) struct Roles {
     /// batch, they emit the records whose window closed in the closing pass at the end of
     /// the batch, after every write, with no source record.
     pub(crate) closes: BTreeMap<NodeId, usize>,
+    /// Under exactly-once output, the aggregations that decide a table–table join's
+    /// result per key (`dsl::join`): fed by the two tables' updates, each attributed to
+    /// the event record its outbox entry is kept under, so that the decision is made once.
+    pub(crate) decides: BTreeSet<NodeId>,
 }
 
 impl Roles {
@@ -85,6 +92,12 @@ impl Roles {
     /// Declares that `node` also emits in the closing pass of store `store`.
     pub(crate) fn closes(&mut self, node: NodeId, store: usize) {
         self.closes.insert(node, store);
+    }
+
+    /// Declares that `node` decides a table–table join's result from the updates of the
+    /// two tables (see [`Roles::decides`]).
+    pub(crate) fn decides(&mut self, node: NodeId) {
+        self.decides.insert(node);
     }
 }
 
@@ -131,6 +144,9 @@ pub(crate) struct WriteOrder {
     /// (`state::outbox`), and their updates go in the transaction of the record that made
     /// them.
     pub(crate) outboxed: BTreeSet<usize>,
+    /// Of those, the stores whose updates feed a table–table join's decision store
+    /// ([`Roles::decides`]): their updates go on with the item's state the entry holds.
+    pub(crate) decision_inputs: BTreeSet<usize>,
 }
 
 /// The order in which a batch writes the stores (indices into `stores`): every store after
@@ -151,6 +167,7 @@ pub(crate) fn write_order(
         sort_hops: false,
         unsourced_sinks: Vec::new(),
         outboxed: BTreeSet::new(),
+        decision_inputs: BTreeSet::new(),
     };
     for node in 0..graph.len() {
         walk.flow(node)?;
@@ -161,6 +178,7 @@ pub(crate) fn write_order(
         sort_hops,
         unsourced_sinks,
         outboxed,
+        decision_inputs,
         ..
     } = walk;
     let name = |store: usize| {
@@ -200,6 +218,7 @@ pub(crate) fn write_order(
         sort_hops,
         unsourced_sinks,
         outboxed,
+        decision_inputs,
     })
 }
 
@@ -220,6 +239,8 @@ struct Walk<'a> {
     unsourced_sinks: Vec<TopologyError>,
     /// See [`WriteOrder::outboxed`].
     outboxed: BTreeSet<usize>,
+    /// See [`WriteOrder::decision_inputs`].
+    decision_inputs: BTreeSet<usize>,
 }
 
 impl Walk<'_> {
@@ -289,7 +310,14 @@ impl Walk<'_> {
             }
         }
         let flow = if let Some(&store) = self.roles.writes.get(&node) {
-            if let Some(table) = input.updates_of {
+            if self.roles.decides.contains(&node) {
+                // A table–table join's decision: its inputs are the two tables' updates,
+                // each attributed to the event record of its outbox entry, so the tables
+                // keep the outbox.
+                self.outboxed.extend(input.update_stores.iter().copied());
+                self.decision_inputs
+                    .extend(input.update_stores.iter().copied());
+            } else if let Some(table) = input.updates_of {
                 return Err(TopologyError::new(
                     name,
                     format!(
@@ -422,7 +450,10 @@ impl Walk<'_> {
                     )),
                     (Some(store), _) => Some(format!(
                         "the updates of the table in store {:?} after a join, or merged with \
-                         another store's updates",
+                         another store's updates (a table–table join is exactly once when \
+                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` is \
+                         called before the join is declared: its results are then decided in \
+                         a store of their own)",
                         store_name(store)
                     )),
                     // The closing pass of a left or outer stream–stream join (its records

@@ -498,7 +498,8 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
 ///
 /// Every table update carries a version that grows with each change of its key: its item's
 /// version, or for a table–table join the sum of its two sides' versions (each read after
-/// the batch's writes), so the highest is the latest, also under faults.
+/// the batch's writes; under exactly-once output, the version of the join's decision item),
+/// so the highest is the latest, also under faults.
 fn table_updates(
     topic: &str,
     records: &[&OutputRecord],
