@@ -19,7 +19,8 @@
 //! A `read_committed` reader of the log then sees every stateless output (two per record,
 //! a fan-out), every repartition record and every dead letter of a source record exactly
 //! once (poison in the user's function, or rejected by a store at write time), every
-//! aggregate update `(key, version)` once with complete versions, and never the framework's internal transaction header; the state (a count per key
+//! aggregate update `(key, version)` once with complete versions (and every session update
+//! on update, its merges' tombstones among them, once per session and version), and never the framework's internal transaction header; the state (a count per key
 //! in the memory store) is exact. Every schedule is seeded and deterministic (one thread).
 
 #![allow(clippy::unwrap_used)]
@@ -218,6 +219,9 @@ struct Stats {
     closing_closes: u64,
     /// Of those, emitted only by the partitions' batches after the run.
     closing_by_a_later_batch: u64,
+    /// Sessions' updates on update a `read_committed` reader sees, and of them tombstones.
+    session_updates: u64,
+    session_tombstones: u64,
 }
 
 impl Stats {
@@ -236,6 +240,8 @@ impl Stats {
         self.closes += o.closes;
         self.closing_closes += o.closing_closes;
         self.closing_by_a_later_batch += o.closing_by_a_later_batch;
+        self.session_updates += o.session_updates;
+        self.session_tombstones += o.session_tombstones;
     }
 }
 
@@ -652,6 +658,12 @@ async fn schedule(seed: u64, control: Control) -> (Vec<String>, bool, Stats) {
     let closing_after = closing_emitted(&broker);
     stats.closing_by_a_later_batch = (closing_after - closing_before) as u64;
     stats.closing_closes = closing_after as u64;
+    {
+        let log = broker.log();
+        let updates = log.committed_view("session-updates");
+        stats.session_updates = updates.len() as u64;
+        stats.session_tombstones = updates.iter().filter(|r| r.value.is_none()).count() as u64;
+    }
     let mut violations = check(&broker, &source, store.as_ref(), complete).await;
     violations.extend(check_closes(&broker, &source, complete));
     violations.extend(check_closing_passes(&broker, &source, complete));
@@ -1275,6 +1287,11 @@ fn every_output_is_seen_exactly_once_by_read_committed_under_the_fault_model() {
     assert!(stats.reused_envs > 0 && stats.txn_timeouts > 0, "{stats:?}");
     assert!(stats.closes > schedules, "{stats:?}");
     assert!(stats.closing_closes > schedules, "{stats:?}");
+    // Sessions merged: their tombstones were seen.
+    assert!(
+        stats.session_updates > schedules && stats.session_tombstones > 0,
+        "{stats:?}"
+    );
     assert!(
         incomplete * 10 < schedules,
         "{incomplete} of {schedules} schedules did not complete"

@@ -29,6 +29,13 @@
 //! counts as emitted: a failed batch of one partition that another partition's batch follows
 //! before the retry can lose those updates (not the state).
 //!
+//! Under exactly-once output the item also remembers what its latest write did: the
+//! sessions it changed and those it merged away. The store's outbox entry of the write holds
+//! that state, and the write's updates are derived from it alone (its tombstones, then its
+//! changed sessions), so the write and a retry after its transaction aborted produce the same
+//! updates, each `(session, version)` once (`docs/state.md`, "Sessions and sliding windows on
+//! update").
+//!
 //! Lateness is decided as in Kafka Streams' `KStreamSessionWindowAggregate`, on the stream
 //! time of the record's partition (the highest timestamp seen in it, persisted with the
 //! state like the time windows'): a record is late when the session it merges into ends
