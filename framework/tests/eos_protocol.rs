@@ -959,10 +959,11 @@ async fn check_session_updates(
     let mut seen: BTreeMap<String, BTreeMap<u64, (usize, Vec<i64>)>> = BTreeMap::new();
     for record in broker.log().committed_view(TOPIC) {
         if record.header(TRANSACTION_HEADER).is_some() {
-            violations.push(format!("{TOPIC}: the internal transaction header reached Kafka"));
+            violations.push(format!(
+                "{TOPIC}: the internal transaction header reached Kafka"
+            ));
         }
-        let name =
-            String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let name = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
         let version: u64 = std::str::from_utf8(record.header(VERSION_HEADER).unwrap_or_default())
             .ok()
             .and_then(|v| v.parse().ok())

@@ -8,8 +8,9 @@
 //! write's record (see `docs/state.md`, "The outbox of updates").
 //!
 //! The local runner runs a session count and a sliding count with duplicate deliveries,
-//! retries ending elsewhere and a crash after k state writes; the records of one partition are produced after the others were consumed, so
-//! that they bridge the sessions already emitted (merges, tombstones). Kafka's own console
+//! retries ending elsewhere and a crash after k state writes; the records of one partition
+//! are produced after the others were consumed, so that they bridge the sessions already
+//! emitted (merges, tombstones). Kafka's own console
 //! consumer with `--isolation-level read_committed` must see each (windowed key, version)
 //! once (a session's tombstone and its new value may share a version: a record within a
 //! session merges it into a new one of the same bounds), every version of each key's item
@@ -119,8 +120,11 @@ fn reference(shape: Shape) -> (BTreeMap<String, i64>, BTreeSet<String>) {
                 }
             }
             Shape::Sliding => {
-                let count =
-                    |start: i64| ts.iter().filter(|&&t| start <= t && t <= start + DIFFERENCE).count() as i64;
+                let count = |start: i64| {
+                    ts.iter()
+                        .filter(|&&t| start <= t && t <= start + DIFFERENCE)
+                        .count() as i64
+                };
                 for &t in &ts {
                     let left = format!("{key}@{}", t - DIFFERENCE);
                     counts.insert(left.clone(), count(t - DIFFERENCE));
@@ -380,7 +384,10 @@ async fn measure(s: &Setup) {
         .filter(|(pk, _)| pk.starts_with(&prefix))
         .collect();
     for (pk, (all, outbox)) in &sizes {
-        eprintln!("{:?} item {pk}: {all} bytes, of which the outbox {outbox}", s.shape);
+        eprintln!(
+            "{:?} item {pk}: {all} bytes, of which the outbox {outbox}",
+            s.shape
+        );
     }
     assert!(
         sizes.values().any(|(_, outbox)| *outbox > 0),
