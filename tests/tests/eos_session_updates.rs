@@ -76,11 +76,11 @@ fn records(p: i32) -> Vec<(String, i64)> {
         .collect()
 }
 
-/// Every key's record times, sorted.
-fn times() -> BTreeMap<String, Vec<i64>> {
+/// Every key's record times (of the first `n` records of each partition), sorted.
+fn times(n: usize) -> BTreeMap<String, Vec<i64>> {
     let mut times: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for p in 0..PARTITIONS {
-        for (key, t) in records(p) {
+        for (key, t) in records(p).into_iter().take(n) {
             times.entry(key).or_default().push(t);
         }
     }
@@ -96,11 +96,12 @@ fn times() -> BTreeMap<String, Vec<i64>> {
 /// window (`<key>@<start>`, the window `[start, start + difference]`) its count, the
 /// windows being each record's left window `[t - difference, t]` and its right window
 /// `[t + 1, t + 1 + difference]` when a later record falls in it. Also the windows that
-/// must be there (every session; every left window).
-fn reference(shape: Shape) -> (BTreeMap<String, i64>, BTreeSet<String>) {
+/// must be there (every session; every left window). Of the first `n` records of each
+/// partition.
+fn reference(shape: Shape, n: usize) -> (BTreeMap<String, i64>, BTreeSet<String>) {
     let mut counts = BTreeMap::new();
     let mut required = BTreeSet::new();
-    for (key, ts) in times() {
+    for (key, ts) in times(n) {
         match shape {
             Shape::Sessions => {
                 let mut sessions: Vec<(i64, i64, i64)> = Vec::new();
@@ -244,9 +245,10 @@ async fn run(s: &Setup, faults: Faults, store: Arc<dyn Store>) -> (u64, u64) {
 }
 
 /// The violations of what a `read_committed` reader of the output sees (see the file's
-/// documentation), against [`reference`] and the items' versions in the table.
-async fn check(s: &Setup) -> Vec<String> {
-    let (want, required) = reference(s.shape);
+/// documentation), against [`reference`] of the first `n` records of each partition and the
+/// items' versions in the table.
+async fn check(s: &Setup, n: usize) -> Vec<String> {
+    let (want, required) = reference(s.shape, n);
     let mut violations = Vec::new();
     // Per window: version -> (tombstones, values).
     let mut seen: BTreeMap<String, BTreeMap<u64, (usize, Vec<String>)>> = BTreeMap::new();
@@ -284,7 +286,7 @@ async fn check(s: &Setup) -> Vec<String> {
     }
     // Every version of each key's item among its windows' updates.
     let store = dynamo(s);
-    for key in times().keys() {
+    for key in times(n).keys() {
         let last = store
             .get(s.shape.store(), key.as_bytes())
             .await
@@ -407,7 +409,7 @@ fn faults() -> Faults {
 fn the_references_merge_sessions_and_slide_windows() {
     // Per key 16 records, 4 or 7 ms apart: sessions of gap 4 of three records (the first
     // of one, the last of one or two).
-    let (sessions, required) = reference(Shape::Sessions);
+    let (sessions, required) = reference(Shape::Sessions, RECORDS as usize);
     assert_eq!(sessions.values().sum::<i64>(), 3 * RECORDS);
     assert_eq!(sessions.len(), required.len());
     assert_eq!(sessions.get(&format!("k0@{BASE}-{BASE}")), Some(&1));
@@ -416,7 +418,7 @@ fn the_references_merge_sessions_and_slide_windows() {
         Some(&3)
     );
     // Sliding windows of 6 ms: a record's left window holds it and the one 4 ms before.
-    let (windows, left) = reference(Shape::Sliding);
+    let (windows, left) = reference(Shape::Sliding, RECORDS as usize);
     assert_eq!(left.len(), 3 * RECORDS as usize);
     assert_eq!(windows.get(&format!("k0@{}", BASE + 11 - 6)), Some(&2));
     assert!(windows.len() > left.len(), "right windows too");
@@ -434,7 +436,7 @@ async fn every_session_update_once_under_duplicates_retries_and_crashes() {
         let (invocations, failures) = run(&s, faults(), store).await;
         assert!(invocations > 12, "duplicates delivered: {invocations}");
         assert!(failures >= 1, "the injected crash (after {k} writes)");
-        let violations = check(&s).await;
+        let violations = check(&s, RECORDS as usize).await;
         assert!(violations.is_empty(), "after {k} writes: {violations:#?}");
         measure(&s).await;
     }
@@ -449,8 +451,209 @@ async fn every_sliding_window_update_once_under_duplicates_retries_and_crashes()
         let (invocations, failures) = run(&s, faults(), store).await;
         assert!(invocations > 12, "duplicates delivered: {invocations}");
         assert!(failures >= 1, "the injected crash (after {k} writes)");
-        let violations = check(&s).await;
+        let violations = check(&s, RECORDS as usize).await;
         assert!(violations.is_empty(), "after {k} writes: {violations:#?}");
         measure(&s).await;
+    }
+}
+
+/// One event of records `0..=to` of every partition, as the event source delivers it.
+fn event(s: &Setup, to: usize) -> lambda_streams::event::KafkaEvent {
+    use lambda_streams::event::{
+        EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+    };
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: bootstrap(),
+        partitions: (0..PARTITIONS)
+            .map(|p| PartitionRecords {
+                tp: TopicPartition::new(&s.input, p),
+                records: records(p)
+                    .into_iter()
+                    .take(to + 1)
+                    .enumerate()
+                    .map(|(o, (key, t))| Record {
+                        offset: o as i64,
+                        timestamp: t,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: Some(key.clone().into_bytes().into()),
+                        value: Some(key.into_bytes().into()),
+                        headers: Vec::new(),
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// An event of records 0..=3 of the three partitions (one write per key, merging sessions
+/// within it) writes two of the three keys' items and crashes at the third (every
+/// partition's transaction aborts); the retry is longer, 0..=7, as the event source may
+/// deliver it. A `read_committed` reader must see both versions of the two keys written
+/// twice (the crashed write's updates from the outbox, then the retry's own), and the
+/// sessions of the 24 records. The control, the same store without the outbox (each write's
+/// updates re-derived from the item's current state), loses version 1 of those keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_session_batch_retried_longer_emits_every_update_once() {
+    for outbox in [true, false] {
+        let name = if outbox {
+            "eosupd-retry"
+        } else {
+            "eosupd-retry-control"
+        };
+        let s = setup(name, Shape::Sessions).await;
+        let store: Arc<dyn Store> = if outbox {
+            Arc::new(FaultyStore::fail_once_after(dynamo(&s), 2))
+        } else {
+            Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo(&s)), 2))
+        };
+        let h = handler(&s, store);
+        h.handle_event(&event(&s, 3))
+            .await
+            .expect_err("the injected crash");
+        h.handle_event(&event(&s, 7))
+            .await
+            .expect("the longer retry");
+        let violations = check(&s, 8).await;
+        if outbox {
+            assert!(violations.is_empty(), "{violations:#?}");
+        } else {
+            eprintln!("the control without the outbox: {violations:#?}");
+            assert!(
+                violations
+                    .iter()
+                    .any(|v| v.contains("versions {2} among its updates, its item is at 2")),
+                "without the outbox, version 1 is lost: {violations:#?}"
+            );
+        }
+    }
+}
+
+/// The DynamoDB store without an outbox: under exactly-once output it re-derives each
+/// touched item's updates from its current state (what a batch would do without the
+/// outbox), in the transaction of the write's first record. The control of
+/// [`a_crashed_session_batch_retried_longer_emits_every_update_once`].
+struct NoOutbox(DynamoStore);
+
+#[async_trait::async_trait]
+impl Store for NoOutbox {
+    async fn apply(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.apply(write).await
+    }
+    async fn apply_outboxed(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+        outbox: &lambda_streams::state::outbox::Outbox<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            Vec<lambda_streams::state::outbox::Emission>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        use lambda_streams::state::outbox::{Emission, Entry};
+        let origin = outbox.entry_origin(write.contributions);
+        let (state, stats) = self.0.apply(write).await?;
+        let emissions = origin
+            .map(|(tp, offset)| Emission {
+                tp,
+                entry: Entry {
+                    offset,
+                    state: state.clone(),
+                    time: outbox.time,
+                    dead_letter: None,
+                },
+            })
+            .into_iter()
+            .collect();
+        Ok((state, emissions, stats))
+    }
+    async fn get(
+        &self,
+        store: &str,
+        key: &[u8],
+    ) -> Result<Option<lambda_streams::state::ItemState>, lambda_streams::state::StateError> {
+        self.0.get(store, key).await
+    }
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<
+        std::collections::HashMap<Vec<u8>, lambda_streams::state::ItemState>,
+        lambda_streams::state::StateError,
+    > {
+        self.0.get_many(store, keys).await
+    }
+    async fn windows(
+        &self,
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, lambda_streams::state::ItemState)>, lambda_streams::state::StateError>
+    {
+        self.0.windows(store, key, from, to).await
+    }
+    async fn clock(
+        &self,
+    ) -> Result<lambda_streams::state::Clock, lambda_streams::state::StateError> {
+        self.0.clock().await
+    }
+    async fn advance_stream_times(
+        &self,
+        times: &[(lambda_streams::event::TopicPartition, i64)],
+        now_ms: i64,
+    ) -> Result<(), lambda_streams::state::StateError> {
+        self.0.advance_stream_times(times, now_ms).await
+    }
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosedWindow>, lambda_streams::state::StateError> {
+        self.0.closed_windows(store, up_to).await
+    }
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[lambda_streams::state::ClosedWindow],
+        up_to: i64,
+    ) -> Result<lambda_streams::state::WriteStats, lambda_streams::state::StateError> {
+        self.0.mark_closed(store, windows, up_to).await
+    }
+    async fn closing_items(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosingItem>, lambda_streams::state::StateError> {
+        self.0.closing_items(store, up_to).await
+    }
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &lambda_streams::state::ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<
+        (
+            Option<lambda_streams::state::ItemState>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.close_item(store, item, aggregate, close_at).await
     }
 }
