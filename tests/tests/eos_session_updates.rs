@@ -199,7 +199,11 @@ async fn setup(name: &str, shape: Shape) -> Setup {
 }
 
 fn handler(s: &Setup, store: Arc<dyn Store>) -> Handler {
-    Handler::with_kafka_output(topology(s.shape, &s.input, &s.output), store, None)
+    handler_of(s, topology(s.shape, &s.input, &s.output), store)
+}
+
+fn handler_of(s: &Setup, topology: Topology, store: Arc<dyn Store>) -> Handler {
+    Handler::with_kafka_output(topology, store, None)
         .with_options(BatchOptions {
             output: OutputGuarantee::ExactlyOnce,
             ..BatchOptions::default()
@@ -281,6 +285,12 @@ async fn check(s: &Setup, n: usize) -> Vec<String> {
             }
         }
     }
+    eprintln!(
+        "{:?}: read_committed read {} updates of {} windows, {tombstones} tombstones",
+        s.shape,
+        read.len(),
+        seen.len()
+    );
     if s.shape == Shape::Sessions && tombstones == 0 {
         violations.push("no session was merged away: the test proves nothing of merges".into());
     }
@@ -489,11 +499,11 @@ fn event(s: &Setup, to: usize) -> lambda_streams::event::KafkaEvent {
 }
 
 /// An event of records 0..=3 of the three partitions (one write per key, merging sessions
-/// within it) writes two of the three keys' items and crashes at the third (every
-/// partition's transaction aborts); the retry is longer, 0..=7, as the event source may
-/// deliver it. A `read_committed` reader must see both versions of the two keys written
-/// twice (the crashed write's updates from the outbox, then the retry's own), and the
-/// sessions of the 24 records. The control, the same store without the outbox (each write's
+/// within it) writes the three keys' session items, then crashes at the first write of a
+/// second store, a plain count written after them (every partition's transaction aborts);
+/// the retry is longer, 0..=7, as the event source may deliver it. A `read_committed` reader
+/// must see both versions of each key (the crashed write's updates from the outbox, then the
+/// retry's own), and the sessions of the 24 records. The control, the same store without the outbox (each write's
 /// updates re-derived from the item's current state), loses version 1 of those keys.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_session_batch_retried_longer_emits_every_update_once() {
@@ -505,17 +515,43 @@ async fn a_crashed_session_batch_retried_longer_emits_every_update_once() {
         };
         let s = setup(name, Shape::Sessions).await;
         let store: Arc<dyn Store> = if outbox {
-            Arc::new(FaultyStore::fail_once_after(dynamo(&s), 2))
+            Arc::new(FaultyStore::fail_once_after(dynamo(&s), 3))
         } else {
-            Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo(&s)), 2))
+            Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo(&s)), 3))
         };
-        let h = handler(&s, store);
+        // The session count, and a count of the same records written after it.
+        let builder = StreamsBuilder::new();
+        let stream = builder.stream(&s.input, Utf8, Utf8);
+        stream
+            .group_by_key(Utf8)
+            .windowed_by_session(
+                SessionWindows::with_inactivity_gap(Duration::from_millis(GAP as u64)).grace(GRACE),
+            )
+            .count(Shape::Sessions.store())
+            .to_change_stream()
+            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+            .to(&s.output, Utf8, Nullable(DecimalI64));
+        stream.group_by_key(Utf8).count("counts");
+        let h = handler_of(&s, builder.build(), store);
         h.handle_event(&event(&s, 3))
             .await
             .expect_err("the injected crash");
         h.handle_event(&event(&s, 7))
             .await
             .expect("the longer retry");
+        let store = dynamo(&s);
+        for key in ["k0", "k1", "k2"] {
+            let version = store
+                .get(Shape::Sessions.store(), key.as_bytes())
+                .await
+                .expect("read")
+                .map(|i| i.version);
+            assert_eq!(
+                version,
+                Some(2),
+                "{key}: written by the crash and by the retry"
+            );
+        }
         let violations = check(&s, 8).await;
         if outbox {
             assert!(violations.is_empty(), "{violations:#?}");
