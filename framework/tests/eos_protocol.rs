@@ -19,7 +19,8 @@
 //! A `read_committed` reader of the log then sees every stateless output (two per record,
 //! a fan-out), every repartition record and every dead letter of a source record exactly
 //! once (poison in the user's function, or rejected by a store at write time), every
-//! aggregate update `(key, version)` once with complete versions, and never the framework's internal transaction header; the state (a count per key
+//! aggregate update `(key, version)` once with complete versions (and every session update
+//! on update, its merges' tombstones among them, once per session and version), and never the framework's internal transaction header; the state (a count per key
 //! in the memory store) is exact. Every schedule is seeded and deterministic (one thread).
 
 #![allow(clippy::unwrap_used)]
@@ -138,8 +139,32 @@ fn topology() -> Topology {
         .to_stream()
         .map(|w, n| (format!("{}@{}", w.key, w.start), n))
         .to("sliding-closes", Utf8, DecimalI64);
+    // Sessions emitted on update (gap 3 ms, no grace), with the tombstones of the sessions
+    // a record merges away: one write changes several sessions, each update in the
+    // transaction of the write's record, derived from the state its outbox entry holds.
+    checked
+        .group_by_key(Utf8)
+        .windowed_by_session(lambda_streams::dsl::SessionWindows::with_inactivity_gap(
+            std::time::Duration::from_millis(SESSION_UPDATE_GAP as u64),
+        ))
+        .count("session-counts")
+        .to_change_stream()
+        .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+        .to(
+            "session-updates",
+            Utf8,
+            lambda_streams::serdes::Nullable(DecimalI64),
+        );
     builder.build()
 }
+
+/// The inactivity gap (ms) of the sessions emitted on update: with records at `1,000 + o`
+/// for offsets `o` below 6, a key's records span at most 5 ms, so the item keeps every
+/// session a record can merge with (`2 * gap + grace` behind the newest record) and no
+/// record is late, whatever the partitions' order: the key's sessions are its record times
+/// merged while the next is within the gap, in any order (the brute force of
+/// [`check_session_updates`]).
+const SESSION_UPDATE_GAP: i64 = 3;
 
 /// The session windows' inactivity gap (ms).
 const SESSION_GAP: i64 = 2;
@@ -194,6 +219,9 @@ struct Stats {
     closing_closes: u64,
     /// Of those, emitted only by the partitions' batches after the run.
     closing_by_a_later_batch: u64,
+    /// Sessions' updates on update a `read_committed` reader sees, and of them tombstones.
+    session_updates: u64,
+    session_tombstones: u64,
 }
 
 impl Stats {
@@ -212,6 +240,8 @@ impl Stats {
         self.closes += o.closes;
         self.closing_closes += o.closing_closes;
         self.closing_by_a_later_batch += o.closing_by_a_later_batch;
+        self.session_updates += o.session_updates;
+        self.session_tombstones += o.session_tombstones;
     }
 }
 
@@ -628,9 +658,16 @@ async fn schedule(seed: u64, control: Control) -> (Vec<String>, bool, Stats) {
     let closing_after = closing_emitted(&broker);
     stats.closing_by_a_later_batch = (closing_after - closing_before) as u64;
     stats.closing_closes = closing_after as u64;
+    {
+        let log = broker.log();
+        let updates = log.committed_view("session-updates");
+        stats.session_updates = updates.len() as u64;
+        stats.session_tombstones = updates.iter().filter(|r| r.value.is_none()).count() as u64;
+    }
     let mut violations = check(&broker, &source, store.as_ref(), complete).await;
     violations.extend(check_closes(&broker, &source, complete));
     violations.extend(check_closing_passes(&broker, &source, complete));
+    violations.extend(check_session_updates(&broker, &source, store.as_ref(), complete).await);
     (violations, complete, stats)
 }
 
@@ -876,6 +913,119 @@ fn check_closing_passes(broker: &Broker, source: &Source, complete: bool) -> Vec
                 }
             }
         }
+    }
+    violations
+}
+
+/// The sessions' updates on update a `read_committed` reader sees (`session-updates`:
+/// `key@start-end` to a count, or a tombstone for a session merged away), against the
+/// source by brute force (Kafka Streams' sessions: a key's record times merged while the
+/// next is within the gap of the session's end; see [`SESSION_UPDATE_GAP`]): each
+/// `(session, version)` at most once as a value and at most once as a tombstone (a record
+/// within a session merges it into a new one of the same bounds: its tombstone, then the
+/// new value, in one write); and when the run completed, per key every version of its item
+/// from 1 to the last exactly once among its sessions' updates (every write applies a
+/// record, so it changes a session), and per session the latest version (its value after
+/// its tombstone, within one write) a live session exactly when the brute force has it,
+/// with its count.
+async fn check_session_updates(
+    broker: &Broker,
+    source: &Source,
+    store: &dyn Store,
+    complete: bool,
+) -> Vec<String> {
+    const TOPIC: &str = "session-updates";
+    let (times, _, _) = record_times(source);
+    let mut reference: BTreeMap<String, i64> = BTreeMap::new();
+    for (key, ts) in &times {
+        let mut current: Option<(i64, i64, i64)> = None;
+        for &t in ts {
+            current = match current {
+                Some((start, end, n)) if t - end <= SESSION_UPDATE_GAP => Some((start, t, n + 1)),
+                other => {
+                    if let Some((start, end, n)) = other {
+                        reference.insert(format!("{key}@{start}-{end}"), n);
+                    }
+                    Some((t, t, 1))
+                }
+            };
+        }
+        if let Some((start, end, n)) = current {
+            reference.insert(format!("{key}@{start}-{end}"), n);
+        }
+    }
+    let mut violations = Vec::new();
+    // Per session: version -> (tombstones, values).
+    let mut seen: BTreeMap<String, BTreeMap<u64, (usize, Vec<i64>)>> = BTreeMap::new();
+    for record in broker.log().committed_view(TOPIC) {
+        if record.header(TRANSACTION_HEADER).is_some() {
+            violations.push(format!(
+                "{TOPIC}: the internal transaction header reached Kafka"
+            ));
+        }
+        let name = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        let version: u64 = std::str::from_utf8(record.header(VERSION_HEADER).unwrap_or_default())
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let entry = seen.entry(name).or_default().entry(version).or_default();
+        match record.value.as_deref() {
+            None => entry.0 += 1,
+            Some(v) => entry.1.push(
+                std::str::from_utf8(v)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(i64::MIN),
+            ),
+        }
+    }
+    for (name, versions) in &seen {
+        for (version, (tombstones, values)) in versions {
+            if *tombstones > 1 || values.len() > 1 {
+                violations.push(format!(
+                    "{TOPIC}: ({name}, version {version}) seen {tombstones} times as a \
+                     tombstone and {} times as a value {values:?}",
+                    values.len()
+                ));
+            }
+        }
+    }
+    if !complete {
+        return violations;
+    }
+    let mut per_key: BTreeMap<&str, BTreeSet<u64>> = BTreeMap::new();
+    for (name, versions) in &seen {
+        let key = name.split_once('@').map_or(name.as_str(), |(k, _)| k);
+        per_key.entry(key).or_default().extend(versions.keys());
+    }
+    for key in times.keys() {
+        let last = store
+            .get("session-counts", key.as_bytes())
+            .await
+            .unwrap()
+            .map_or(0, |s| s.version);
+        let got: Vec<u64> = per_key
+            .get(key.as_str())
+            .map(|v| v.iter().copied().collect())
+            .unwrap_or_default();
+        if got != (1..=last).collect::<Vec<u64>>() {
+            violations.push(format!(
+                "{TOPIC}: key {key} has versions {got:?} among its sessions' updates, \
+                 expected 1..={last}"
+            ));
+        }
+    }
+    let live: BTreeMap<String, i64> = seen
+        .iter()
+        .filter_map(|(name, versions)| {
+            let (_, (_, values)) = versions.iter().next_back()?;
+            values.first().map(|v| (name.clone(), *v))
+        })
+        .collect();
+    if live != reference {
+        violations.push(format!(
+            "{TOPIC}: the live sessions (latest versions) are {live:?}, the reference {reference:?}"
+        ));
     }
     violations
 }
@@ -1138,6 +1288,11 @@ fn every_output_is_seen_exactly_once_by_read_committed_under_the_fault_model() {
     assert!(stats.reused_envs > 0 && stats.txn_timeouts > 0, "{stats:?}");
     assert!(stats.closes > schedules, "{stats:?}");
     assert!(stats.closing_closes > schedules, "{stats:?}");
+    // Sessions merged: their tombstones were seen.
+    assert!(
+        stats.session_updates > schedules && stats.session_tombstones > 0,
+        "{stats:?}"
+    );
     assert!(
         incomplete * 10 < schedules,
         "{incomplete} of {schedules} schedules did not complete"
@@ -2062,6 +2217,33 @@ fn closing_passes_without_claims_lose_sessions_and_windows() {
         violations.iter().any(|v| (v.starts_with("session-closes: ")
             || v.starts_with("sliding-closes: "))
             && v.contains("never emitted")),
+        "{violations:#?}"
+    );
+}
+
+/// The control of the sessions' updates on update: with the outbox replaced by the updates
+/// re-derived from the item's current state (what a write's emission is without its
+/// entry), the same schedules produce a session's update twice with one version, or lose a
+/// version, so [`check_session_updates`] can fail.
+#[test]
+fn session_updates_without_the_outbox_are_duplicated_or_lost() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let found = (0..400).find_map(|seed| {
+        let (violations, _, _) = rt.block_on(schedule(seed, Control::NoOutbox));
+        let sessions: Vec<String> = violations
+            .into_iter()
+            .filter(|v| v.starts_with("session-updates: "))
+            .collect();
+        (!sessions.is_empty()).then_some((seed, sessions))
+    });
+    let (seed, violations) = found.expect("no schedule duplicated or lost a session's update");
+    eprintln!("seed {seed}: {violations:#?}");
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.contains("times as a") || v.contains("versions")),
         "{violations:#?}"
     );
 }

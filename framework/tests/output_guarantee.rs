@@ -1,15 +1,17 @@
 //! The output guarantee's configuration and its refusals (issue 15): under
 //! `exactly_once`, aggregate and table updates straight from their store's write are
-//! accepted (the outbox of updates makes them exactly once), and so are time windows',
+//! accepted (the outbox of updates makes them exactly once: sessions' and sliding windows'
+//! updates on update too), and so are time windows',
 //! sessions' and sliding windows' closes straight from their store (emit on close,
-//! `suppress`: claimed before they are emitted), and the closing passes of left and outer
+//! `suppress`: claimed before they are emitted), sessions and sliding windows on update
+//! (the outbox keeps each write's updates), and the closing passes of left and outer
 //! stream–stream joins and of grace joins (their rewrite of the join's item claims what
 //! they emit, dead letters among them); a topology whose sinks produce other records with
 //! no source record (a window's close merged with other records, a join's closing pass
 //! merged with a store's updates, updates merged from two stores or after a join, sessions
-//! and sliding windows on update, or on close merged with other records) is refused, by
-//! `try_build` when the builder asks for it and by the handler when its configuration
-//! does, naming the sink. Never a silent at-least-once output.
+//! and sliding windows on update or on close merged with another store's updates) is
+//! refused, by `try_build` when the builder asks for it and by the handler when its
+//! configuration does, naming the sink. Never a silent at-least-once output.
 
 #![allow(clippy::unwrap_used)]
 
@@ -42,7 +44,8 @@ fn records_only(builder: &StreamsBuilder) {
 /// The kinds of sinks of records with no source record neither the outbox nor the claims
 /// cover, each with the store it names: a window's close merged with a store's updates, a
 /// left join's closing pass merged with a store's updates, two stores' updates merged into
-/// one sink, a store's updates after a join, sessions emitted on update.
+/// one sink, a store's updates after a join, sessions emitted on update merged with another
+/// store's updates.
 const UNSOURCED: usize = 5;
 
 fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
@@ -109,12 +112,17 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
         }
         _ => {
             use lambda_streams::dsl::SessionWindows;
+            let views = builder
+                .stream("views", Utf8, Utf8)
+                .group_by_key(Utf8)
+                .count("view-counts");
             clicks
                 .group_by_key(Utf8)
                 .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
                 .count("sessions")
                 .to_stream()
                 .map(|w, n| (w.key, n))
+                .merge(&views.to_stream())
                 .to("session-counts", Utf8, BigEndianI64);
             "sessions"
         }
@@ -419,6 +427,78 @@ fn joins_closing_passes_build_under_exactly_once_output() {
                 panic!("kind {kind}, {poison}: refused: {e}");
             }
         }
+    }
+}
+
+/// Sessions and sliding windows emitted on update (Kafka Streams' default), straight from
+/// their store through stateless operators, with the tombstones of merged sessions
+/// (`to_change_stream`): one write changes several sessions or windows, and the outbox
+/// entry of the write holds the state it left, from which exactly the updates of that
+/// write are derived, so they are accepted under exactly_once output; the same updates
+/// merged with another store's stay refused, naming the store.
+#[test]
+fn sessions_and_sliding_windows_on_update_build_under_exactly_once() {
+    use lambda_streams::dsl::{SessionWindows, SlidingWindows};
+    use lambda_streams::serdes::{DecimalI64, Nullable};
+    let topology = |guarantee: OutputGuarantee, sliding: bool, merged: bool| {
+        let builder = StreamsBuilder::new();
+        builder.output_guarantee(guarantee);
+        let stream = builder.stream("clicks", Utf8, Utf8);
+        let grouped = stream.group_by_key(Utf8);
+        let updates = if sliding {
+            grouped
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    Duration::from_secs(30),
+                    Duration::from_secs(5),
+                ))
+                .count("sliding")
+                .to_stream()
+                .map(|w, n| (format!("{}@{}", w.key, w.start), Some(n)))
+        } else {
+            grouped
+                .windowed_by_session(
+                    SessionWindows::with_inactivity_gap(Duration::from_secs(30))
+                        .grace(Duration::from_secs(5)),
+                )
+                .count("sessions")
+                .to_change_stream()
+                .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+        };
+        let updates = updates.filter(|k, _| !k.is_empty());
+        if merged {
+            let totals = stream
+                .group_by_key(Utf8)
+                .count("totals")
+                .to_stream()
+                .map(|k, n| (k, Some(n)));
+            updates
+                .merge(&totals)
+                .to("window-counts", Utf8, Nullable(DecimalI64));
+        } else {
+            updates.to("window-counts", Utf8, Nullable(DecimalI64));
+        }
+        builder.try_build()
+    };
+    for sliding in [false, true] {
+        assert!(topology(OutputGuarantee::AtLeastOnce, sliding, false).is_ok());
+        assert!(topology(OutputGuarantee::AtLeastOnce, sliding, true).is_ok());
+        let accepted = topology(OutputGuarantee::ExactlyOnce, sliding, false)
+            .unwrap_or_else(|e| panic!("sliding {sliding}: refused: {e}"));
+        Handler::try_from_config(
+            accepted,
+            Arc::new(MemoryStore::new()),
+            &config(EXACTLY_ONCE),
+        )
+        .expect("a handler configured exactly once accepts it");
+        let error = topology(OutputGuarantee::ExactlyOnce, sliding, true)
+            .err()
+            .expect("merged with another store's updates: refused under exactly_once")
+            .to_string();
+        let store = if sliding { "sliding" } else { "sessions" };
+        assert!(
+            error.contains(&format!("store {store:?}")) && error.contains("merged"),
+            "{error}"
+        );
     }
 }
 

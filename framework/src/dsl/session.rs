@@ -29,6 +29,13 @@
 //! counts as emitted: a failed batch of one partition that another partition's batch follows
 //! before the retry can lose those updates (not the state).
 //!
+//! Under exactly-once output the item also remembers what its latest write did: the
+//! sessions it changed and those it merged away. The store's outbox entry of the write holds
+//! that state, and the write's updates are derived from it alone (its tombstones, then its
+//! changed sessions), so the write and a retry after its transaction aborted produce the same
+//! updates, each `(session, version)` once (`docs/state.md`, "Sessions and sliding windows on
+//! update").
+//!
 //! Lateness is decided as in Kafka Streams' `KStreamSessionWindowAggregate`, on the stream
 //! time of the record's partition (the highest timestamp seen in it, persisted with the
 //! state like the time windows'): a record is late when the session it merges into ends
@@ -96,6 +103,9 @@ struct Session<A> {
     aggregate: A,
     at: Option<ReadAt>,
     emitted: bool,
+    /// Whether the item's latest write changed it (created, extended or merged it): one of
+    /// the updates of that write under exactly-once output.
+    touched: bool,
 }
 
 /// A key's sessions, by start, and the sessions merged away by records that may not have
@@ -110,6 +120,13 @@ struct Sessions<A> {
     /// The records dropped as late (their merged session had closed), until their batch is
     /// committed: the batch's updates count them in its report.
     late: Vec<ReadAt>,
+    /// The sessions `(start, end)` the item's latest write merged away (its tombstones
+    /// under exactly-once output, in the order they were merged).
+    gone: Vec<(i64, i64)>,
+    /// Whether no record was added since the sessions were read (or created): the next
+    /// record starts a new write, which forgets the latest write's `touched` and `gone`.
+    /// Not stored.
+    fresh: bool,
     floor: Option<i64>,
     batch: Arc<Vec<(String, i64)>>,
 }
@@ -164,6 +181,12 @@ enum StoredSessions {
         /// The records dropped as late, until their batch is committed.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         late: Vec<ReadAt>,
+        /// The sessions (start, end) the latest write changed.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        touched: Vec<(i64, i64)>,
+        /// The sessions (start, end) the latest write merged away.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        gone: Vec<(i64, i64)>,
     },
     Bare(Vec<(i64, i64, String)>),
 }
@@ -194,24 +217,36 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
             .filter(|s| s.emitted)
             .map(|s| (s.start, s.end))
             .collect();
+        let touched = value
+            .sessions
+            .iter()
+            .filter(|s| s.touched)
+            .map(|s| (s.start, s.end))
+            .collect();
         SESSIONS.encode(&StoredSessions::Tracked {
             sessions,
             removed: value.removed.clone(),
             emitted,
             late: value.late.clone(),
+            touched,
+            gone: value.gone.clone(),
         })
     }
 
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Sessions<A>, SerdeError> {
-        let (rows, removed, emitted, late) = match SESSIONS.decode(data)? {
+        let (rows, removed, emitted, late, touched, gone) = match SESSIONS.decode(data)? {
             StoredSessions::Tracked {
                 sessions,
                 removed,
                 emitted,
                 late,
-            } => (sessions, removed, emitted, late),
+                touched,
+                gone,
+            } => (sessions, removed, emitted, late, touched, gone),
             StoredSessions::Bare(rows) => (
                 rows.into_iter().map(|(s, e, a)| (s, e, a, None)).collect(),
+                Vec::new(),
+                Vec::new(),
                 Vec::new(),
                 Vec::new(),
                 Vec::new(),
@@ -226,6 +261,7 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
                 aggregate: self.0.deserialize(Some(&bytes))?,
                 at,
                 emitted: emitted.contains(&(start, end)),
+                touched: touched.contains(&(start, end)),
             });
         }
         let floor = sessions.iter().map(|s| s.end).max();
@@ -233,6 +269,8 @@ impl<A: 'static> Serde<Sessions<A>> for SessionsSerde<A> {
             sessions,
             removed,
             late,
+            gone,
+            fresh: true,
             floor,
             batch: Arc::default(),
         })
@@ -497,6 +535,8 @@ where
                 sessions: Vec::new(),
                 removed: Vec::new(),
                 late: Vec::new(),
+                gone: Vec::new(),
+                fresh: true,
                 floor: None,
                 batch: Arc::default(),
             },
@@ -510,6 +550,13 @@ where
                     batch,
                 } = timed;
                 all.batch = batch;
+                // The first record of a write: what the previous write changed is no
+                // longer this write's (exactly-once output emits each write's own).
+                if all.fresh {
+                    all.fresh = false;
+                    all.gone.clear();
+                    all.sessions.iter_mut().for_each(|s| s.touched = false);
+                }
                 // The tombstones of earlier batches were emitted: forgotten, as the late
                 // records they counted.
                 let removed = std::mem::take(&mut all.removed);
@@ -564,6 +611,11 @@ where
                 // As Kafka Streams: the merged sessions are deleted (tombstones) unless the
                 // record only falls on the one session `[ts, ts]`, which it updates.
                 if (start, end) != (ts, ts) {
+                    for (start, end, _) in &merged_away {
+                        if !all.gone.contains(&(*start, *end)) {
+                            all.gone.push((*start, *end));
+                        }
+                    }
                     all.removed.extend(merged_away);
                 }
                 let merged = Session {
@@ -572,6 +624,7 @@ where
                     aggregate: adder(key, value, aggregate),
                     at: Some(at),
                     emitted: false,
+                    touched: true,
                 };
                 all.sessions = far;
                 all.sessions.push(merged);
@@ -609,13 +662,6 @@ where
                     // Emitted once per session, when it closes (the closing pass).
                     return Ok(());
                 }
-                all.batch = Arc::new(
-                    ctx.partitions
-                        .iter()
-                        .zip(&ctx.ranges)
-                        .map(|(p, (first, _))| (p.to_string(), *first))
-                        .collect(),
-                );
                 // As Kafka Streams, each update carries its session's end as timestamp.
                 let at = |ctx: &mut crate::topology::context::Ctx, end: i64| {
                     if let Origin::Update { version, .. } = ctx.origin {
@@ -625,6 +671,39 @@ where
                         };
                     }
                 };
+                if ctx.transactions.is_some() {
+                    // Exactly-once output: the updates of the write that left the item in
+                    // this state (its own, or an earlier attempt's from the outbox), and
+                    // nothing else: first the sessions it merged away, then those it
+                    // changed. A function of the state alone, so that the retry of an
+                    // aborted transaction produces the same updates from the outbox.
+                    for (start, end) in &all.gone {
+                        at(ctx, *end);
+                        let window = Windowed {
+                            key: key.clone(),
+                            start: *start,
+                            end: *end,
+                        };
+                        removed.forward(ctx, window, ())?;
+                    }
+                    for s in all.sessions.iter().filter(|s| s.touched) {
+                        at(ctx, s.end);
+                        let window = Windowed {
+                            key: key.clone(),
+                            start: s.start,
+                            end: s.end,
+                        };
+                        out.forward(ctx, window, s.aggregate.clone())?;
+                    }
+                    return Ok(());
+                }
+                all.batch = Arc::new(
+                    ctx.partitions
+                        .iter()
+                        .zip(&ctx.ranges)
+                        .map(|(p, (first, _))| (p.to_string(), *first))
+                        .collect(),
+                );
                 // First the sessions merged away, then the sessions changed: those that
                 // records not committed yet changed (this batch, or a failed attempt of
                 // it whose updates may not have been produced).

@@ -47,7 +47,9 @@
 //! buffered record keeps where it was read for that. A record from a partition that is not
 //! in the batch counts as emitted; with direct re-keying from several partitions, a failed
 //! batch of one partition that another partition's batch follows before the retry can
-//! still lose windows of the failed batch's oldest records.
+//! still lose windows of the failed batch's oldest records. Under exactly-once output the
+//! windows of a write are emitted from the store's outbox entry, which holds the state the
+//! write left (the windows are a function of it), so that loss does not happen there.
 //!
 //! A null value (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
 //! topology names) is skipped and counted in

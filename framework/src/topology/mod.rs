@@ -82,10 +82,11 @@ pub(crate) struct StoreSpec {
     pub(crate) emit_on_close: Option<i64>,
     /// For a stream–stream join's store: how its items close.
     pub(crate) closing: Option<Closing>,
-    /// Whether its updates fan out into records chosen from the batch's ranges (session
-    /// and sliding windows: the sessions or windows the batch's uncommitted records
-    /// changed), rather than one record per item version: such a store cannot emit from
-    /// the outbox, and its sinks stay refused under exactly-once output.
+    /// Whether one write's update fans out into several records (session and sliding
+    /// windows: the sessions, tombstones or windows a write changed), rather than one
+    /// record per item version. Under exactly-once output its updates straight from the
+    /// write are derived from the state its outbox entry holds (the updates of that write
+    /// alone); through a join or merged with another store's they stay refused.
     pub(crate) fans_out: bool,
     /// Whether its non-windowed items keep their newest record time, which their updates
     /// carry (a `count`, `aggregate` or `reduce`: Kafka Streams' `KStreamAggregate` stamps

@@ -426,13 +426,14 @@ impl Walk<'_> {
                          with another store's records)",
                         store_name(store)
                     )),
-                    // Straight from one store's write: its outbox makes them exactly once.
+                    // Straight from one store's write: its outbox makes them exactly once
+                    // (a session or sliding window store's entry holds the state its write
+                    // left, from which the updates of that write alone are derived).
                     (Some(store), _)
                         if !input.updates_via_join
                             && input.update_stores.len() == 1
                             && input.closing_of.is_none()
-                            && self.stores[store].closing.is_none()
-                            && !self.stores[store].fans_out =>
+                            && self.stores[store].closing.is_none() =>
                     {
                         self.outboxed.insert(store);
                         None
@@ -445,7 +446,8 @@ impl Walk<'_> {
                     )),
                     (Some(store), _) if self.stores[store].fans_out => Some(format!(
                         "the sessions or sliding windows of store {:?} that a batch's \
-                         records changed",
+                         records changed, through a join or merged with another store's \
+                         updates",
                         store_name(store)
                     )),
                     (Some(store), _) => Some(format!(
