@@ -184,8 +184,40 @@ pub(super) fn number<T: std::str::FromStr>(
     item: &HashMap<String, AttributeValue>,
     name: &str,
 ) -> Result<T, String> {
-    match item.get(name) {
-        Some(AttributeValue::N(n)) => n
+    number_of(name, item.get(name).map(StateAttribute::from))
+}
+
+/// An attribute as an item's state is read from it: a number's text, a binary's bytes, or
+/// another type. Both the SDK's items and the lean client's responses (read straight into
+/// these, without an item map) are read by [`state_from`], so they give the same states
+/// and the same errors.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum StateAttribute<'a> {
+    /// A number (`N`), as its text.
+    N(&'a str),
+    /// A binary (`B`), decoded.
+    B(&'a [u8]),
+    /// Any other type.
+    Other,
+}
+
+impl<'a> From<&'a AttributeValue> for StateAttribute<'a> {
+    fn from(value: &'a AttributeValue) -> Self {
+        match value {
+            AttributeValue::N(n) => StateAttribute::N(n),
+            AttributeValue::B(b) => StateAttribute::B(b.as_ref()),
+            _ => StateAttribute::Other,
+        }
+    }
+}
+
+/// The number in attribute `name` (`attribute`, when the item has it).
+fn number_of<T: std::str::FromStr>(
+    name: &str,
+    attribute: Option<StateAttribute<'_>>,
+) -> Result<T, String> {
+    match attribute {
+        Some(StateAttribute::N(n)) => n
             .parse()
             .map_err(|_| format!("attribute {name} = {n} is out of range")),
         Some(_) => Err(format!("attribute {name} is not a number")),
@@ -194,23 +226,32 @@ pub(super) fn number<T: std::str::FromStr>(
 }
 
 pub(super) fn parse_state(item: &Item) -> Result<ItemState, String> {
-    if let Some(AttributeValue::N(fv)) = item.get("fv")
+    state_from(|name| item.get(name).map(StateAttribute::from))
+}
+
+/// An item's state from its attributes (`get` returns the attribute of a name): the format
+/// version checked, the value (`v`) or aggregate (`a`), the version (`ver`) and the newest
+/// record time (`mt`, when it is a number).
+pub(super) fn state_from<'a>(
+    get: impl Fn(&str) -> Option<StateAttribute<'a>>,
+) -> Result<ItemState, String> {
+    if let Some(StateAttribute::N(fv)) = get("fv")
         && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
     {
         return Err(format!(
             "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
         ));
     }
-    let (value, aggregate) = match item.get("a") {
-        Some(AttributeValue::B(bytes)) => (0, Some(bytes.as_ref().to_vec())),
+    let (value, aggregate) = match get("a") {
+        Some(StateAttribute::B(bytes)) => (0, Some(bytes.to_vec())),
         Some(_) => return Err("attribute a is not binary".to_owned()),
-        None => (number(item, "v")?, None),
+        None => (number_of("v", get("v"))?, None),
     };
     Ok(ItemState {
         value,
         aggregate,
-        version: number(item, "ver")?,
-        timestamp: number(item, NEWEST_TIME).ok(),
+        version: number_of("ver", get("ver"))?,
+        timestamp: number_of(NEWEST_TIME, get(NEWEST_TIME)).ok(),
     })
 }
 

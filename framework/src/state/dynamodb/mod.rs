@@ -60,7 +60,7 @@ pub use item::{
 pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
 use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
 pub use lean::LeanClient;
-use lean::LeanError;
+use lean::{Attributes, LeanError, Read};
 use request::{Returned, Update, Value, placeholder, watermark_condition, watermark_set};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
@@ -272,10 +272,30 @@ impl DynamoStore {
         request: Update<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
+        Ok(
+            match self.update_item_reading(request, stats, Read::Item).await? {
+                Ok(Attributes::Item(item)) => Ok(item),
+                // `Read::Item` never reads a state alone.
+                Ok(Attributes::State(_)) => Ok(Item::new()),
+                Err(item) => Err(item),
+            },
+        )
+    }
+
+    /// [`update_item`](Self::update_item), a success's attributes read as `read` asks
+    /// (the lean client reads [`Read::State`] straight from the response; the SDK's
+    /// response is an item map either way).
+    async fn update_item_reading(
+        &self,
+        request: Update<'_>,
+        stats: &mut WriteStats,
+        read: Read,
+    ) -> Result<Result<Attributes, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
             // Boxed: the HTTP client's future is large, and the store's futures (boxed by
             // `async_trait` per write) would otherwise carry and copy it.
-            return match Box::pin(lean.update_item(request.body().into())).await {
+            let body = request.body();
+            return match Box::pin(lean.update_item_reading(&body, read)).await {
                 Ok(out) => {
                     if let Some(units) = out.capacity_units {
                         stats.consumed_write_units += units;
@@ -299,7 +319,7 @@ impl DynamoStore {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
                 }
-                Ok(Ok(out.attributes.unwrap_or_default()))
+                Ok(Ok(Attributes::Item(out.attributes.unwrap_or_default())))
             }
             Err(SdkError::ServiceError(e)) => match e.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
@@ -317,15 +337,22 @@ impl DynamoStore {
     }
 
     /// [`update_item`](Self::update_item) of a record's write, counted as a request;
-    /// errors name the write's store and key.
+    /// errors name the write's store and key. A success returns what
+    /// [`written`](Self::written) needs: the item of a general aggregate (it is cached),
+    /// else the state alone.
     async fn send(
         &self,
         request: Update<'_>,
         write: &ItemWrite<'_>,
         stats: &mut WriteStats,
-    ) -> Result<Result<Item, Option<Item>>, StateError> {
+    ) -> Result<Result<Attributes, Option<Item>>, StateError> {
         stats.requests += 1;
-        self.update_item(request, stats)
+        let read = if write.fold.is_some() {
+            Read::Item
+        } else {
+            Read::State
+        };
+        self.update_item_reading(request, stats, read)
             .await
             .map_err(|refused| StateError::new(write.store, write.key, refused.kind))
     }
@@ -335,7 +362,15 @@ impl DynamoStore {
     }
 
     /// Parses a written item's state; for a general aggregate, also caches the item.
-    fn written(&self, write: &ItemWrite<'_>, item: Item) -> Result<ItemState, StateError> {
+    fn written(
+        &self,
+        write: &ItemWrite<'_>,
+        attributes: Attributes,
+    ) -> Result<ItemState, StateError> {
+        let item = match attributes {
+            Attributes::State(state) => return state.map_err(|e| Self::corrupt(write, e)),
+            Attributes::Item(item) => item,
+        };
         let state = parse_state(&item).map_err(|e| Self::corrupt(write, e))?;
         if write.fold.is_some() {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
