@@ -99,18 +99,17 @@ impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
     pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<Cow<'static, str>> {
         let mut set = Vec::with_capacity(8);
-        set.push(Cow::Borrowed("#k = :k"));
-        set.push(Cow::Borrowed("#fv = :fv"));
-        if write.expires_at.is_some() {
-            set.push(Cow::Borrowed("#ttl = :ttl"));
-        }
-        if write.timestamp.is_some() {
-            set.push(Cow::Borrowed("#mt = :mt"));
-        }
-        if write.close_at.is_some() {
-            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
-        }
+        set.extend(Self::base_set_parts(write).map(Cow::Borrowed));
         set
+    }
+
+    /// [`base_set`](Self::base_set)'s parts, in order, as static strings.
+    pub(super) fn base_set_parts(write: &ItemWrite<'_>) -> impl Iterator<Item = &'static str> {
+        ["#k = :k", "#fv = :fv"]
+            .into_iter()
+            .chain(write.expires_at.map(|_| "#ttl = :ttl"))
+            .chain(write.timestamp.map(|_| "#mt = :mt"))
+            .chain(write.close_at.map(|_| "#cq = :cq, #cl = :cl"))
     }
 
     /// The write's request with what every write of an item names and sets: the value,
@@ -177,7 +176,20 @@ pub(super) fn cache_key(write: &ItemWrite<'_>) -> String {
 
 /// The partition key of `key` in `store`.
 pub fn item_key(store: &str, key: &[u8]) -> String {
-    format!("{store}#{}", URL_SAFE_NO_PAD.encode(key))
+    // Written in one allocation (no formatting, no intermediate base64 string).
+    let mut pk = String::with_capacity(store.len() + 1 + key.len().div_ceil(3) * 4);
+    pk.push_str(store);
+    pk.push('#');
+    URL_SAFE_NO_PAD.encode_string(key, &mut pk);
+    pk
+}
+
+/// The watermark attribute of `tp`: `w:<topic>-<partition>`.
+pub(super) fn watermark_name(tp: &crate::event::TopicPartition) -> String {
+    let mut name = String::with_capacity(WATERMARK_PREFIX.len() + tp.topic.len() + 12);
+    name.push_str(WATERMARK_PREFIX);
+    tp.push_key(&mut name);
+    name
 }
 
 pub(super) fn number<T: std::str::FromStr>(
@@ -273,6 +285,31 @@ pub(super) fn expired(item: &Item, now_seconds: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watermark_names_are_the_formatted_ones() {
+        use crate::event::TopicPartition;
+        for (topic, partition) in [
+            ("events", 0),
+            ("text-lines", 7),
+            ("t", 1234),
+            ("é-x", i32::MAX),
+            ("n", i32::MIN),
+            ("", -1),
+        ] {
+            let tp = TopicPartition::new(topic, partition);
+            assert_eq!(watermark_name(&tp), format!("{WATERMARK_PREFIX}{tp}"));
+            let mut text = String::from("x");
+            tp.push_key(&mut text);
+            assert_eq!(text, format!("x{tp}"));
+        }
+        for key in [&b""[..], b"f", b"fo", b"fox", b"\xff\x00\x80 binary"] {
+            assert_eq!(
+                item_key("counts", key),
+                format!("counts#{}", URL_SAFE_NO_PAD.encode(key))
+            );
+        }
+    }
 
     #[test]
     fn item_keys_do_not_collide_across_stores() {
