@@ -10,8 +10,10 @@
 //! store builds each write once and sends it either way, so both paths send the same
 //! request), the signing key and its HMAC state derived once a day, the canonical request
 //! hashed as it is written (never built as a string), one HTTP/1.1 request written whole
-//! on a kept-alive connection of its own pool (`http1.rs`), and of the response only the
-//! attributes the store reads ([`store_reads`]), in the SDK's own types. Everything else the store does (reads,
+//! on a kept-alive connection of its own pool (`http1.rs`), and of the response only what
+//! the store reads: the item's state straight from it ([`Read::State`], no item map), or the
+//! attributes the store reads ([`store_reads`]) in the SDK's own types ([`Read::Item`], and
+//! a failed condition's item). Everything else the store does (reads,
 //! queries, the closing index, table administration) stays on the SDK.
 //!
 //! # What it keeps of the SDK's behaviour
