@@ -151,6 +151,28 @@ impl TopicPartition {
         let partition = partition.parse().ok()?;
         Some(TopicPartition::new(topic, partition))
     }
+
+    /// Appends the key, `"<topic>-<partition>"` as [`Display`](fmt::Display) writes it,
+    /// to `out` without the formatting machinery (state writes name watermarks by it).
+    pub(crate) fn push_key(&self, out: &mut String) {
+        out.push_str(&self.topic);
+        out.push('-');
+        let mut text = [0u8; 11];
+        let mut at = text.len();
+        let mut n = self.partition.unsigned_abs();
+        loop {
+            at -= 1;
+            text[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if self.partition < 0 {
+            out.push('-');
+        }
+        out.push_str(std::str::from_utf8(&text[at..]).unwrap_or_default());
+    }
 }
 
 impl fmt::Display for TopicPartition {

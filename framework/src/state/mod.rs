@@ -742,10 +742,16 @@ pub(crate) fn held_up_to(
     write: &ItemWrite<'_>,
     watermarks: &HashMap<String, i64>,
 ) -> Vec<Option<i64>> {
+    // One key buffer for every partition's lookup.
+    let mut key = String::new();
     write
         .partitions
         .iter()
-        .map(|tp| watermarks.get(&tp.to_string()).copied())
+        .map(|tp| {
+            key.clear();
+            tp.push_key(&mut key);
+            watermarks.get(key.as_str()).copied()
+        })
         .collect()
 }
 

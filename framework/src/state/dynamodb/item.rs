@@ -99,18 +99,17 @@ impl DynamoStore {
     /// The attributes every write sets besides the value and the watermarks.
     pub(super) fn base_set(write: &ItemWrite<'_>) -> Vec<Cow<'static, str>> {
         let mut set = Vec::with_capacity(8);
-        set.push(Cow::Borrowed("#k = :k"));
-        set.push(Cow::Borrowed("#fv = :fv"));
-        if write.expires_at.is_some() {
-            set.push(Cow::Borrowed("#ttl = :ttl"));
-        }
-        if write.timestamp.is_some() {
-            set.push(Cow::Borrowed("#mt = :mt"));
-        }
-        if write.close_at.is_some() {
-            set.push(Cow::Borrowed("#cq = :cq, #cl = :cl"));
-        }
+        set.extend(Self::base_set_parts(write).map(Cow::Borrowed));
         set
+    }
+
+    /// [`base_set`](Self::base_set)'s parts, in order, as static strings.
+    pub(super) fn base_set_parts(write: &ItemWrite<'_>) -> impl Iterator<Item = &'static str> {
+        ["#k = :k", "#fv = :fv"]
+            .into_iter()
+            .chain(write.expires_at.map(|_| "#ttl = :ttl"))
+            .chain(write.timestamp.map(|_| "#mt = :mt"))
+            .chain(write.close_at.map(|_| "#cq = :cq, #cl = :cl"))
     }
 
     /// The write's request with what every write of an item names and sets: the value,
@@ -177,15 +176,60 @@ pub(super) fn cache_key(write: &ItemWrite<'_>) -> String {
 
 /// The partition key of `key` in `store`.
 pub fn item_key(store: &str, key: &[u8]) -> String {
-    format!("{store}#{}", URL_SAFE_NO_PAD.encode(key))
+    // Written in one allocation (no formatting, no intermediate base64 string).
+    let mut pk = String::with_capacity(store.len() + 1 + key.len().div_ceil(3) * 4);
+    pk.push_str(store);
+    pk.push('#');
+    URL_SAFE_NO_PAD.encode_string(key, &mut pk);
+    pk
+}
+
+/// The watermark attribute of `tp`: `w:<topic>-<partition>`.
+pub(super) fn watermark_name(tp: &crate::event::TopicPartition) -> String {
+    let mut name = String::with_capacity(WATERMARK_PREFIX.len() + tp.topic.len() + 12);
+    name.push_str(WATERMARK_PREFIX);
+    tp.push_key(&mut name);
+    name
 }
 
 pub(super) fn number<T: std::str::FromStr>(
     item: &HashMap<String, AttributeValue>,
     name: &str,
 ) -> Result<T, String> {
-    match item.get(name) {
-        Some(AttributeValue::N(n)) => n
+    number_of(name, item.get(name).map(StateAttribute::from))
+}
+
+/// An attribute as an item's state is read from it: a number's text, a binary's bytes, or
+/// another type. Both the SDK's items and the lean client's responses (read straight into
+/// these, without an item map) are read by [`state_from`], so they give the same states
+/// and the same errors.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum StateAttribute<'a> {
+    /// A number (`N`), as its text.
+    N(&'a str),
+    /// A binary (`B`), decoded.
+    B(&'a [u8]),
+    /// Any other type.
+    Other,
+}
+
+impl<'a> From<&'a AttributeValue> for StateAttribute<'a> {
+    fn from(value: &'a AttributeValue) -> Self {
+        match value {
+            AttributeValue::N(n) => StateAttribute::N(n),
+            AttributeValue::B(b) => StateAttribute::B(b.as_ref()),
+            _ => StateAttribute::Other,
+        }
+    }
+}
+
+/// The number in attribute `name` (`attribute`, when the item has it).
+fn number_of<T: std::str::FromStr>(
+    name: &str,
+    attribute: Option<StateAttribute<'_>>,
+) -> Result<T, String> {
+    match attribute {
+        Some(StateAttribute::N(n)) => n
             .parse()
             .map_err(|_| format!("attribute {name} = {n} is out of range")),
         Some(_) => Err(format!("attribute {name} is not a number")),
@@ -194,23 +238,32 @@ pub(super) fn number<T: std::str::FromStr>(
 }
 
 pub(super) fn parse_state(item: &Item) -> Result<ItemState, String> {
-    if let Some(AttributeValue::N(fv)) = item.get("fv")
+    state_from(|name| item.get(name).map(StateAttribute::from))
+}
+
+/// An item's state from its attributes (`get` returns the attribute of a name): the format
+/// version checked, the value (`v`) or aggregate (`a`), the version (`ver`) and the newest
+/// record time (`mt`, when it is a number).
+pub(super) fn state_from<'a>(
+    get: impl Fn(&str) -> Option<StateAttribute<'a>>,
+) -> Result<ItemState, String> {
+    if let Some(StateAttribute::N(fv)) = get("fv")
         && fv.parse::<i64>().ok() != Some(FORMAT_VERSION)
     {
         return Err(format!(
             "item format version {fv} is not supported (this release reads {FORMAT_VERSION})"
         ));
     }
-    let (value, aggregate) = match item.get("a") {
-        Some(AttributeValue::B(bytes)) => (0, Some(bytes.as_ref().to_vec())),
+    let (value, aggregate) = match get("a") {
+        Some(StateAttribute::B(bytes)) => (0, Some(bytes.to_vec())),
         Some(_) => return Err("attribute a is not binary".to_owned()),
-        None => (number(item, "v")?, None),
+        None => (number_of("v", get("v"))?, None),
     };
     Ok(ItemState {
         value,
         aggregate,
-        version: number(item, "ver")?,
-        timestamp: number(item, NEWEST_TIME).ok(),
+        version: number_of("ver", get("ver"))?,
+        timestamp: number_of(NEWEST_TIME, get(NEWEST_TIME)).ok(),
     })
 }
 
@@ -232,6 +285,31 @@ pub(super) fn expired(item: &Item, now_seconds: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watermark_names_are_the_formatted_ones() {
+        use crate::event::TopicPartition;
+        for (topic, partition) in [
+            ("events", 0),
+            ("text-lines", 7),
+            ("t", 1234),
+            ("é-x", i32::MAX),
+            ("n", i32::MIN),
+            ("", -1),
+        ] {
+            let tp = TopicPartition::new(topic, partition);
+            assert_eq!(watermark_name(&tp), format!("{WATERMARK_PREFIX}{tp}"));
+            let mut text = String::from("x");
+            tp.push_key(&mut text);
+            assert_eq!(text, format!("x{tp}"));
+        }
+        for key in [&b""[..], b"f", b"fo", b"fox", b"\xff\x00\x80 binary"] {
+            assert_eq!(
+                item_key("counts", key),
+                format!("counts#{}", URL_SAFE_NO_PAD.encode(key))
+            );
+        }
+    }
 
     #[test]
     fn item_keys_do_not_collide_across_stores() {

@@ -10,8 +10,10 @@
 //! store builds each write once and sends it either way, so both paths send the same
 //! request), the signing key and its HMAC state derived once a day, the canonical request
 //! hashed as it is written (never built as a string), one HTTP/1.1 request written whole
-//! on a kept-alive connection of its own pool (`http1.rs`), and of the response only the
-//! attributes the store reads ([`store_reads`]), in the SDK's own types. Everything else the store does (reads,
+//! on a kept-alive connection of its own pool (`http1.rs`), and of the response only what
+//! the store reads: the item's state straight from it ([`Read::State`], no item map), or the
+//! attributes the store reads ([`store_reads`]) in the SDK's own types ([`Read::Item`], and
+//! a failed condition's item). Everything else the store does (reads,
 //! queries, the closing index, table administration) stays on the SDK.
 //!
 //! # What it keeps of the SDK's behaviour
@@ -45,8 +47,10 @@ use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
 use super::http1::{Connector, Pool};
+use super::item::{NEWEST_TIME, StateAttribute, state_from};
 use super::retry::RetrySettings;
 use crate::aws::TlsRoots;
+use crate::state::ItemState;
 
 /// The `X-Amz-Target` of `UpdateItem` (DynamoDB's JSON 1.0 protocol).
 const UPDATE_ITEM_TARGET: &str = "DynamoDB_20120810.UpdateItem";
@@ -87,12 +91,38 @@ pub enum LeanError {
     Transport(String),
 }
 
+/// What the store reads of the attributes a successful `UpdateItem` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// The attributes the store reads ([`store_reads`]), as an item.
+    Item,
+    /// The item's state alone (value or aggregate, version, format, newest record time),
+    /// read straight from the response: no item map, no string per attribute.
+    State,
+}
+
+/// The attributes of a successful `UpdateItem`, as [`Read`] asked for them.
+#[derive(Debug, PartialEq)]
+pub enum Attributes {
+    /// Of the `Attributes` (as `ReturnValues` asked), those the store reads
+    /// ([`store_reads`]).
+    Item(HashMap<String, AttributeValue>),
+    /// The item's state, or why the attributes hold none (the store's own error for an
+    /// item it cannot read, the same as it gives for an item map).
+    State(Result<ItemState, String>),
+}
+
+impl Default for Attributes {
+    fn default() -> Self {
+        Attributes::Item(HashMap::new())
+    }
+}
+
 /// A successful `UpdateItem`: the attributes it returned and the write units it consumed.
 #[derive(Debug, Default)]
 pub struct LeanOutput {
-    /// Of the `Attributes` (as `ReturnValues` asked), those the store reads
-    /// ([`store_reads`]).
-    pub attributes: HashMap<String, AttributeValue>,
+    /// The attributes it returned (as `ReturnValues` asked), read as [`Read`] asked.
+    pub attributes: Attributes,
     /// `ConsumedCapacity.CapacityUnits`, when returned.
     pub capacity_units: Option<f64>,
 }
@@ -310,16 +340,26 @@ impl LeanClient {
     }
 
     /// Sends `body`, an `UpdateItem` request in DynamoDB's JSON 1.0 protocol, retried as
-    /// the module docs say.
+    /// the module docs say; the attributes it returns read as an item ([`Read::Item`]).
     pub async fn update_item(&self, body: Bytes) -> Result<LeanOutput, LeanError> {
-        let payload_hash = hex_digest(&Sha256::digest(&body));
+        self.update_item_reading(&body, Read::Item).await
+    }
+
+    /// [`update_item`](Self::update_item) of the request `body`, the attributes it returns
+    /// read as `read` asks.
+    pub async fn update_item_reading(
+        &self,
+        body: &[u8],
+        read: Read,
+    ) -> Result<LeanOutput, LeanError> {
+        let payload_hash = hex_digest(&Sha256::digest(body));
         let payload_hash = std::str::from_utf8(&payload_hash).unwrap_or_default();
         let mut attempt = 0u32;
         // Tokens the retries of this request took: a success gives them back.
         let mut spent = 0.0;
         loop {
             attempt += 1;
-            let outcome = self.attempt(&body, payload_hash).await;
+            let outcome = self.attempt(body, payload_hash, read).await;
             let retry_cost = match &outcome {
                 Attempt::Done(_) => None,
                 Attempt::Retryable { transport, .. } => Some(if *transport { 10.0 } else { 5.0 }),
@@ -357,9 +397,12 @@ impl LeanClient {
         Duration::from_secs_f64(rand::random::<f64>() * base.min(20.0))
     }
 
-    async fn attempt(&self, body: &Bytes, payload_hash: &str) -> Attempt {
-        match tokio::time::timeout(self.attempt_timeout, self.attempt_once(body, payload_hash))
-            .await
+    async fn attempt(&self, body: &[u8], payload_hash: &str, read: Read) -> Attempt {
+        match tokio::time::timeout(
+            self.attempt_timeout,
+            self.attempt_once(body, payload_hash, read),
+        )
+        .await
         {
             Ok(attempt) => attempt,
             Err(_) => Attempt::Retryable {
@@ -372,7 +415,7 @@ impl LeanClient {
         }
     }
 
-    async fn attempt_once(&self, body: &Bytes, payload_hash: &str) -> Attempt {
+    async fn attempt_once(&self, body: &[u8], payload_hash: &str, read: Read) -> Attempt {
         let credentials = match self.credentials().await {
             Ok(credentials) => credentials,
             Err(e) => return Attempt::Done(Err(LeanError::Transport(e))),
@@ -392,7 +435,11 @@ impl LeanClient {
         };
         let (status, bytes) = (response.status(), response.body());
         if (200..300).contains(&status) {
-            return Attempt::Done(parse_output(bytes).map_err(LeanError::Transport));
+            let output = match read {
+                Read::Item => parse_output(bytes),
+                Read::State => parse_state_output(bytes),
+            };
+            return Attempt::Done(output.map_err(LeanError::Transport));
         }
         let error = parse_error(status, bytes);
         let retryable = status >= 500
@@ -748,11 +795,11 @@ impl WireValue {
 /// An attribute name, borrowed from the response unless it holds escapes.
 struct Name<'de>(std::borrow::Cow<'de, str>);
 
-impl<'de> Deserialize<'de> for Name<'de> {
+impl<'de: 'a, 'a> Deserialize<'de> for Name<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct NameVisitor;
-        impl<'de> Visitor<'de> for NameVisitor {
-            type Value = Name<'de>;
+        struct NameVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for NameVisitor<'a> {
+            type Value = Name<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("an attribute name")
             }
@@ -763,7 +810,7 @@ impl<'de> Deserialize<'de> for Name<'de> {
                 Ok(Name(std::borrow::Cow::Owned(v.to_owned())))
             }
         }
-        deserializer.deserialize_str(NameVisitor)
+        deserializer.deserialize_str(NameVisitor(std::marker::PhantomData))
     }
 }
 
@@ -799,6 +846,123 @@ impl<'de> Deserialize<'de> for StoreItem {
     }
 }
 
+/// A response's attribute value as an item's state is read from it ([`StateAttribute`]):
+/// a number's text (borrowed from the response unless it holds escapes), a binary decoded
+/// (an error when it is not base64, as for [`StoreItem`]), or another type, skipped.
+enum WireAttribute<'de> {
+    N(std::borrow::Cow<'de, str>),
+    B(Vec<u8>),
+    Other,
+}
+
+impl WireAttribute<'_> {
+    fn as_state(&self) -> StateAttribute<'_> {
+        match self {
+            WireAttribute::N(n) => StateAttribute::N(n),
+            WireAttribute::B(b) => StateAttribute::B(b),
+            WireAttribute::Other => StateAttribute::Other,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireAttribute<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct AttributeVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for AttributeVisitor<'a> {
+            type Value = WireAttribute<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an attribute value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let Some(Name(kind)) = map.next_key::<Name<'a>>()? else {
+                    return Err(serde::de::Error::custom(
+                        "an attribute value without a type",
+                    ));
+                };
+                let value = match kind.as_ref() {
+                    "N" => WireAttribute::N(map.next_value::<Name<'a>>()?.0),
+                    "B" => {
+                        let Name(text) = map.next_value::<Name<'a>>()?;
+                        WireAttribute::B(STANDARD.decode(text.as_bytes()).map_err(|e| {
+                            serde::de::Error::custom(format!("binary attribute is not base64: {e}"))
+                        })?)
+                    }
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                        WireAttribute::Other
+                    }
+                };
+                if map.next_key::<IgnoredAny>()?.is_some() {
+                    return Err(serde::de::Error::custom(
+                        "an attribute value with more than one type",
+                    ));
+                }
+                Ok(value)
+            }
+        }
+        deserializer.deserialize_map(AttributeVisitor(std::marker::PhantomData))
+    }
+}
+
+/// Of a response's item, the attributes its state is read from (`v`, `a`, `ver`, `fv`,
+/// `mt`; of a name given twice, the last, as an item map keeps it), the others skipped.
+#[derive(Default)]
+struct StateFields<'de> {
+    v: Option<WireAttribute<'de>>,
+    a: Option<WireAttribute<'de>>,
+    ver: Option<WireAttribute<'de>>,
+    fv: Option<WireAttribute<'de>>,
+    mt: Option<WireAttribute<'de>>,
+}
+
+impl StateFields<'_> {
+    /// The item's state, read as the store reads an item map ([`state_from`]).
+    fn state(&self) -> Result<ItemState, String> {
+        state_from(|name| {
+            let slot = match name {
+                "v" => &self.v,
+                "a" => &self.a,
+                "ver" => &self.ver,
+                "fv" => &self.fv,
+                NEWEST_TIME => &self.mt,
+                _ => return None,
+            };
+            slot.as_ref().map(WireAttribute::as_state)
+        })
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for StateFields<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for FieldsVisitor<'a> {
+            type Value = StateFields<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an item")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut fields = StateFields::default();
+                while let Some(Name(name)) = map.next_key::<Name<'a>>()? {
+                    let slot = match name.as_ref() {
+                        "v" => &mut fields.v,
+                        "a" => &mut fields.a,
+                        "ver" => &mut fields.ver,
+                        "fv" => &mut fields.fv,
+                        NEWEST_TIME => &mut fields.mt,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *slot = Some(map.next_value::<WireAttribute<'a>>()?);
+                }
+                Ok(fields)
+            }
+        }
+        deserializer.deserialize_map(FieldsVisitor(std::marker::PhantomData))
+    }
+}
+
 /// The fields of a response body this client reads (the others skipped).
 #[derive(Deserialize)]
 #[serde(rename_all = "PascalCase")]
@@ -819,9 +983,9 @@ struct Capacity {
 #[derive(Deserialize)]
 struct ErrorBody<'a> {
     #[serde(rename = "__type", default, borrow)]
-    kind: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, alias = "Message")]
-    message: Option<String>,
+    kind: Option<Name<'a>>,
+    #[serde(default, alias = "Message", borrow)]
+    message: Option<Name<'a>>,
     #[serde(rename = "Item", default)]
     item: Option<StoreItem>,
 }
@@ -830,7 +994,27 @@ fn parse_output(bytes: &[u8]) -> Result<LeanOutput, String> {
     let body: OutputBody = serde_json::from_slice(bytes)
         .map_err(|e| format!("DynamoDB UpdateItem response is not readable: {e}"))?;
     Ok(LeanOutput {
-        attributes: body.attributes.map(|item| item.0).unwrap_or_default(),
+        attributes: Attributes::Item(body.attributes.map(|item| item.0).unwrap_or_default()),
+        capacity_units: body.consumed_capacity.and_then(|c| c.capacity_units),
+    })
+}
+
+/// The fields of a response body read for [`Read::State`].
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct StateOutputBody<'a> {
+    #[serde(default, borrow)]
+    attributes: Option<StateFields<'a>>,
+    #[serde(default)]
+    consumed_capacity: Option<Capacity>,
+}
+
+/// A response read for [`Read::State`]: the state straight from the attributes.
+fn parse_state_output(bytes: &[u8]) -> Result<LeanOutput, String> {
+    let body: StateOutputBody<'_> = serde_json::from_slice(bytes)
+        .map_err(|e| format!("DynamoDB UpdateItem response is not readable: {e}"))?;
+    Ok(LeanOutput {
+        attributes: Attributes::State(body.attributes.unwrap_or_default().state()),
         capacity_units: body.consumed_capacity.and_then(|c| c.capacity_units),
     })
 }
@@ -853,15 +1037,17 @@ fn parse_error(status: u16, bytes: &[u8]) -> LeanError {
     };
     let code = body
         .kind
-        .as_deref()
-        .map(|kind| kind.rsplit('#').next().unwrap_or(kind).to_owned())
-        .unwrap_or_else(|| format!("HTTP {status}"));
-    if code == "ConditionalCheckFailedException" {
+        .as_ref()
+        .map(|Name(kind)| kind.rsplit('#').next().unwrap_or(kind));
+    if code == Some("ConditionalCheckFailedException") {
         return LeanError::ConditionFailed(body.item.map(|item| item.0));
     }
     LeanError::Service {
-        code,
-        message: body.message.unwrap_or_default(),
+        code: code.map_or_else(|| format!("HTTP {status}"), str::to_owned),
+        message: body
+            .message
+            .map(|Name(m)| m.into_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -901,7 +1087,11 @@ mod tests {
             ("mt".to_owned(), n("5")),
             ("fv".to_owned(), n("1")),
         ]);
-        assert_eq!(out.attributes, expected, "only what the store reads");
+        assert_eq!(
+            out.attributes,
+            Attributes::Item(expected),
+            "only what the store reads"
+        );
         assert_eq!(out.capacity_units, Some(1.0));
         assert!(
             parse_output(br#"{"Attributes":{"a":{"B":"!!"}}}"#)
@@ -942,6 +1132,52 @@ mod tests {
             parse_error(502, b"<html>"),
             LeanError::Service { code, .. } if code == "HTTP 502"
         ));
+    }
+
+    /// A response read for the state alone gives the state, or the error, that the store
+    /// gets from the same response read as an item ([`super::super::item::parse_state`]).
+    #[test]
+    fn states_read_straight_from_responses_equal_the_items_states() {
+        let responses: &[&[u8]] = &[
+            br#"{"Attributes":{"v":{"N":"7"},"ver":{"N":"2"},"k":{"B":"Zm94"},"fv":{"N":"1"},"w:events-0":{"N":"41"}},"ConsumedCapacity":{"TableName":"t","CapacityUnits":1.0}}"#,
+            br#"{"Attributes":{"a":{"B":"AAE="},"ver":{"N":"9"},"mt":{"N":"1764460800000"},"ttl":{"N":"9"}}}"#,
+            br#"{"Attributes":{"v":{"N":"-5"},"ver":{"N":"3"},"mt":{"S":"x"}}}"#,
+            br#"{"Attributes":{"v":{"N":"12"},"ver":{"N":"1"},"l":{"L":[{"S":"x"}]},"m":{"M":{"x":{"NULL":true}}}}}"#,
+            br#"{"Attributes":{"v":{"N":"1"},"ver":{"N":"2"},"v":{"N":"3"}}}"#,
+            br#"{"Attributes":{"v":{"N":"1"},"ver":{"N":"-1"}}}"#,
+            br#"{"Attributes":{"v":{"N":"1.5"},"ver":{"N":"1"}}}"#,
+            br#"{"Attributes":{"v":{"S":"1"},"ver":{"N":"1"}}}"#,
+            br#"{"Attributes":{"a":{"N":"1"},"ver":{"N":"1"}}}"#,
+            br#"{"Attributes":{"v":{"N":"1"},"ver":{"N":"1"},"fv":{"N":"2"}}}"#,
+            br#"{"Attributes":{"v":{"N":"1"}}}"#,
+            br#"{"Attributes":{}}"#,
+            br#"{"ConsumedCapacity":{"CapacityUnits":2.0}}"#,
+            br#"{}"#,
+        ];
+        for response in responses {
+            let text = String::from_utf8_lossy(response);
+            let item = parse_output(response).unwrap();
+            let state = parse_state_output(response).unwrap();
+            let Attributes::Item(item_attributes) = item.attributes else {
+                panic!("{text}")
+            };
+            let expected = super::super::item::parse_state(&item_attributes);
+            assert_eq!(state.attributes, Attributes::State(expected), "{text}");
+            assert_eq!(state.capacity_units, item.capacity_units, "{text}");
+        }
+        // Responses neither reads.
+        for response in [
+            &br#"{"Attributes":{"a":{"B":"!!"}}}"#[..],
+            br#"{"Attributes":{"v":{"N":1}}}"#,
+            br#"{"Attributes":{"v":{"N":"1","S":"1"}}}"#,
+            br#"{"Attributes":{"v":{}}}"#,
+            br#"{"Attributes":[]}"#,
+            b"not json",
+        ] {
+            let text = String::from_utf8_lossy(response);
+            assert!(parse_output(response).is_err(), "{text}");
+            assert!(parse_state_output(response).is_err(), "{text}");
+        }
     }
 
     /// A local HTTP/1.1 server answering each request with the next of `responses`
@@ -1030,7 +1266,10 @@ mod tests {
             .update_item(sample_body())
             .await
             .unwrap();
-        assert_eq!(out.attributes["v"], AttributeValue::N("1".into()));
+        match out.attributes {
+            Attributes::Item(item) => assert_eq!(item["v"], AttributeValue::N("1".into())),
+            other => panic!("{other:?}"),
+        }
         assert_eq!(*served.lock().unwrap(), 3);
     }
 

@@ -58,9 +58,11 @@ pub use item::{
     ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
 };
 pub use item::{OUTBOX_PREFIX, SLOT_PREFIXES};
-use item::{cache_key, expired, number, parse_outbox, parse_state, parse_watermarks};
+use item::{
+    cache_key, expired, number, parse_outbox, parse_state, parse_watermarks, watermark_name,
+};
 pub use lean::LeanClient;
-use lean::LeanError;
+use lean::{Attributes, LeanError, Read};
 use request::{Returned, Update, Value, placeholder, watermark_condition, watermark_set};
 use retry::describe_request;
 pub use retry::{RetrySettings, retry_config};
@@ -290,10 +292,30 @@ impl DynamoStore {
         request: Update<'_>,
         stats: &mut WriteStats,
     ) -> Result<Result<Item, Option<Item>>, UpdateRefused> {
+        Ok(
+            match self.update_item_reading(request, stats, Read::Item).await? {
+                Ok(Attributes::Item(item)) => Ok(item),
+                // `Read::Item` never reads a state alone.
+                Ok(Attributes::State(_)) => Ok(Item::new()),
+                Err(item) => Err(item),
+            },
+        )
+    }
+
+    /// [`update_item`](Self::update_item), a success's attributes read as `read` asks
+    /// (the lean client reads [`Read::State`] straight from the response; the SDK's
+    /// response is an item map either way).
+    async fn update_item_reading(
+        &self,
+        request: Update<'_>,
+        stats: &mut WriteStats,
+        read: Read,
+    ) -> Result<Result<Attributes, Option<Item>>, UpdateRefused> {
         if let Some(lean) = &self.lean {
             // Boxed: the HTTP client's future is large, and the store's futures (boxed by
             // `async_trait` per write) would otherwise carry and copy it.
-            return match Box::pin(lean.update_item(request.body().into())).await {
+            let body = request.body();
+            return match Box::pin(lean.update_item_reading(&body, read)).await {
                 Ok(out) => {
                     if let Some(units) = out.capacity_units {
                         stats.consumed_write_units += units;
@@ -317,7 +339,7 @@ impl DynamoStore {
                 if let Some(units) = out.consumed_capacity().and_then(|c| c.capacity_units()) {
                     stats.consumed_write_units += units;
                 }
-                Ok(Ok(out.attributes.unwrap_or_default()))
+                Ok(Ok(Attributes::Item(out.attributes.unwrap_or_default())))
             }
             Err(SdkError::ServiceError(e)) => match e.into_err() {
                 UpdateItemError::ConditionalCheckFailedException(failed) => {
@@ -335,15 +357,22 @@ impl DynamoStore {
     }
 
     /// [`update_item`](Self::update_item) of a record's write, counted as a request;
-    /// errors name the write's store and key.
+    /// errors name the write's store and key. A success returns what
+    /// [`written`](Self::written) needs: the item of a general aggregate (it is cached),
+    /// else the state alone.
     async fn send(
         &self,
         request: Update<'_>,
         write: &ItemWrite<'_>,
         stats: &mut WriteStats,
-    ) -> Result<Result<Item, Option<Item>>, StateError> {
+    ) -> Result<Result<Attributes, Option<Item>>, StateError> {
         stats.requests += 1;
-        self.update_item(request, stats)
+        let read = if write.fold.is_some() {
+            Read::Item
+        } else {
+            Read::State
+        };
+        self.update_item_reading(request, stats, read)
             .await
             .map_err(|refused| StateError::new(write.store, write.key, refused.kind))
     }
@@ -353,7 +382,15 @@ impl DynamoStore {
     }
 
     /// Parses a written item's state; for a general aggregate, also caches the item.
-    fn written(&self, write: &ItemWrite<'_>, item: Item) -> Result<ItemState, StateError> {
+    fn written(
+        &self,
+        write: &ItemWrite<'_>,
+        attributes: Attributes,
+    ) -> Result<ItemState, StateError> {
+        let item = match attributes {
+            Attributes::State(state) => return state.map_err(|e| Self::corrupt(write, e)),
+            Attributes::Item(item) => item,
+        };
         let state = parse_state(&item).map_err(|e| Self::corrupt(write, e))?;
         if write.fold.is_some() {
             let mut cache = self.cache.lock().unwrap_or_else(PoisonError::into_inner);
@@ -595,7 +632,7 @@ impl DynamoStore {
             for (i, (tp, last)) in marks.iter().enumerate() {
                 let tp = &write.partitions[*tp as usize];
                 request = request
-                    .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                    .name(placeholder("#w", i), watermark_name(tp))
                     .value(placeholder(":l", i), Value::N(*last));
                 set.push(watermark_set(i));
             }
@@ -714,8 +751,20 @@ impl DynamoStore {
         ob: Option<&Outbox<'_>>,
     ) -> Result<(ItemState, Vec<Emission>, WriteStats), StateError> {
         let delta: i64 = write.contributions.iter().map(|c| c.delta).sum();
-        let mut set = Self::base_set(write);
-        let mut conditions: Vec<Cow<'static, str>> = Vec::new();
+        // The condition, its parts joined by `AND`: a single part stays a static string.
+        let mut condition: Option<Cow<'static, str>> = None;
+        let mut and = |part: Cow<'static, str>| {
+            condition = Some(match condition.take() {
+                None => part,
+                Some(before) => {
+                    let mut joined = before.into_owned();
+                    joined.reserve(part.len() + 5);
+                    joined.push_str(" AND ");
+                    joined.push_str(&part);
+                    Cow::Owned(joined)
+                }
+            });
+        };
         let mut request = self.update(write, false).value(":d", Value::N(delta));
         // Under exactly-once output: the write's entry in the partition's single slot,
         // computed in the write (`v` and `ver` set, not added, so that the slot can
@@ -729,7 +778,7 @@ impl DynamoStore {
         }
         let slot = ob.and_then(|ob| ob.entry_origin(write.contributions).map(|o| (ob, o)));
         let mut own = None;
-        let mut add = "ADD #v :d, #ver :one SET ".to_owned();
+        let mut add = "ADD #v :d, #ver :one SET ";
         if let Some((ob, (i, offset))) = slot {
             let tp = &ob.partitions[i as usize];
             let time = write.timestamp.unwrap_or(ob.time);
@@ -745,36 +794,51 @@ impl DynamoStore {
                 .value(":oo", Value::N(offset))
                 .value(":ot", Value::N(time))
                 .value(":s", Value::N(ob.shadow[i as usize]));
-            add = "SET #v = if_not_exists(#v, :zero) + :d, \
-                   #ver = if_not_exists(#ver, :zero) + :one, #os0 = :oo, \
-                   #os1 = if_not_exists(#v, :zero) + :d, \
-                   #os2 = if_not_exists(#ver, :zero) + :one, #os3 = :ot, "
-                .to_owned();
-            if write.timestamp.is_some() {
-                add.push_str("#os4 = :mt, ");
-            }
-            conditions.push(Cow::Borrowed("attribute_not_exists(#ob)"));
-            conditions.push(Cow::Borrowed("(attribute_not_exists(#os0) OR #os0 < :s)"));
+            add = if write.timestamp.is_some() {
+                "SET #v = if_not_exists(#v, :zero) + :d, \
+                 #ver = if_not_exists(#ver, :zero) + :one, #os0 = :oo, \
+                 #os1 = if_not_exists(#v, :zero) + :d, \
+                 #os2 = if_not_exists(#ver, :zero) + :one, #os3 = :ot, #os4 = :mt, "
+            } else {
+                "SET #v = if_not_exists(#v, :zero) + :d, \
+                 #ver = if_not_exists(#ver, :zero) + :one, #os0 = :oo, \
+                 #os1 = if_not_exists(#v, :zero) + :d, \
+                 #os2 = if_not_exists(#ver, :zero) + :one, #os3 = :ot, "
+            };
+            and(Cow::Borrowed("attribute_not_exists(#ob)"));
+            and(Cow::Borrowed("(attribute_not_exists(#os0) OR #os0 < :s)"));
         }
-        for (i, (tp, first, last)) in offset_ranges(write).into_iter().enumerate() {
+        // The update expression: `add`, then the base set and the watermarks' sets joined
+        // by commas, written in one string.
+        let ranges = offset_ranges(write);
+        let mut expression = String::with_capacity(add.len() + 48 + 12 * ranges.len());
+        expression.push_str(add);
+        for (n, part) in Self::base_set_parts(write).enumerate() {
+            if n > 0 {
+                expression.push_str(", ");
+            }
+            expression.push_str(part);
+        }
+        for (i, &(tp, first, last)) in ranges.iter().enumerate() {
             let tp = &write.partitions[tp as usize];
             request = request
-                .name(placeholder("#w", i), format!("{WATERMARK_PREFIX}{tp}"))
+                .name(placeholder("#w", i), watermark_name(tp))
                 .value(placeholder(":f", i), Value::N(first))
                 .value(placeholder(":l", i), Value::N(last));
-            set.push(watermark_set(i));
-            conditions.push(watermark_condition(i));
+            expression.push_str(", ");
+            expression.push_str(&watermark_set(i));
+            and(watermark_condition(i));
         }
         if write.timestamp.is_some() {
             // The newest record time only moves forward: a batch whose records are all
             // older than the window's newest is refused and written by the fallback (one
             // more request), which keeps the stored time.
-            conditions.push(Cow::Borrowed("(attribute_not_exists(#mt) OR #mt <= :mt)"));
+            and(Cow::Borrowed("(attribute_not_exists(#mt) OR #mt <= :mt)"));
         }
-        let condition = conditions.join(" AND ");
+        let condition = condition.unwrap_or_default();
         limits::check_expression(write, &condition)?;
         let request = request
-            .update_expression(format!("{add}{}", set.join(", ")))
+            .update_expression(expression)
             .condition_expression(condition);
         let mut stats = WriteStats::default();
         match self.send(request, write, &mut stats).await? {
