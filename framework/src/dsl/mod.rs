@@ -297,13 +297,20 @@ impl StreamsBuilder {
     ///     .to_stream()
     ///     .map(|w, n| (w.key, n))
     ///     .to("per-minute", Utf8, BigEndianI64); // a window's close: fine (claimed)
-    /// words
+    /// let sessions = words
     ///     .group_by_key(Utf8)
     ///     .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(30)))
     ///     .count("sessions")
     ///     .to_stream()
-    ///     .map(|w, n| (w.key, n))
-    ///     .to("sessions", Utf8, BigEndianI64); // sessions: not yet
+    ///     .map(|w, n| (w.key, n));
+    /// sessions.to("sessions", Utf8, BigEndianI64); // sessions on update: fine (the outbox)
+    /// let lengths = builder
+    ///     .stream("lengths", Utf8, Utf8)
+    ///     .group_by_key(Utf8)
+    ///     .count("lengths");
+    /// sessions
+    ///     .merge(&lengths.to_stream())
+    ///     .to("merged", Utf8, BigEndianI64); // two stores' updates merged: not yet
     /// let refused = builder.try_build().err().expect("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
     /// assert!(refused.to_string().contains("sessions"), "{refused}");
