@@ -1152,3 +1152,130 @@ pub fn run_child_test(child: &str, env: &[(&str, String)]) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The DynamoDB store without an outbox: under exactly-once output it re-derives each
+/// touched item's updates from its current state (what a batch did before the outbox), in
+/// the transaction of the write's first record. The control of the tests that a crashed
+/// batch retried longer emits every update once (`eos_output`, `eos_session_updates`).
+pub struct NoOutbox(pub lambda_streams::state::dynamodb::DynamoStore);
+
+#[async_trait::async_trait]
+impl lambda_streams::state::Store for NoOutbox {
+    async fn apply(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.apply(write).await
+    }
+    async fn apply_outboxed(
+        &self,
+        write: lambda_streams::state::ItemWrite<'_>,
+        outbox: &lambda_streams::state::outbox::Outbox<'_>,
+    ) -> Result<
+        (
+            lambda_streams::state::ItemState,
+            Vec<lambda_streams::state::outbox::Emission>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        use lambda_streams::state::outbox::{Emission, Entry};
+        let origin = outbox.entry_origin(write.contributions);
+        let (state, stats) = self.0.apply(write).await?;
+        let emissions = origin
+            .map(|(tp, offset)| Emission {
+                tp,
+                entry: Entry {
+                    offset,
+                    state: state.clone(),
+                    time: outbox.time,
+                    dead_letter: None,
+                },
+            })
+            .into_iter()
+            .collect();
+        Ok((state, emissions, stats))
+    }
+    async fn get(
+        &self,
+        store: &str,
+        key: &[u8],
+    ) -> Result<Option<lambda_streams::state::ItemState>, lambda_streams::state::StateError> {
+        self.0.get(store, key).await
+    }
+    async fn get_many(
+        &self,
+        store: &str,
+        keys: &[Vec<u8>],
+    ) -> Result<
+        std::collections::HashMap<Vec<u8>, lambda_streams::state::ItemState>,
+        lambda_streams::state::StateError,
+    > {
+        self.0.get_many(store, keys).await
+    }
+    async fn windows(
+        &self,
+        store: &str,
+        key: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(i64, lambda_streams::state::ItemState)>, lambda_streams::state::StateError>
+    {
+        self.0.windows(store, key, from, to).await
+    }
+    async fn clock(
+        &self,
+    ) -> Result<lambda_streams::state::Clock, lambda_streams::state::StateError> {
+        self.0.clock().await
+    }
+    async fn advance_stream_times(
+        &self,
+        times: &[(lambda_streams::event::TopicPartition, i64)],
+        now_ms: i64,
+    ) -> Result<(), lambda_streams::state::StateError> {
+        self.0.advance_stream_times(times, now_ms).await
+    }
+    async fn closed_windows(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosedWindow>, lambda_streams::state::StateError> {
+        self.0.closed_windows(store, up_to).await
+    }
+    async fn mark_closed(
+        &self,
+        store: &str,
+        windows: &[lambda_streams::state::ClosedWindow],
+        up_to: i64,
+    ) -> Result<lambda_streams::state::WriteStats, lambda_streams::state::StateError> {
+        self.0.mark_closed(store, windows, up_to).await
+    }
+    async fn closing_items(
+        &self,
+        store: &str,
+        up_to: i64,
+    ) -> Result<Vec<lambda_streams::state::ClosingItem>, lambda_streams::state::StateError> {
+        self.0.closing_items(store, up_to).await
+    }
+    async fn close_item(
+        &self,
+        store: &str,
+        item: &lambda_streams::state::ClosingItem,
+        aggregate: &[u8],
+        close_at: Option<i64>,
+    ) -> Result<
+        (
+            Option<lambda_streams::state::ItemState>,
+            lambda_streams::state::WriteStats,
+        ),
+        lambda_streams::state::StateError,
+    > {
+        self.0.close_item(store, item, aggregate, close_at).await
+    }
+}
