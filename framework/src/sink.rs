@@ -22,10 +22,10 @@ pub enum OutputGuarantee {
     /// event, a transactional producer with a stable `transactional.id`, and the partition's
     /// progress committed in a shadow consumer group inside each transaction (design notes,
     /// section 5a; `docs/state.md`). Aggregate and table updates straight from their
-    /// store's write are produced from the items' outbox of updates (`state::outbox`);
-    /// other outputs with no source record (window closes, sessions and sliding windows, a
-    /// join's closing pass) and the pairs of inner stream–stream joins are not supported
-    /// yet: a topology that produces them is refused.
+    /// store's write are produced from the items' outbox of updates (`state::outbox`),
+    /// closes and closing passes are claimed before they are emitted, and a join's results
+    /// are decided once in its item; the outputs none of these covers yet (listed in
+    /// `docs/state.md`, "Exactly-once output") are refused, never produced at least once.
     ExactlyOnce,
 }
 

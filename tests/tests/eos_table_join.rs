@@ -43,6 +43,11 @@ struct Topics {
 fn topology(t: &Topics) -> Topology {
     let builder = StreamsBuilder::new();
     builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    joins(builder, t)
+}
+
+/// [`topology`]'s joins on `builder`, as it is.
+fn joins(builder: StreamsBuilder, t: &Topics) -> Topology {
     let names = builder.table(&t.names, Utf8, Utf8, "names");
     let cities = builder.table(&t.cities, Utf8, Utf8, "cities");
     let side = |v: Option<&String>| v.cloned().unwrap_or_else(|| "?".to_owned());
@@ -122,13 +127,23 @@ async fn run(
     faults: Faults,
     fail_after_writes: Option<u64>,
 ) -> (Topics, local_runner::RunSummary) {
+    run_built(name, faults, fail_after_writes, topology).await
+}
+
+/// [`run`] with the topology `build` makes.
+async fn run_built(
+    name: &str,
+    faults: Faults,
+    fail_after_writes: Option<u64>,
+    build: fn(&Topics) -> Topology,
+) -> (Topics, local_runner::RunSummary) {
     let (t, table, app) = setup(name).await;
     let dynamo = DynamoStore::new(dynamo_client(), table, Guarantee::ExactlyOnce);
     let store: Arc<dyn Store> = match fail_after_writes {
         Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo, n)),
         None => Arc::new(dynamo),
     };
-    let handler = Handler::with_kafka_output(topology(&t), store, None)
+    let handler = Handler::with_kafka_output(build(&t), store, None)
         .with_options(BatchOptions {
             output: OutputGuarantee::ExactlyOnce,
             ..BatchOptions::default()
@@ -272,4 +287,61 @@ async fn crashes_after_state_writes_join_exactly_once() {
         assert_eq!(summary.failures, 1, "one injected crash (after {k} writes)");
         assert_exactly_once(&t);
     }
+}
+
+/// A deployment that sets `LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once` (as template.yaml
+/// does) and builds its joins without asking the builder: the builder takes the guarantee
+/// from the environment, so the joins are built for it (their decision store) and are
+/// exactly once. Run in a process of its own, the variable set there only.
+#[test]
+fn joins_built_under_the_environment_s_guarantee_are_exactly_once() {
+    run_child_test(
+        "joins_built_under_the_environment_s_guarantee_child",
+        &[("LAMBDA_STREAMS_OUTPUT_GUARANTEE", "exactly_once".to_owned())],
+    );
+    // The control, in this process (the variable not set): the builder's guarantee is at
+    // least once, and a handler asked for exactly-once output refuses the joins.
+    assert_eq!(
+        std::env::var("LAMBDA_STREAMS_OUTPUT_GUARANTEE").ok(),
+        None,
+        "the variable is set for the child only"
+    );
+    let t = Topics {
+        names: "n".into(),
+        cities: "c".into(),
+        profiles: "p".into(),
+        pairs: "q".into(),
+    };
+    let built = joins(StreamsBuilder::new(), &t);
+    assert_eq!(built.output_guarantee(), OutputGuarantee::AtLeastOnce);
+    let refused = built
+        .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+        .expect_err("refused under exactly-once output");
+    assert!(
+        refused
+            .to_string()
+            .contains("LAMBDA_STREAMS_OUTPUT_GUARANTEE"),
+        "{refused}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by joins_built_under_the_environment_s_guarantee_are_exactly_once, in a process of its own"]
+async fn joins_built_under_the_environment_s_guarantee_child() {
+    fn from_env(t: &Topics) -> Topology {
+        joins(StreamsBuilder::new(), t)
+    }
+    let faults = Faults {
+        duplicate_every: Some(1),
+        extend_retry_every: Some(3),
+        ..Faults::default()
+    };
+    let (t, summary) = run_built("eos-tjoin-env", faults, Some(9), from_env).await;
+    assert_eq!(summary.failures, 1, "one injected crash");
+    assert_eq!(
+        from_env(&t).output_guarantee(),
+        OutputGuarantee::ExactlyOnce,
+        "the builder's guarantee is the environment's"
+    );
+    assert_exactly_once(&t);
 }

@@ -372,7 +372,7 @@ where
     /// with every change of either side, so consumers can keep the highest version per
     /// key. Under exactly-once output (the builder's
     /// [`output_guarantee`](StreamsBuilder::output_guarantee), asked before the join is
-    /// declared) each key's joined update is decided once in a store of the join's own
+    /// declared, or `LAMBDA_STREAMS_OUTPUT_GUARANTEE` when the builder is made) each key's joined update is decided once in a store of the join's own
     /// (one more write per key a batch changes), and carries that item's version: each
     /// `(key, version)` once for a `read_committed` consumer, the highest one the join of
     /// the two tables' final values (docs/state.md, "Exactly-once output of table–table

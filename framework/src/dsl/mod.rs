@@ -104,15 +104,33 @@ type Extractor<K, V> = Arc<dyn Fn(&K, &V, i64) -> i64 + Send + Sync>;
 
 /// Builds a [`Topology`]: start with [`stream`](Self::stream), chain operators, then
 /// [`build`](Self::build).
-#[derive(Default)]
 pub struct StreamsBuilder {
     shared: Shared,
 }
 
+impl Default for StreamsBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl StreamsBuilder {
-    /// A new, empty builder.
+    /// A new, empty builder. Its output guarantee is `LAMBDA_STREAMS_OUTPUT_GUARANTEE`'s
+    /// when that is set to a valid value (the handler reads the same variable, and refuses
+    /// an invalid one), so that the operators that are built differently under exactly-once
+    /// output (a table–table join's decision store) are built for the guarantee the function
+    /// is deployed with; [`output_guarantee`](Self::output_guarantee) overrides it.
     pub fn new() -> Self {
-        Self::default()
+        let builder = StreamsBuilder {
+            shared: Shared::default(),
+        };
+        let from_env = std::env::var("LAMBDA_STREAMS_OUTPUT_GUARANTEE")
+            .ok()
+            .and_then(|g| g.parse::<crate::OutputGuarantee>().ok());
+        if let Some(guarantee) = from_env {
+            builder.output_guarantee(guarantee);
+        }
+        builder
     }
 
     /// Reads `topic` as a stream, decoding keys with `key_serde` and values with `value_serde`.
@@ -268,7 +286,8 @@ impl StreamsBuilder {
         Ok(topology)
     }
 
-    /// Asks for this output guarantee (Kafka Streams' `processing.guarantee`): with
+    /// Asks for this output guarantee (Kafka Streams' `processing.guarantee`; the builder
+    /// starts with `LAMBDA_STREAMS_OUTPUT_GUARANTEE`'s, see [`new`](Self::new)): with
     /// [`OutputGuarantee::ExactlyOnce`](crate::OutputGuarantee::ExactlyOnce),
     /// [`try_build`](Self::try_build) refuses a topology whose outputs cannot be produced
     /// exactly once yet, naming the sink, and a handler runs it with transactions whatever

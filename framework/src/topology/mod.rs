@@ -303,13 +303,14 @@ impl Topology {
 
     /// Whether the topology can run under `guarantee`: under exactly-once output, the
     /// refusal of the first sink that produces records with no source record that neither
-    /// the outbox of updates nor the closing-pass claims cover (a window's close through a
-    /// join or merged with another store's records, sessions and sliding windows on update,
-    /// a store's updates after a join or merged with another store's), naming the sink's
-    /// node. A store's updates straight from its write are accepted (they go in the
-    /// transaction of the record they are kept under), and so are closes straight from
-    /// their store and the closing passes of left and outer stream–stream joins and grace
-    /// joins (claimed by the batch's first event partition).
+    /// the outbox of updates nor the claims cover (a window's close through a join or merged
+    /// with another store's records, a store's updates, sessions' and sliding windows' among
+    /// them, after a join or merged with another store's, a table–table join built before
+    /// the builder's guarantee was exactly once), naming the sink's node. A store's updates
+    /// straight from its write are accepted (they go in the transaction of the record they
+    /// are kept under), and so are closes straight from their store and the closing passes
+    /// of left and outer stream–stream joins and grace joins (claimed by the batch's first
+    /// event partition).
     pub fn check_output_guarantee(
         &self,
         guarantee: crate::sink::OutputGuarantee,

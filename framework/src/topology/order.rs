@@ -453,9 +453,11 @@ impl Walk<'_> {
                     (Some(store), _) => Some(format!(
                         "the updates of the table in store {:?} after a join, or merged with \
                          another store's updates (a table–table join is exactly once when \
-                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` is \
-                         called before the join is declared: its results are then decided in \
-                         a store of their own)",
+                         the builder asks for it before the join is declared, by \
+                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` or \
+                         by LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once set when \
+                         `StreamsBuilder::new` runs: its results are then decided in a store \
+                         of their own)",
                         store_name(store)
                     )),
                     // The closing pass of a left or outer stream–stream join (its records
