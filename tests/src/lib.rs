@@ -1013,7 +1013,7 @@ pub fn kafka_libs() -> std::path::PathBuf {
         .join("libs")
 }
 
-/// A record as Kafka's console consumer printed it.
+/// A record as Kafka's Java consumer read it (see [`kafka_read_all`]).
 #[derive(Debug, Clone)]
 pub struct Read {
     /// Its partition.
@@ -1024,56 +1024,85 @@ pub struct Read {
     pub source: String,
     /// Its `lambda-streams-version` header (aggregate updates only).
     pub version: Option<u64>,
-    /// Its key, as printed.
+    /// Its key, as UTF-8 text (`null`: none).
     pub key: String,
-    /// Its value, as printed.
+    /// Its value, as UTF-8 text (`null`: a tombstone).
     pub value: String,
 }
 
-/// How long the console consumer waits for a record before it exits, in ms: long enough
-/// for a JVM that starts and joins its fresh consumer group on a loaded machine.
-pub const READ_IDLE_MS: &str = "12000";
+/// How long [`kafka_read_all`] may take, in ms: with `read_committed`, waiting for the open
+/// transactions to end, then reading to the end.
+pub const READ_TIMEOUT_MS: &str = "120000";
 
-/// Every record of `topic` as Kafka's own console consumer reads it (an independent
-/// reader, not our code) with `isolation_level` (`read_committed` or `read_uncommitted`).
-pub fn console_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
-    let classpath = format!("{}/*", kafka_libs().display());
-    let out = std::process::Command::new("java")
-        .args([
-            "-cp",
-            &classpath,
-            "org.apache.kafka.tools.consumer.ConsoleConsumer",
-        ])
-        .args([
-            "--bootstrap-server",
-            &bootstrap(),
-            "--topic",
-            topic,
-            "--from-beginning",
-        ])
-        .args([
-            "--isolation-level",
-            isolation_level,
-            "--timeout-ms",
-            READ_IDLE_MS,
-        ])
-        .args(["--formatter-property", "print.partition=true"])
-        .args(["--formatter-property", "print.offset=true"])
-        .args(["--formatter-property", "print.headers=true"])
-        .args(["--formatter-property", "print.key=true"])
-        .args(["--formatter-property", "headers.separator=|#|"])
-        .output()
-        .expect("java runs the console consumer");
-    let text = String::from_utf8_lossy(&out.stdout);
-    if !text.contains("Partition:") {
-        // Nothing read: say what the consumer said, for the failure that may follow.
-        eprintln!(
-            "console consumer of {topic} ({isolation_level}) read nothing: {}",
+/// The compiled `tests/fixtures/kafka/ReadAll.java`, compiled once per source (in the
+/// services' cache, next to the Kafka install whose client it uses).
+fn read_all_classes() -> &'static std::path::Path {
+    static CLASSES: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    CLASSES.get_or_init(|| {
+        const SOURCE: &str = include_str!("../fixtures/kafka/ReadAll.java");
+        let libs = kafka_libs();
+        let install = libs.parent().expect("the Kafka install");
+        let hash = SOURCE.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let dir = install.join(format!("read-all-{hash:016x}"));
+        if dir.join("ReadAll.class").is_file() {
+            return dir;
+        }
+        // Compiled in a directory of this process's, then moved into place: test binaries
+        // running at once may compile it together.
+        let work = install.join(format!("read-all-{hash:016x}.tmp.{}", std::process::id()));
+        std::fs::create_dir_all(&work).expect("a work directory");
+        let source = work.join("ReadAll.java");
+        std::fs::write(&source, SOURCE).expect("the reader's source");
+        let out = std::process::Command::new("javac")
+            .arg("-cp")
+            .arg(format!("{}/*", libs.display()))
+            .arg("-d")
+            .arg(&work)
+            .arg(&source)
+            .output()
+            .expect("javac runs");
+        assert!(
+            out.status.success(),
+            "javac ReadAll.java: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if std::fs::rename(&work, &dir).is_err() {
+            // Another process moved its copy in first.
+            let _ = std::fs::remove_dir_all(&work);
+        }
+        dir
+    })
+}
+
+/// Every record of `topic` as Kafka's own Java consumer (an independent reader, not our
+/// code; `tests/fixtures/kafka/ReadAll.java`) reads it with `isolation_level`
+/// (`read_committed` or `read_uncommitted`), from the beginning to the end known before the
+/// read: with `read_committed`, once no transaction is open on the topic (a transaction
+/// still open at [`READ_TIMEOUT_MS`] is named on stderr, and the read stops at it). No idle
+/// timeout decides that a read is complete, so a loaded machine cannot cut it short.
+pub fn kafka_read_all(topic: &str, isolation_level: &str) -> Vec<Read> {
+    let classpath = format!(
+        "{}:{}/*",
+        read_all_classes().display(),
+        kafka_libs().display()
+    );
+    let out = std::process::Command::new("java")
+        .args(["-cp", &classpath, "ReadAll", &bootstrap(), topic])
+        .args([isolation_level, READ_TIMEOUT_MS])
+        .output()
+        .expect("java runs the reader");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the read of {topic} ({isolation_level}) did not reach its end: {stderr}"
+    );
+    if stderr.contains("still open") {
+        eprintln!("the read of {topic} ({isolation_level}): {stderr}");
     }
-    // A record is `Partition:<p>\tOffset:<o>\t<headers>\t<key>\t<value>`; the consumer
-    // also prints its exit on the timeout.
+    let text = String::from_utf8_lossy(&out.stdout);
+    // A record is `Partition:<p>\tOffset:<o>\t<headers>\t<key>\t<value>`.
     text.lines()
         .filter_map(|line| {
             let mut fields = line.splitn(5, '\t');

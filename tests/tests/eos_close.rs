@@ -195,7 +195,7 @@ fn dynamo(s: &Setup) -> DynamoStore {
 /// Every record of `topic` as Kafka's console consumer reads it with `read_committed`:
 /// `(key, value)`.
 fn console_read_committed(topic: &str) -> Vec<(String, String)> {
-    console_read_all(topic, "read_committed")
+    kafka_read_all(topic, "read_committed")
         .into_iter()
         .map(|r| (r.key, r.value))
         .collect()

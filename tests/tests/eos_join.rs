@@ -166,7 +166,7 @@ fn check(s: &Setup) -> Vec<String> {
     let mut violations = Vec::new();
     let expected = reference_pairs();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for r in console_read_all(&s.pairs, "read_committed") {
+    for r in kafka_read_all(&s.pairs, "read_committed") {
         *seen.entry((r.key, r.value)).or_default() += 1;
     }
     for pair in &expected {
@@ -183,7 +183,7 @@ fn check(s: &Setup) -> Vec<String> {
         *per_key.entry(key.clone()).or_default() += 1;
     }
     let mut updates: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
-    for r in console_read_all(&s.counts, "read_committed") {
+    for r in kafka_read_all(&s.counts, "read_committed") {
         match r.version {
             Some(v) => updates.entry(r.key).or_default().push((v, r.value)),
             None => violations.push(format!("a count update without a version: {}", r.key)),

@@ -198,7 +198,7 @@ async fn run_runner(s: &Setup, outer: bool, faults: Faults, store: Arc<dyn Store
 fn check(s: &Setup, outer: bool) -> Vec<String> {
     let mut violations = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
-    for r in console_read_all(&s.joined, "read_committed") {
+    for r in kafka_read_all(&s.joined, "read_committed") {
         *seen.entry((r.key, r.value)).or_default() += 1;
     }
     for result in &reference(outer) {

@@ -165,7 +165,7 @@ struct Update {
 /// Every update of `topic` (a record with a version and a number as its value) as Kafka's
 /// console consumer reads it with `isolation_level`.
 fn console_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
-    console_read_all(topic, isolation_level)
+    kafka_read_all(topic, isolation_level)
         .into_iter()
         .filter_map(|r| {
             Some(Update {
@@ -287,7 +287,7 @@ async fn check_update_topic(
 
 /// Per record of `topic` read with `isolation_level`: its source header and its value.
 fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
-    console_read_all(topic, isolation_level)
+    kafka_read_all(topic, isolation_level)
         .into_iter()
         .map(|r| (r.source, r.value))
         .collect()
@@ -760,8 +760,8 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
         .expect("the runner finished in time")
         .expect("the runner succeeded");
 
-    let rep = console_read_all(&t.rep, "read_committed");
-    let out = console_read_all(&t.out, "read_committed");
+    let rep = kafka_read_all(&t.rep, "read_committed");
+    let out = kafka_read_all(&t.out, "read_committed");
     // The original source record of each committed record of `rep`, by its position.
     let origin: BTreeMap<String, String> = rep
         .iter()

@@ -256,7 +256,7 @@ async fn check(s: &Setup, n: usize) -> Vec<String> {
     let mut violations = Vec::new();
     // Per window: version -> (tombstones, values).
     let mut seen: BTreeMap<String, BTreeMap<u64, (usize, Vec<String>)>> = BTreeMap::new();
-    let read = console_read_all(&s.output, "read_committed");
+    let read = kafka_read_all(&s.output, "read_committed");
     for r in &read {
         let Some(version) = r.version else {
             violations.push(format!("{}: no version header", r.key));

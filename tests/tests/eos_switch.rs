@@ -223,7 +223,7 @@ async fn a_switch_to_exactly_once_keeps_closed_windows_closed() {
     if state != counts {
         violations.push(format!("state {state:?}, expected {counts:?}"));
     }
-    let reads = console_read_all(&s.output, "read_committed");
+    let reads = kafka_read_all(&s.output, "read_committed");
     let mut last: BTreeMap<String, (u64, String)> = BTreeMap::new();
     let mut seen_after = BTreeSet::new();
     for r in &reads {

@@ -172,7 +172,7 @@ fn check(t: &Topics) -> (Vec<String>, usize) {
     for (topic, outer) in [(&t.profiles, true), (&t.pairs, false)] {
         let name = if outer { "outer" } else { "inner" };
         let mut per_key: BTreeMap<String, BTreeMap<u64, Vec<Option<String>>>> = BTreeMap::new();
-        for r in console_read_all(topic, "read_committed") {
+        for r in kafka_read_all(topic, "read_committed") {
             read += 1;
             let Some(version) = r.version else {
                 violations.push(format!("{name}: an update of {} without a version", r.key));
@@ -242,10 +242,21 @@ fn check(t: &Topics) -> (Vec<String>, usize) {
 fn assert_exactly_once(t: &Topics) {
     let (violations, read) = check(t);
     assert!(read > 0, "the console consumer read nothing");
-    assert!(
-        violations.is_empty(),
-        "read_committed ({read} updates): {violations:#?}"
-    );
+    if violations.is_empty() {
+        return;
+    }
+    // What the topics hold, committed or not, to tell a lost update from an open
+    // transaction.
+    let mut all = String::new();
+    for topic in [&t.profiles, &t.pairs] {
+        for r in kafka_read_all(topic, "read_uncommitted") {
+            all.push_str(&format!(
+                "{topic} p{} o{} {} v{:?} {} (from {})\n",
+                r.partition, r.offset, r.key, r.version, r.value, r.source
+            ));
+        }
+    }
+    panic!("read_committed ({read} updates): {violations:#?}\nread_uncommitted:\n{all}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
