@@ -987,7 +987,7 @@ pub async fn run_with_redeliveries(
         .expect("the runner succeeded");
 }
 
-/// The broker install's libraries (the console consumer's classpath).
+/// The broker install's libraries (the Java consumer's classpath).
 pub fn kafka_libs() -> std::path::PathBuf {
     let cache = std::env::var("LAMBDA_STREAMS_CACHE").map_or_else(
         |_| {

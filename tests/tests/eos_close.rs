@@ -1,10 +1,10 @@
-//! Exactly-once output of window closes on the real broker (issue 15): an emit-on-close
-//! windowed count run by the local runner (duplicate deliveries, retries ending elsewhere,
-//! a crash after state writes injected on purpose) and by handlers (a fenced zombie that
-//! re-claims the windows its retry committed), with `exactly_once` output and a DynamoDB
-//! store on the emulator. Kafka's own console consumer with `--isolation-level
-//! read_committed` must see every window that closed exactly once, with the count computed
-//! here by brute force from the records produced, and no window still open.
+//! Exactly-once output of window closes on the real broker (issue 15): an emit-on-close windowed
+//! count run by the local runner (duplicate deliveries, retries ending elsewhere, a crash after
+//! state writes injected on purpose) and by handlers (a fenced zombie that re-claims the windows
+//! its retry committed), with `exactly_once` output and a DynamoDB store on the emulator. Kafka's
+//! own Java consumer with `read_committed` (`tests/fixtures/kafka/ReadAll.java`) must see every
+//! window that closed exactly once, with the count computed here by brute force from the records
+//! produced, and no window still open.
 //!
 //! Under exactly-once output a batch claims a closed window before emitting it (a
 //! conditional write, keyed by the batch's attempt id, which its transaction commits as the
@@ -192,9 +192,9 @@ fn dynamo(s: &Setup) -> DynamoStore {
     DynamoStore::new(dynamo_client(), s.table.clone(), Guarantee::ExactlyOnce)
 }
 
-/// Every record of `topic` as Kafka's console consumer reads it with `read_committed`:
+/// Every record of `topic` as Kafka's Java consumer reads it with `read_committed`:
 /// `(key, value)`.
-fn console_read_committed(topic: &str) -> Vec<(String, String)> {
+fn kafka_read_committed(topic: &str) -> Vec<(String, String)> {
     kafka_read_all(topic, "read_committed")
         .into_iter()
         .map(|r| (r.key, r.value))
@@ -211,7 +211,7 @@ fn check_closes(output: &str) -> Vec<String> {
 /// [`check_closes`] for `shape`, against [`closed`].
 fn check_closed(shape: Shape, output: &str) -> Vec<String> {
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (key, value) in console_read_committed(output) {
+    for (key, value) in kafka_read_committed(output) {
         seen.entry(key).or_default().push(value);
     }
     let mut violations = Vec::new();
@@ -622,7 +622,7 @@ async fn a_batch_closing_more_windows_than_one_item_can_name_emits_each_once() {
     // The windows whose read_committed records differ from one "1" (the first 5 of them).
     let wrong = || {
         let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for (key, value) in console_read_committed(&output) {
+        for (key, value) in kafka_read_committed(&output) {
             seen.entry(key).or_default().push(value);
         }
         let keys: BTreeSet<&String> = seen.keys().chain(expected.keys()).collect();

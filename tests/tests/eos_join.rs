@@ -1,11 +1,11 @@
-//! Exactly-once output of an inner stream–stream join on the real broker (issue 15): the
-//! local runner delivers two topics (duplicate deliveries, retries ending elsewhere, a crash
-//! after state writes injected on purpose) to a handler with `exactly_once` output and a
-//! DynamoDB store on the emulator. The join's pairs go to one topic, and a count of pairs per
-//! key (an aggregation after the join) to another. Kafka's own console consumer with
-//! `--isolation-level read_committed` must see every pair the nested-loop reference computes
-//! exactly once, and per key the counts' updates once per version, their versions
-//! 1..N complete, the highest holding the reference's number of pairs.
+//! Exactly-once output of an inner stream–stream join on the real broker (issue 15): the local
+//! runner delivers two topics (duplicate deliveries, retries ending elsewhere, a crash after state
+//! writes injected on purpose) to a handler with `exactly_once` output and a DynamoDB store on the
+//! emulator. The join's pairs go to one topic, and a count of pairs per key (an aggregation after
+//! the join) to another. Kafka's own Java consumer with `read_committed`
+//! (`tests/fixtures/kafka/ReadAll.java`) must see every pair the nested-loop reference computes
+//! exactly once, and per key the counts' updates once per version, their versions 1..N complete,
+//! the highest holding the reference's number of pairs.
 //!
 //! Which records a record joins is decided in the join item's conditional write, and the
 //! pairs are kept in the item with the record that emits them, so a retry emits the same

@@ -1,14 +1,14 @@
-//! Exactly-once output of left and outer stream–stream joins on the real broker (issue 15):
-//! the local runner delivers two topics (duplicate deliveries, retries ending elsewhere,
-//! crashes after state writes injected on purpose) to a handler with `exactly_once` output
-//! and a DynamoDB store on the emulator. The join's results go to one topic: each pair,
-//! emitted by the arrival of its later record (kept in the key's item with that record, in
-//! its transaction), and each record that joined nothing, alone, once its window has closed
-//! (emitted by the closing pass, whose rewrite of the key's item claims it for the batch's
-//! first event partition, or by a later arrival of its key). Kafka's own console consumer
-//! with `--isolation-level read_committed` must see each result the nested-loop reference
-//! computes (Kafka Streams' left and outer join semantics) exactly once, and no record alone
-//! whose window has not closed (`docs/state.md`, "Exactly-once output of closing passes").
+//! Exactly-once output of left and outer stream–stream joins on the real broker (issue 15): the
+//! local runner delivers two topics (duplicate deliveries, retries ending elsewhere, crashes after
+//! state writes injected on purpose) to a handler with `exactly_once` output and a DynamoDB store
+//! on the emulator. The join's results go to one topic: each pair, emitted by the arrival of its
+//! later record (kept in the key's item with that record, in its transaction), and each record that
+//! joined nothing, alone, once its window has closed (emitted by the closing pass, whose rewrite of
+//! the key's item claims it for the batch's first event partition, or by a later arrival of its
+//! key). Kafka's own Java consumer with `read_committed` (`tests/fixtures/kafka/ReadAll.java`) must
+//! see each result the nested-loop reference computes (Kafka Streams' left and outer join
+//! semantics) exactly once, and no record alone whose window has not closed (`docs/state.md`,
+//! "Exactly-once output of closing passes").
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

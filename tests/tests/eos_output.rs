@@ -1,9 +1,9 @@
 //! Exactly-once output on the real broker (issue 15, design notes section 5a): the local
 //! runner (the event source's redeliveries injected on purpose) and the handler with
 //! `exactly_once` output, a DynamoDB store on the emulator, then an independent
-//! `read_committed` reader that is not our code: Kafka's own console consumer
-//! (`org.apache.kafka.tools.consumer.ConsoleConsumer`, the Java client, from the broker's
-//! install that `scripts/services` keeps), run with `--isolation-level read_committed`.
+//! `read_committed` reader that is not our code: Kafka's own Java consumer
+//! (`tests/fixtures/kafka/ReadAll.java` on the client of the broker's install that
+//! `scripts/services` keeps), run with `isolation.level=read_committed`.
 //! It must see every stateless output (two per record), every repartition record and
 //! every dead letter exactly once; the counts in DynamoDB equal the reference.
 //!
@@ -154,7 +154,7 @@ fn handler(t: &Topics, store: Arc<dyn Store>, app: &str, output: OutputGuarantee
         .with_event_read_committed(true)
 }
 
-/// An update as Kafka's console consumer printed it: key, `lambda-streams-version`, value.
+/// An update as Kafka's Java consumer read it: key, `lambda-streams-version`, value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Update {
     key: String,
@@ -163,8 +163,8 @@ struct Update {
 }
 
 /// Every update of `topic` (a record with a version and a number as its value) as Kafka's
-/// console consumer reads it with `isolation_level`.
-fn console_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
+/// Java consumer reads it with `isolation_level`.
+fn kafka_read_updates(topic: &str, isolation_level: &str) -> Vec<Update> {
     kafka_read_all(topic, isolation_level)
         .into_iter()
         .filter_map(|r| {
@@ -246,7 +246,7 @@ async fn check_update_topic(
     let mut violations = Vec::new();
     let last = item_versions(table, store).await;
     let mut per_key: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
-    for u in console_read_updates(topic, isolation_level) {
+    for u in kafka_read_updates(topic, isolation_level) {
         per_key
             .entry(u.key)
             .or_default()
@@ -286,7 +286,7 @@ async fn check_update_topic(
 }
 
 /// Per record of `topic` read with `isolation_level`: its source header and its value.
-fn console_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
+fn kafka_read(topic: &str, isolation_level: &str) -> Vec<(String, String)> {
     kafka_read_all(topic, isolation_level)
         .into_iter()
         .map(|r| (r.source, r.value))
@@ -299,7 +299,7 @@ fn check_outputs(t: &Topics, isolation_level: &str) -> (Vec<String>, usize) {
     let mut seen: BTreeMap<(String, String, String), usize> = BTreeMap::new();
     let mut read = 0;
     for (topic, name) in [(&t.out, "out"), (&t.rep, "rep"), (&t.dlq, "dlq")] {
-        for (source, value) in console_read(topic, isolation_level) {
+        for (source, value) in kafka_read(topic, isolation_level) {
             read += 1;
             let value = if name == "dlq" { String::new() } else { value };
             *seen.entry((name.to_owned(), source, value)).or_default() += 1;
@@ -802,7 +802,7 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
     }
     assert_eq!(seen, expected, "read_committed sees every output once");
     let (dead, _) = {
-        let letters = console_read(&t.dlq, "read_committed");
+        let letters = kafka_read(&t.dlq, "read_committed");
         let n = letters.len();
         (letters, n)
     };
@@ -933,7 +933,7 @@ async fn aborted_repartition_records_are_not_processed_under_read_uncommitted() 
             .await
             .expect("the runner finished in time")
             .expect("the runner succeeded");
-        let aborted_outputs = console_read(&t.out, "read_committed")
+        let aborted_outputs = kafka_read(&t.out, "read_committed")
             .into_iter()
             .filter(|(_, v)| v.starts_with("aborted"))
             .count();

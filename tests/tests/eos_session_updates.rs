@@ -10,8 +10,8 @@
 //! The local runner runs a session count and a sliding count with duplicate deliveries,
 //! retries ending elsewhere and a crash after k state writes; the records of one partition
 //! are produced after the others were consumed, so that they bridge the sessions already
-//! emitted (merges, tombstones). Kafka's own console
-//! consumer with `--isolation-level read_committed` must see each (windowed key, version)
+//! emitted (merges, tombstones). Kafka's own Java consumer with `read_committed` must see
+//! each (windowed key, version)
 //! once (a session's tombstone and its new value may share a version: a record within a
 //! session merges it into a new one of the same bounds), every version of each key's item
 //! among its updates, and the latest version of each session or window holding the value

@@ -10,7 +10,7 @@
 //! partition, in offset order, a record is late when its window's end + grace is at or
 //! before the highest timestamp read so far in its partition, its own included): the state's
 //! count of every window (read from the table), the last update of every window that Kafka's
-//! console consumer reads with `read_committed` (the highest `lambda-streams-version`), no
+//! Java consumer reads with `read_committed` (the highest `lambda-streams-version`), no
 //! update after the switch of a window that had closed before it, and every `(window,
 //! version)` seen once after the switch. See docs/state.md, "Switching to exactly-once
 //! output".

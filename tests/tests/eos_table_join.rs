@@ -1,9 +1,9 @@
 //! Table–table joins under exactly-once output on the real broker (issue 15): the local
 //! runner reads two tables' topics with its redeliveries injected on purpose (every batch
 //! delivered twice, retries ending elsewhere, crashes after some state writes) and invokes
-//! the handler in process, its state on DynamoDB (the emulator); Kafka's own console
-//! consumer (`--isolation-level read_committed`, the Java client: not our code) reads the
-//! joins' outputs.
+//! the handler in process, its state on DynamoDB (the emulator); Kafka's own Java consumer
+//! (`read_committed`, `tests/fixtures/kafka/ReadAll.java`: not our code) reads the joins'
+//! outputs.
 //!
 //! It must see each `(key, version)` of a joined table once, every version of the outer
 //! join 1..N, every value a join of values the two tables held, and per key the update of
@@ -161,7 +161,7 @@ async fn run_built(
     (t, summary)
 }
 
-/// What Kafka's console consumer reads `read_committed` from the joins' topics, against
+/// What Kafka's Java consumer reads `read_committed` from the joins' topics, against
 /// [`reference`] (see the file's documentation); the violations, and how many updates it
 /// read.
 fn check(t: &Topics) -> (Vec<String>, usize) {
@@ -241,7 +241,7 @@ fn check(t: &Topics) -> (Vec<String>, usize) {
 
 fn assert_exactly_once(t: &Topics) {
     let (violations, read) = check(t);
-    assert!(read > 0, "the console consumer read nothing");
+    assert!(read > 0, "the Java consumer read nothing");
     if violations.is_empty() {
         return;
     }
