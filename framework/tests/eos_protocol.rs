@@ -2702,3 +2702,77 @@ fn table_table_join_updates_without_the_outbox_are_duplicated_or_lost() {
     let (seed, violations) = failed.expect("no schedule found a duplicate or a gap");
     eprintln!("seed {seed}: {violations:#?}");
 }
+
+/// Both sides of an inner table–table join lose a key that joined, and each side's change
+/// finds the other side gone: the names batch deleting `a` crashes after its table write
+/// (before its decision), the cities batch deleting `a` then reads names' deletion, and the
+/// names batch's retry reads cities' deletion. Neither side sees the other still holding a
+/// value, so each decides "nothing"; the pair `n1@c1` emitted before must still be deleted
+/// (the join of the final values has none). The same happens when the two batches run at
+/// once in two invocations (found by `tests/tests/eos_table_join.rs` under load: a key's
+/// pair never deleted).
+#[test]
+fn a_key_both_tables_lose_in_turn_deletes_the_inner_join_s_pair() {
+    use lambda_streams::state::fault::FaultyStore;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (names, cities) = (
+        TopicPartition::new(JOIN_TOPICS[0], 0),
+        TopicPartition::new(JOIN_TOPICS[1], 0),
+    );
+    let source: JoinSource = [&names, &cities]
+        .into_iter()
+        .zip(["n1", "c1"])
+        .map(|(tp, value)| {
+            let records = vec![
+                ("a".to_owned(), Some(value.to_owned())),
+                ("a".to_owned(), None),
+            ];
+            (tp.clone(), records)
+        })
+        .collect();
+    let broker = Broker::completing();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    let memory = MemoryStore::new();
+    let topology = join_topology(lambda_streams::OutputGuarantee::ExactlyOnce);
+    let options = BatchOptions::default();
+    let settle = || {
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+    };
+    let batch = |tp: &TopicPartition, offset: i64| {
+        join_event(&source, &BTreeMap::from([(tp.clone(), (offset, offset))]))
+    };
+    for tp in [&names, &cities] {
+        rt.block_on(output.process(&topology, &batch(tp, 0), &memory, &options))
+            .expect("a value of each table");
+        settle();
+    }
+    // The names batch deleting `a` writes the names table, then crashes.
+    let crashing = FaultyStore::fail_once_after(&memory, 1);
+    let crashed = rt.block_on(output.process(&topology, &batch(&names, 1), &crashing, &options));
+    assert!(crashed.is_err(), "the crash fails the batch");
+    settle();
+    for tp in [&cities, &names] {
+        rt.block_on(output.process(&topology, &batch(tp, 1), &memory, &options))
+            .expect("the deletions");
+        settle();
+    }
+    let violations = check_joins(&broker, &source, true);
+    assert!(violations.is_empty(), "{violations:#?}");
+    let pairs: Vec<Option<Vec<u8>>> = broker
+        .log()
+        .committed_view("pairs")
+        .iter()
+        .map(|r| r.value.clone())
+        .collect();
+    assert_eq!(pairs.first(), Some(&Some(b"n1@c1".to_vec())), "{pairs:?}");
+    assert_eq!(pairs.last(), Some(&None), "the pair deleted: {pairs:?}");
+}

@@ -613,19 +613,27 @@ where
             .aggregate_closing(
                 &store,
                 Decision::none,
-                |_, decision: Decision, latest: Decision| {
+                |_, mut decision: Decision, latest: Decision| {
                     // The decision made from the newest states of the two sides wins: a
                     // lookup overtaken by a later change of the key changes nothing. Of
                     // two made from the same states (both sides changed in one batch),
                     // one that emits wins over one that does not (a deletion of an inner
                     // join is sent by the side that lost the key, not by the other).
-                    if decision.sum > latest.sum
-                        || (decision.sum == latest.sum && latest.outcome == Decision::NOTHING)
+                    if decision.sum < latest.sum
+                        || (decision.sum == latest.sum && latest.outcome != Decision::NOTHING)
                     {
-                        decision
-                    } else {
-                        latest
+                        return latest;
                     }
+                    // A join without a value where the last decision emitted one deletes
+                    // it, whatever the side that changed saw. Each side's change decides
+                    // "nothing" when it finds the other side gone (that side's change
+                    // would have sent the deletion), but when the two sides lose the key
+                    // in concurrent batches (two partitions, or a retry after the other
+                    // side's batch), each may find the other gone, and neither sends it.
+                    if decision.outcome == Decision::NOTHING && latest.outcome == Decision::UPDATE {
+                        decision.outcome = Decision::DELETE;
+                    }
+                    decision
                 },
                 DecisionSerde,
                 None,
