@@ -355,14 +355,23 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
-                let (target, cut) = (target.clone(), cut2.clone());
+                let (target, cut, down) = (target.clone(), cut2.clone(), down2.clone());
                 tokio::spawn(async move {
+                    // Registered before the connect, so that a cut while it connects is not
+                    // missed (`notify_waiters` wakes only the waiters registered by then);
+                    // a cut before the registration is seen by the `down` check after it.
+                    let cut = cut.notified();
+                    tokio::pin!(cut);
+                    cut.as_mut().enable();
                     let Ok(mut server) = tokio::net::TcpStream::connect(&target).await else {
                         return;
                     };
+                    if down.load(Ordering::SeqCst) {
+                        return;
+                    }
                     tokio::select! {
                         _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
-                        _ = cut.notified() => {}
+                        _ = cut => {}
                     }
                 });
             }
