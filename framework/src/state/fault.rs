@@ -88,6 +88,12 @@ impl<S: Store> FaultyStore<S> {
         self
     }
 
+    /// The writes tried through this layer so far, the failed ones included: what a test
+    /// reports when a crash point it chose was never reached.
+    pub fn writes(&self) -> u64 {
+        self.writes.load(Ordering::SeqCst)
+    }
+
     /// Whether a failure has been injected yet.
     pub fn fired(&self) -> bool {
         self.crash != Crash::Never && self.remaining.load(Ordering::SeqCst) < 0
