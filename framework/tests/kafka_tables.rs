@@ -240,7 +240,18 @@ fn ktable_ktable_inner_join_test_join() {
         vec![out_tomb(0, 6), out_tomb(1, 7)],
         vec![out(2, "XXXX2+YY2", 13), out(3, "XXXX3+YY3", 15)],
     ]);
-    steps.push(final_deletes(vec![out_tomb(2, 10), out_tomb(3, 20)]));
+    // Kafka: `[tomb(2, 10), tomb(3, 20)]`. Keys 0 and 1 lost their topic2 value in step 5,
+    // which sent their deletions; losing their topic1 value too sends them again (with this
+    // deletion's timestamp), on purpose: two tables losing a key at once, or a retried
+    // batch after the other table's, would otherwise each find the other side gone and
+    // send none (`docs/kafka-streams-differences.md`, "Tombstones that Kafka Streams would
+    // not send"; `tests/table_join_faults.rs`).
+    steps.push(final_deletes(vec![
+        out_tomb(0, 0),
+        out_tomb(1, 42),
+        out_tomb(2, 10),
+        out_tomb(3, 20),
+    ]));
     check(table_join_topology("inner"), OUTPUT, &steps);
 }
 

@@ -493,8 +493,9 @@ where
     /// `f(key, this, other)` gives the joined value (called only with the sides the kind
     /// keeps: both for an inner join, this one for a left join, either for an outer one).
     /// A key whose joined value no longer exists is deleted. An inner join deletes it only
-    /// where the other table has a value, or had one in this batch (otherwise there was no
-    /// joined value to delete, and Kafka Streams sends nothing either); left and outer
+    /// where the other table has a value, had one in this batch, or (at least once) lost
+    /// the key too (otherwise there was no joined value to delete, and Kafka Streams sends
+    /// nothing either; see `OtherSide::deletes_inner` for the second loss); left and outer
     /// joins send the deletion whenever this table (or, outer, the last of the two) loses
     /// the key.
     ///
@@ -544,9 +545,14 @@ where
             &out,
             &format!("{prefix}THIS"),
             move |k, v, o| f1(k, Some(v), o).map_or(Joined::Nothing, Joined::Update),
-            move |k, o: Option<&VO>, other_written| match f2(k, None, o) {
+            move |k, o: Option<&VO>, seen: OtherSide| match f2(k, None, o) {
                 Some(value) => Joined::Update(value),
-                None if kind == JoinKind::Inner && o.is_none() && !other_written => Joined::Nothing,
+                None if kind == JoinKind::Inner
+                    && o.is_none()
+                    && !seen.deletes_inner(exactly_once) =>
+                {
+                    Joined::Nothing
+                }
                 None => Joined::Delete,
             },
         );
@@ -560,10 +566,12 @@ where
             &flipped,
             &format!("{prefix}OTHER"),
             move |k, o, v: Option<&V>| f3(k, v, Some(o)).map_or(Joined::Nothing, Joined::Update),
-            move |k, v: Option<&V>, _| match f4(k, v, None) {
+            move |k, v: Option<&V>, seen: OtherSide| match f4(k, v, None) {
                 Some(value) => Joined::Update(value),
-                // This table has the key (an inner join loses it) or, outer, neither has.
+                // This table has the key (an inner join loses it) or, outer, neither has;
+                // or, inner, this table lost it too (see `OtherSide::deletes_inner`).
                 None if v.is_some() || kind == JoinKind::Outer => Joined::Delete,
+                None if kind == JoinKind::Inner && seen.lost && !exactly_once => Joined::Delete,
                 None => Joined::Nothing,
             },
         );
@@ -818,6 +826,34 @@ enum JoinKind {
     Outer,
 }
 
+/// What a table–table join's deletion of a key on one side found of the other side's
+/// item, besides its value (none, when these matter).
+#[derive(Debug, Clone, Copy)]
+struct OtherSide {
+    /// This batch wrote the other table's key (it may have had a value in the batch).
+    written: bool,
+    /// The other table's item exists and holds no value: the other table lost the key
+    /// (deleted, or filtered out).
+    lost: bool,
+}
+
+impl OtherSide {
+    /// Whether an inner join's deletion on one side sends a deletion although the other
+    /// side has no value: when this batch wrote the other side's key, or, at least once,
+    /// when the other side lost the key too. Kafka Streams sends one deletion, when the
+    /// first side loses the key (the other side still holds its value then); here the
+    /// two sides' losses may run at once in two batches (two partitions, or a crashed
+    /// batch's retry after the other side's), each finding the other side gone, so that
+    /// neither would send it and the pair would stay in the output. The second side's
+    /// loss sends the deletion again: at least one of two such batches reads the other's
+    /// write (each reads after its own), so the deletion with the highest version is sent.
+    /// Under exactly-once output the join's decision store covers that case instead
+    /// (`Decision`), and sends one.
+    fn deletes_inner(self, exactly_once: bool) -> bool {
+        self.written || (self.lost && !exactly_once)
+    }
+}
+
 /// What a table–table join emits for a changed key.
 enum Joined<R> {
     Update(R),
@@ -916,7 +952,7 @@ impl<K: Clone, R: Clone> Outputs<K, R> {
 
 /// Joins each update and deletion of `changed` with `other`'s value of its key, read after
 /// the batch's writes: `on_update(key, changed value, other value)` and
-/// `on_delete(key, other value, whether this batch wrote the other table's key)` say what
+/// `on_delete(key, other value, what else was seen of the other side's item)` say what
 /// to emit to `out`.
 fn watch<K, A, B, R>(
     changed: &KTable<K, A>,
@@ -924,7 +960,7 @@ fn watch<K, A, B, R>(
     out: &Outputs<K, R>,
     prefix: &str,
     on_update: impl Fn(&K, &A, Option<&B>) -> Joined<R> + Send + Sync + 'static,
-    on_delete: impl Fn(&K, Option<&B>, bool) -> Joined<R> + Send + Sync + 'static,
+    on_delete: impl Fn(&K, Option<&B>, OtherSide) -> Joined<R> + Send + Sync + 'static,
 ) -> NodeId
 where
     K: Clone + Send + Sync + 'static,
@@ -969,20 +1005,20 @@ where
             (&deletes_lookup, &deletes_store),
             key,
             deletes_out.clone(),
-            move |k, found, written| on_delete(k, found, written),
+            move |k, found, seen| on_delete(k, found, seen),
         )
     }));
     node
 }
 
 /// Parks a table change until `lookup`'s value of `key` is read, then emits what `decide`
-/// makes of it (with whether this batch wrote `key` in the other table).
+/// makes of it (with what else was seen of the other table's item of `key`).
 fn defer_lookup<K, B, R>(
     ctx: &mut Ctx,
     (lookup, store): (&Arc<Lookup<K, B>>, &Arc<str>),
     key: K,
     out: Outputs<K, R>,
-    decide: impl FnOnce(&K, Option<&B>, bool) -> Joined<R> + Send + Sync + 'static,
+    decide: impl FnOnce(&K, Option<&B>, OtherSide) -> Joined<R> + Send + Sync + 'static,
 ) -> Result<(), StreamError>
 where
     K: Clone + Send + Sync + 'static,
@@ -1010,7 +1046,11 @@ where
                 (Some(_), Some(timestamp), Some(state)) => timestamp(&key, state),
                 _ => None,
             };
-            let joined = decide(&key, found.as_ref(), written);
+            let seen = OtherSide {
+                written,
+                lost: found.is_none() && state.is_some(),
+            };
+            let joined = decide(&key, found.as_ref(), seen);
             match (&out.decisions, changed) {
                 (Some(decisions), Some((changed, entry))) => out.decide(
                     decisions,

@@ -368,6 +368,9 @@ pub struct Plan {
     /// The table topics' records are spread over the streams' time range (for joins that
     /// read a table as of a time), not after the streams' records.
     pub interleave_tables: bool,
+    /// The table topics get more records, many of them tombstones (both tables of a join
+    /// losing and regaining keys in turn).
+    pub churn_tables: bool,
 }
 
 impl S {
@@ -493,6 +496,7 @@ impl Plan {
         let mut poison = false;
         let mut ignore_timestamps = false;
         let mut interleave_tables = false;
+        let mut churn_tables = false;
         let group =
             |rng: &mut Rng, direct_only: bool| match rng.below(if direct_only { 2 } else { 3 }) {
                 0 => Group::Key,
@@ -602,6 +606,18 @@ impl Plan {
                     rng.chance(50),
                 );
                 vec![Out::Stream(stateless(rng, s, d, false))]
+            }
+            "table_table_join_churn" => {
+                // The two tables (not a table with itself) lose and regain keys often, so
+                // both sides of a key are deleted in turn, in one batch or in two, crashed
+                // and retried among the faults.
+                churn_tables = true;
+                let (a, b) = if rng.chance(50) { (0, 1) } else { (1, 0) };
+                vec![Out::Table(T::Join(
+                    Box::new(T::Source(a)),
+                    Box::new(T::Source(b)),
+                    rng.chance(50),
+                ))]
             }
             "table_table_join" => {
                 let a = source_table(rng);
@@ -1016,6 +1032,7 @@ impl Plan {
             poison,
             ignore_timestamps,
             interleave_tables,
+            churn_tables,
         }
     }
 
@@ -1448,7 +1465,8 @@ impl Inputs {
             }
         }
         let n_stream = rng.below(40) as usize;
-        let n_table = rng.below(16) as usize;
+        let n_table = rng.below(if plan.churn_tables { 48 } else { 16 }) as usize;
+        let tombstones = if plan.churn_tables { 40 } else { 25 };
         let mut clock = plan.time_base;
         for i in 0..n_stream + n_table {
             let table = if plan.interleave_tables {
@@ -1461,7 +1479,7 @@ impl Inputs {
             } else {
                 Some(rng.pick(KEYS).to_owned())
             };
-            let value = if rng.chance(if table { 25 } else { 10 }) {
+            let value = if rng.chance(if table { tombstones } else { 10 }) {
                 None
             } else if table {
                 Some(rng.range(0, 9))
