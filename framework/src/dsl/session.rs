@@ -25,9 +25,10 @@
 //! offsets, which the event source has not committed (a failed attempt of the batch may
 //! have written them without producing their updates), so a retry emits what its failed
 //! attempt did not; tombstones of committed records are forgotten at the next write. With
-//! direct re-keying from several partitions, a record of a partition outside the batch
-//! counts as emitted: a failed batch of one partition that another partition's batch follows
-//! before the retry can lose those updates (not the state).
+//! direct re-keying from several partitions, a batch of one partition may write the key
+//! between a failed batch of another partition and its retry: it emits nothing of the other
+//! partition's records, and keeps the tombstones they made (their partition's retry emits
+//! them) until a batch of that partition starts past them.
 //!
 //! Under exactly-once output the item also remembers what its latest write did: the
 //! sessions it changed and those it merged away. The store's outbox entry of the write holds
@@ -135,11 +136,23 @@ impl<A> Sessions<A> {
     /// Whether the batch that `at` was read in may not have emitted its updates yet: it
     /// was read at or after the first offset of a partition of the current batch, so the
     /// event source has not committed it (a failed attempt of this batch may have
-    /// written it). Records of partitions outside the batch count as emitted.
+    /// written it). A record of a partition outside the batch is not this batch's to emit.
     fn unconfirmed(&self, at: &ReadAt) -> bool {
         self.batch
             .iter()
             .any(|(tp, first)| *tp == at.0 && at.1 >= *first)
+    }
+
+    /// Whether the event source committed the batch that `at` was read in: it was read
+    /// before the first offset of its partition in the current batch. A record of a
+    /// partition outside the batch is not known to be: a failed batch of its partition may
+    /// have written it without producing its updates, and that batch's retry, which may
+    /// come after this batch (with direct re-keying, several partitions write one key),
+    /// emits them, so what it merged away is kept until then.
+    fn committed(&self, at: &ReadAt) -> bool {
+        self.batch
+            .iter()
+            .any(|(tp, first)| *tp == at.0 && at.1 < *first)
     }
 }
 
@@ -562,10 +575,10 @@ where
                 let removed = std::mem::take(&mut all.removed);
                 all.removed = removed
                     .into_iter()
-                    .filter(|(_, _, by)| all.unconfirmed(by))
+                    .filter(|(_, _, by)| !all.committed(by))
                     .collect();
                 let late = std::mem::take(&mut all.late);
-                all.late = late.into_iter().filter(|by| all.unconfirmed(by)).collect();
+                all.late = late.into_iter().filter(|by| !all.committed(by)).collect();
                 // Kept: the sessions that a record which is not late can merge with.
                 let kept = windows.gap.saturating_mul(2).saturating_add(windows.grace);
                 // Emit-on-close: a session is kept until its final result is emitted.
@@ -706,7 +719,10 @@ where
                 );
                 // First the sessions merged away, then the sessions changed: those that
                 // records not committed yet changed (this batch, or a failed attempt of
-                // it whose updates may not have been produced).
+                // it whose updates may not have been produced). A live session with the
+                // bounds of one merged away is emitted after its tombstone, so that the
+                // tombstone (with the item's version now) does not end it for a consumer.
+                let mut deleted = Vec::new();
                 for (start, end, by) in &all.removed {
                     if all.unconfirmed(by) {
                         at(ctx, *end);
@@ -716,10 +732,12 @@ where
                             end: *end,
                         };
                         removed.forward(ctx, window, ())?;
+                        deleted.push((*start, *end));
                     }
                 }
                 for s in &all.sessions {
-                    if !s.at.as_ref().is_some_and(|by| all.unconfirmed(by)) {
+                    let changed = s.at.as_ref().is_some_and(|by| all.unconfirmed(by));
+                    if !changed && !deleted.contains(&(s.start, s.end)) {
                         continue;
                     }
                     at(ctx, s.end);

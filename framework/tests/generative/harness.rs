@@ -7,7 +7,7 @@ use lambda_streams::event::{
     EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
 use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
-use lambda_streams::sink::{MemorySink, OutputRecord, VERSION_HEADER};
+use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError, VERSION_HEADER};
 use lambda_streams::state::Store;
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::{BatchOptions, PoisonPolicy, Topology};
@@ -125,6 +125,31 @@ fn process(
     result.map(|_| ()).map_err(|e| e.to_string())
 }
 
+/// A producer that cannot reach the brokers: the batch fails after all its state writes.
+struct Unreachable;
+
+#[async_trait::async_trait]
+impl Sink for Unreachable {
+    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
+        Err(SinkError {
+            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
+            reason: "the brokers are unreachable".into(),
+        })
+    }
+}
+
+/// [`process`] with a producer that fails: nothing is produced.
+fn process_unreachable(
+    topology: &Topology,
+    event: &KafkaEvent,
+    store: &dyn Store,
+    source: &Source,
+) -> Result<(), String> {
+    futures::executor::block_on(topology.process_with(event, store, &Unreachable, &source.options))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// An input partition's records as the event carries them (a bad record's value does not
 /// decode).
 pub fn input_log(records: &[super::plan::In]) -> Vec<Record> {
@@ -214,7 +239,7 @@ pub fn run_schedule(
         }
         let event = source.event(&ranges);
         let fault = if faults == Fault::Any && rng.chance(40) {
-            rng.below(5)
+            rng.below(6)
         } else {
             9
         };
@@ -246,6 +271,31 @@ pub fn run_schedule(
                 zombies.push(event.clone());
                 for (tp, _, to) in &mut committed_ranges {
                     *to = (*to + rng.below(2) as usize).min(source.logs[tp].len());
+                }
+            }
+            5 => {
+                // A crash after k state writes, retried later: the event source goes on
+                // with the other partitions, and the failed ones are delivered again from
+                // the same offsets when the schedule picks them (as an event source
+                // retries a failed batch while other partitions' batches run). The crash
+                // comes after k state writes, or after all of them (its producer fails).
+                let crashed = if rng.chance(50) {
+                    let k = rng.below(4);
+                    let faulty = FaultyStore::new(store).crash_after(k);
+                    let crashed = process(topology, &event, &faulty, &mut source);
+                    log.push(format!(
+                        "crash after {k} writes ({crashed:?}) of {ranges:?}, retried later"
+                    ));
+                    crashed
+                } else {
+                    let crashed = process_unreachable(topology, &event, store, &source);
+                    log.push(format!(
+                        "crash at producing ({crashed:?}) of {ranges:?}, retried later"
+                    ));
+                    crashed
+                };
+                if crashed.is_err() {
+                    continue;
                 }
             }
             4 => {
