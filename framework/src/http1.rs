@@ -355,7 +355,12 @@ async fn read_response(
             }
             // Bytes past the body (that nothing asked for): the connection is not reused.
             let clean = connection.buffer.len() == at + length;
-            Ok((head.status, head_span, at..at + length, head.keep_alive && clean))
+            Ok((
+                head.status,
+                head_span,
+                at..at + length,
+                head.keep_alive && clean,
+            ))
         }
         Framing::Chunked => loop {
             match dechunk(&mut connection.buffer, at) {

@@ -32,8 +32,11 @@ pub(super) struct SdkHttpClient {
     /// (the client's construction) or at the first HTTPS connection; the error says why
     /// not (no system roots found), for each HTTPS request.
     tls: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
-    connectors: Mutex<HashMap<(Option<Duration>, Option<Duration>), SharedHttpConnector>>,
+    connectors: Mutex<HashMap<Timeouts, SharedHttpConnector>>,
 }
+
+/// A connector's connect and read timeouts (the SDK's [`HttpConnectorSettings`]).
+type Timeouts = (Option<Duration>, Option<Duration>);
 
 impl SdkHttpClient {
     pub(super) fn new(roots: TlsRoots) -> Self {
@@ -137,7 +140,9 @@ impl SdkConnector {
 impl HttpConnector for SdkConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
         let prepared = encode_request(&request).and_then(|(uri, bytes)| {
-            let pool = self.pool(&uri).map_err(|e| ConnectorError::user(e.into()))?;
+            let pool = self
+                .pool(&uri)
+                .map_err(|e| ConnectorError::user(e.into()))?;
             Ok((pool, bytes))
         });
         let read_timeout = self.read_timeout;
@@ -191,7 +196,9 @@ fn encode_request(request: &HttpRequest) -> Result<(http::Uri, Vec<u8>), Connect
         .ok_or_else(|| user(format!("request URI {uri}: no host")))?;
     let method = request.method();
     if method.eq_ignore_ascii_case("HEAD") {
-        return Err(user(format!("{method} {uri}: HEAD requests are not supported")));
+        return Err(user(format!(
+            "{method} {uri}: HEAD requests are not supported"
+        )));
     }
     let body = request.body().bytes().ok_or_else(|| {
         user(format!(
@@ -242,8 +249,12 @@ fn decode_response(status: u16, head: &[u8], body: &[u8]) -> Result<HttpResponse
         .parse(head)
         .map_err(|e| other(format!("the response's headers: {e}")))?;
     for header in parsed.headers.iter() {
-        let value = std::str::from_utf8(header.value)
-            .map_err(|_| other(format!("the response's header {} is not UTF-8", header.name)))?;
+        let value = std::str::from_utf8(header.value).map_err(|_| {
+            other(format!(
+                "the response's header {} is not UTF-8",
+                header.name
+            ))
+        })?;
         response
             .headers_mut()
             .try_append(header.name.to_owned(), value.to_owned())
@@ -270,7 +281,8 @@ mod tests {
             "http://127.0.0.1:8000/?a=b",
             SdkBody::from(&b"{}"[..]),
         );
-        post.headers_mut().insert("x-amz-target", "DynamoDB_20120810.ListTables");
+        post.headers_mut()
+            .insert("x-amz-target", "DynamoDB_20120810.ListTables");
         let (uri, bytes) = encode_request(&post).unwrap();
         assert_eq!(uri.port_u16(), Some(8000));
         assert_eq!(
@@ -292,11 +304,9 @@ mod tests {
         let streaming = request("POST", "http://localhost/", SdkBody::taken());
         let error = encode_request(&streaming).unwrap_err();
         assert!(error.is_user());
-        assert!(error.to_string().contains("streaming"), "{error}");
-        for (method, uri) in [
-            ("HEAD", "http://localhost/"),
-            ("GET", "ftp://localhost/"),
-        ] {
+        let text = aws_smithy_types::error::display::DisplayErrorContext(&error).to_string();
+        assert!(text.contains("streaming"), "{text}");
+        for (method, uri) in [("HEAD", "http://localhost/"), ("GET", "ftp://localhost/")] {
             let error = encode_request(&request(method, uri, SdkBody::empty())).unwrap_err();
             assert!(error.is_user(), "{method} {uri}: {error}");
         }
