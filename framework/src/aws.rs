@@ -5,7 +5,8 @@
 
 use aws_credential_types::Credentials;
 use aws_credential_types::provider::SharedCredentialsProvider;
-use base64::Engine;
+
+mod sdk_http;
 
 /// An invalid AWS setting (a variable's value); converts into
 /// [`StreamError::Config`](crate::error::StreamError::Config).
@@ -18,10 +19,9 @@ pub struct AwsConfigError(pub String);
 pub enum TlsRoots {
     /// Amazon Trust Services' roots (Amazon Root CA 1 to 4, Starfield Services Root CA G2),
     /// compiled into the binary: every AWS endpoint's certificate chains to them. Nothing
-    /// is read at start-up, and 5 roots are parsed instead of ~120 (the SDK's trust store
-    /// takes PEM, which rustls decodes with a constant-time base64 and parses when the
-    /// client's connector is built, before the first event; parsing all of Mozilla's was
-    /// most of the start-up's work, BENCHMARKS.md section 4). An endpoint with
+    /// is read at start-up, and 5 roots are parsed instead of ~120 (parsed as the client
+    /// is built, before the first event; parsing all of Mozilla's was most of the
+    /// start-up's work, BENCHMARKS.md section 4). An endpoint with
     /// another CA (`AWS_ENDPOINT_URL_DYNAMODB` pointing elsewhere over HTTPS) needs
     /// [`TlsRoots::Compiled`] or [`TlsRoots::System`].
     #[default]
@@ -30,8 +30,8 @@ pub enum TlsRoots {
     /// start-up ([`https_client`]).
     Compiled,
     /// The system's store (`SSL_CERT_FILE`, `SSL_CERT_DIR`, else the platform's bundle and
-    /// directory, as `rustls-native-certs` finds them), read and parsed when the client's
-    /// first connector is built.
+    /// directory, as `rustls-native-certs` finds them), read and parsed as the client is
+    /// built; none found fails each HTTPS request, naming `LAMBDA_STREAMS_AWS_TLS_ROOTS`.
     System,
 }
 
@@ -80,50 +80,57 @@ pub fn static_credentials(
     Credentials::new(access_key, secret_key, None, None, provider)
 }
 
-/// The HTTPS client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
-/// the SDK's default client (hyper 1, rustls, proxy settings from the environment) with
-/// rustls on *ring* rather than aws-lc (the SDK's default; aws-lc makes the zip larger,
-/// BENCHMARKS.md section 4, and the binary links a second TLS stack, OpenSSL, for
-/// librdkafka anyway), trusting `roots`:
+/// The HTTP client of the AWS SDK clients (DynamoDB, and the credentials chain of MSK IAM):
+/// the framework's own HTTP/1.1 (the one of the DynamoDB store's lean request path:
+/// kept-alive connections, a request written in one write) on rustls on *ring*, behind
+/// the SDK's connector traits. The SDK's default client (hyper with HTTP/2, rustls on
+/// aws-lc) is not linked: aws-lc and the `h2` crate make the zip larger (BENCHMARKS.md
+/// section 4 and "Issue 16 goal 3"), no AWS service the framework calls needs HTTP/2, and
+/// the binary links a second TLS stack, OpenSSL, for librdkafka anyway. HTTPS trusts
+/// `roots`:
 /// [`TlsRoots::Aws`], Amazon Trust Services' roots compiled into the binary (the default);
 /// [`TlsRoots::Compiled`], all of the root store compiled into the binary (Mozilla's, from
 /// `webpki-root-certs`; Amazon's roots included), nothing read at start-up either; or
-/// [`TlsRoots::System`], the system's (read and parsed when the first connector is built:
-/// the bundle, and every file of the directory where `SSL_CERT_DIR` is set; BENCHMARKS.md
-/// section 4). The SDK crates are built without their `default-https-client` feature, so a
-/// client without this one has no HTTP client: every SDK client of the framework is given
-/// it ([`crate::lambda::run`], [`crate::state::dynamodb::emulator_client`]).
+/// [`TlsRoots::System`], the system's (read and parsed as the client is built: the bundle,
+/// and every file of the directory where `SSL_CERT_DIR` is set; BENCHMARKS.md section 4).
+///
+/// The SDK's connect and read timeouts apply (the read timeout to the whole exchange,
+/// connecting included, as the SDK's own client times it), and its retries classify the
+/// failures as they would the SDK client's: a timeout, an I/O failure (connecting,
+/// sending, a connection closed before the response ended: transient), or a response that
+/// is not HTTP/1.1 (not retried). Request bodies must be in memory (every request of
+/// DynamoDB, STS and the credential providers is): a streaming body, or a `HEAD` request,
+/// fails as the caller's error, without a panic.
+///
+/// **No proxy**: unlike the SDK's default client, this one does not read `HTTPS_PROXY`,
+/// `HTTP_PROXY` or `ALL_PROXY` (Lambda functions reach AWS endpoints directly); when one of
+/// them is set, building the client logs a warning naming it, and requests go direct.
+///
+/// The SDK crates are built without their `default-https-client` feature, so a client
+/// without this one has no HTTP client: every SDK client of the framework is given it
+/// ([`crate::lambda::run`], [`crate::state::dynamodb::emulator_client`]).
 ///
 /// [`TlsRoots::Aws`]: TlsRoots::Aws
 /// [`TlsRoots::Compiled`]: TlsRoots::Compiled
 /// [`TlsRoots::System`]: TlsRoots::System
 pub fn https_client(roots: TlsRoots) -> aws_sdk_dynamodb::config::SharedHttpClient {
-    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
-    use aws_smithy_http_client::{Builder, ConnectorBuilder, proxy::ProxyConfig};
-    let trust_store = match roots {
-        TlsRoots::Aws => TrustStore::empty().with_pem_certificate(compiled_roots_pem(true)),
-        TlsRoots::Compiled => TrustStore::empty().with_pem_certificate(compiled_roots_pem(false)),
-        TlsRoots::System => TrustStore::empty().with_native_roots(true),
-    };
-    let context = TlsContext::builder()
-        .with_trust_store(trust_store)
-        .build()
-        .unwrap_or_default();
-    Builder::new().build_with_connector_fn(move |settings, components| {
-        // As the SDK's default client (aws-smithy-runtime's `default_https_client`), with
-        // the crypto provider and trust store above.
-        let mut builder = ConnectorBuilder::default()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .tls_context(context.clone());
-        builder.set_connector_settings(settings.cloned());
-        if let Some(components) = components {
-            builder.set_sleep_impl(components.sleep_impl());
+    let proxies = [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+    ];
+    for name in proxies {
+        if std::env::var_os(name).is_some_and(|v| !v.is_empty()) {
+            tracing::warn!(
+                "{name} is set, but the AWS SDK's HTTP client of the framework does not use \
+                 proxies: its requests go to the endpoints directly"
+            );
         }
-        builder.set_proxy_config(Some(ProxyConfig::from_env()));
-        builder.build()
-    })
+    }
+    aws_sdk_dynamodb::config::SharedHttpClient::new(sdk_http::SdkHttpClient::new(roots))
 }
 
 /// A rustls client configuration (on *ring*, TLS 1.2 and 1.3) trusting `roots`, for the
@@ -185,26 +192,6 @@ fn is_amazon_trust_services_root(der: &[u8]) -> bool {
     })
 }
 
-/// The compiled-in root certificates, PEM-encoded (the form the SDK's trust store takes):
-/// Amazon Trust Services' only with `amazon_only`, else all of them.
-fn compiled_roots_pem(amazon_only: bool) -> Vec<u8> {
-    use base64::engine::general_purpose::STANDARD;
-    let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS
-        .iter()
-        .filter(|cert| !amazon_only || is_amazon_trust_services_root(cert.as_ref()));
-    let mut pem = Vec::with_capacity(webpki_root_certs::TLS_SERVER_ROOT_CERTS.len() * 2048);
-    for cert in roots {
-        pem.extend_from_slice(b"-----BEGIN CERTIFICATE-----\n");
-        let encoded = STANDARD.encode(cert.as_ref());
-        for line in encoded.as_bytes().chunks(64) {
-            pem.extend_from_slice(line);
-            pem.push(b'\n');
-        }
-        pem.extend_from_slice(b"-----END CERTIFICATE-----\n");
-    }
-    pem
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,31 +211,9 @@ mod tests {
     }
 
     #[test]
-    fn compiled_roots_are_pem_of_every_root_amazons_included() {
-        use base64::engine::general_purpose::STANDARD;
-        let pem = String::from_utf8(compiled_roots_pem(false)).expect("PEM is ASCII");
-        let blocks: Vec<Vec<u8>> = pem
-            .split("-----BEGIN CERTIFICATE-----\n")
-            .skip(1)
-            .map(|block| {
-                let body = block
-                    .split("-----END CERTIFICATE-----")
-                    .next()
-                    .expect("an end marker");
-                STANDARD
-                    .decode(body.replace('\n', ""))
-                    .expect("base64 body")
-            })
-            .collect();
-        let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS;
-        assert_eq!(blocks.len(), roots.len());
-        assert!(
-            blocks
-                .iter()
-                .zip(roots)
-                .all(|(b, r)| b.as_slice() == r.as_ref())
-        );
+    fn compiled_roots_hold_amazons() {
         // DynamoDB's endpoints chain to Amazon Root CA 1 (and Starfield for older ones).
+        let roots = webpki_root_certs::TLS_SERVER_ROOT_CERTS;
         let names = |name: &[u8]| {
             roots
                 .iter()
@@ -256,12 +221,13 @@ mod tests {
         };
         assert!(names(b"Amazon Root CA 1"));
         assert!(names(b"Starfield Services Root Certificate Authority - G2"));
+        for roots in [TlsRoots::Aws, TlsRoots::Compiled] {
+            assert!(rustls_client_config(roots).is_ok(), "{roots:?}");
+        }
     }
 
     #[test]
     fn the_aws_roots_are_amazon_trust_services_five() {
-        let pem = String::from_utf8(compiled_roots_pem(true)).expect("PEM is ASCII");
-        assert_eq!(pem.matches("-----BEGIN CERTIFICATE-----").count(), 5);
         let amazon: Vec<_> = webpki_root_certs::TLS_SERVER_ROOT_CERTS
             .iter()
             .filter(|r| is_amazon_trust_services_root(r.as_ref()))

@@ -101,6 +101,7 @@ pub mod dsl;
 pub mod error;
 pub mod event;
 mod handler;
+mod http1;
 pub mod kafka;
 pub mod lambda;
 pub mod metrics;

@@ -5,6 +5,8 @@
 //! (`SSL_CERT_FILE`). Batches of a count written through it must leave the counts of the
 //! input log (read back through the SDK, over plain HTTP), on kept-alive TLS connections;
 //! with the compiled roots the handshake fails on the certificate, naming the endpoint.
+//! The store's AWS SDK client (the framework's `aws::https_client`, the same HTTP/1.1 on
+//! rustls) goes through the proxy too: it creates the table and serves the store's reads.
 //!
 //! The test runs in a child process of this binary, with `SSL_CERT_FILE` set for it.
 
@@ -185,7 +187,8 @@ fn lean_tls_child() {
     rt.block_on(async {
         let (address, accepted) = tls_proxy().await;
         let endpoint = format!("https://{address}");
-        let client = dynamo_client();
+        // The SDK over HTTPS, trusting the system roots (the local CA).
+        let client = lambda_streams::state::dynamodb::emulator_client(&endpoint);
         let table = unique("lean-tls");
         create_table(&client, &table).await.unwrap();
         let store = DynamoStore::new(client.clone(), &table, Guarantee::ExactlyOnce)

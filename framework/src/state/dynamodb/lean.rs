@@ -46,10 +46,10 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use sha2::{Digest, Sha256};
 
-use super::http1::{Connector, Pool};
 use super::item::{NEWEST_TIME, StateAttribute, state_from};
 use super::retry::RetrySettings;
 use crate::aws::TlsRoots;
+use crate::http1::{Connector, Pool};
 use crate::state::ItemState;
 
 /// The `X-Amz-Target` of `UpdateItem` (DynamoDB's JSON 1.0 protocol).
@@ -270,7 +270,8 @@ impl LeanClient {
                 "DynamoDB endpoint {endpoint:?}: the host is not a header value"
             ));
         }
-        let tls = crate::aws::rustls_client_config(roots)?;
+        let tls = std::sync::Arc::new(crate::aws::rustls_client_config(roots)?);
+        let tls = || Ok(tls);
         let pool = Pool::new(Connector::new(&uri, tls, CONNECT_TIMEOUT)?);
         Ok(LeanClient {
             pool,

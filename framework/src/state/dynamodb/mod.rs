@@ -20,7 +20,6 @@
 
 mod admin;
 mod cache;
-mod http1;
 mod item;
 mod lean;
 mod request;

@@ -1,5 +1,8 @@
-//! The lean client's HTTP/1.1: a request written whole on a kept-alive connection and its
+//! The framework's HTTP/1.1: a request written whole on a kept-alive connection and its
 //! response read back in the same task, without a connection task, channels or header maps.
+//! It serves the DynamoDB store's lean request path (`state::dynamodb::lean`) and, behind
+//! the SDK's connector traits, every AWS SDK client of the framework
+//! ([`crate::aws::https_client`]), so that the binary links one HTTP stack and no HTTP/2.
 //!
 //! # Why
 //! A state write is one small `POST` and one small response. hyper's pooled client sends it
@@ -27,7 +30,7 @@ use tokio::net::TcpStream;
 
 /// How long an idle connection is kept (hyper's pool of the earlier client kept 60 s; load
 /// balancers commonly close at 60 s).
-pub(super) const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(50);
 /// At most this many idle connections are kept (a batch writes 32 items at a time).
 const MAX_IDLE: usize = 64;
 /// A response head larger than this is refused.
@@ -37,7 +40,7 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_BODY: usize = 8 * 1024 * 1024;
 
 /// Where connections go: the host and port, and TLS for `https`.
-pub(super) struct Connector {
+pub(crate) struct Connector {
     host: String,
     port: u16,
     tls: Option<(
@@ -49,24 +52,24 @@ pub(super) struct Connector {
 
 impl Connector {
     /// Connections to `uri`'s host and port (80 or 443 by default), over TLS with `tls` for
-    /// `https`.
-    pub(super) fn new(
+    /// `https` (which asks for it: an error saying why there is none, or the configuration).
+    pub(crate) fn new(
         uri: &http::Uri,
-        tls: rustls::ClientConfig,
+        tls: impl FnOnce() -> Result<Arc<rustls::ClientConfig>, String>,
         connect_timeout: Duration,
     ) -> Result<Self, String> {
         let https = uri.scheme_str() == Some("https");
         let host = uri
             .host()
-            .ok_or_else(|| format!("DynamoDB endpoint {uri}: no host"))?
+            .ok_or_else(|| format!("endpoint {uri}: no host"))?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let tls = if https {
             let name = rustls::pki_types::ServerName::try_from(host.clone())
-                .map_err(|e| format!("DynamoDB endpoint {uri}: {e}"))?;
-            Some((tokio_rustls::TlsConnector::from(Arc::new(tls)), name))
+                .map_err(|e| format!("endpoint {uri}: {e}"))?;
+            Some((tokio_rustls::TlsConnector::from(tls()?), name))
         } else {
             None
         };
@@ -138,11 +141,25 @@ impl Connection {
 
 /// A failed exchange.
 #[derive(Debug)]
-pub(super) struct ExchangeError {
+pub(crate) struct ExchangeError {
     /// What failed.
-    pub(super) text: String,
+    pub(crate) text: String,
     /// Whether any byte of a response had arrived.
-    pub(super) answered: bool,
+    pub(crate) answered: bool,
+    /// The kind of failure.
+    pub(crate) kind: Failure,
+}
+
+/// What kind of failure an [`ExchangeError`] is (the SDK's retries tell them apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// Connecting timed out.
+    TimedOut,
+    /// The connection failed: connecting, sending, reading, or closed before the response
+    /// ended.
+    Io,
+    /// The response is not one this client reads: not HTTP/1.1, or too large.
+    Protocol,
 }
 
 impl ExchangeError {
@@ -150,28 +167,45 @@ impl ExchangeError {
         ExchangeError {
             text: text.into(),
             answered,
+            kind: Failure::Io,
+        }
+    }
+
+    fn protocol(text: impl Into<String>) -> Self {
+        ExchangeError {
+            kind: Failure::Protocol,
+            ..ExchangeError::new(text, true)
         }
     }
 }
 
 /// A response, read whole: its status and body (in the connection's buffer). Dropping it
 /// hands the connection back to the pool when it can be used again.
-pub(super) struct Response<'a> {
+pub(crate) struct Response<'a> {
     pool: &'a Pool,
     connection: Option<Connection>,
     status: u16,
+    head: std::ops::Range<usize>,
     body: std::ops::Range<usize>,
     keep_alive: bool,
 }
 
 impl Response<'_> {
     /// The status code.
-    pub(super) fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         self.status
     }
 
+    /// The head (status line and headers, up to the blank line included; informational
+    /// responses before it skipped), for a caller that wants the headers.
+    pub(crate) fn head(&self) -> &[u8] {
+        self.connection
+            .as_ref()
+            .map_or(&[][..], |c| &c.buffer[self.head.clone()])
+    }
+
     /// The body.
-    pub(super) fn body(&self) -> &[u8] {
+    pub(crate) fn body(&self) -> &[u8] {
         self.connection
             .as_ref()
             .map_or(&[][..], |c| &c.buffer[self.body.clone()])
@@ -189,14 +223,14 @@ impl Drop for Response<'_> {
 }
 
 /// Idle connections to one endpoint.
-pub(super) struct Pool {
+pub(crate) struct Pool {
     connector: Connector,
     idle: Mutex<Vec<(Connection, Instant)>>,
 }
 
 impl Pool {
     /// A pool of connections made by `connector`.
-    pub(super) fn new(connector: Connector) -> Self {
+    pub(crate) fn new(connector: Connector) -> Self {
         Pool {
             connector,
             idle: Mutex::new(Vec::new()),
@@ -204,15 +238,20 @@ impl Pool {
     }
 
     /// Sends `request` (a whole HTTP/1.1 request: head and body) and reads its response.
-    pub(super) async fn send(&self, request: &[u8]) -> Result<Response<'_>, ExchangeError> {
+    pub(crate) async fn send(&self, request: &[u8]) -> Result<Response<'_>, ExchangeError> {
         if let Some(connection) = self.take_idle() {
             match self.exchange(connection, request).await {
                 Err(e) if !e.answered => {} // the server closed it while idle: a new one
                 outcome => return outcome,
             }
         }
-        let connection = self.connector.connect().await.map_err(|e| {
-            ExchangeError::new(
+        let connection = self.connector.connect().await.map_err(|e| ExchangeError {
+            kind: if e.kind() == std::io::ErrorKind::TimedOut {
+                Failure::TimedOut
+            } else {
+                Failure::Io
+            },
+            ..ExchangeError::new(
                 format!(
                     "connecting to {}:{}: {e}",
                     self.connector.host, self.connector.port
@@ -255,32 +294,36 @@ impl Pool {
             .write(request)
             .await
             .map_err(|e| ExchangeError::new(format!("sending the request: {e}"), false))?;
-        let (status, body, keep_alive) = read_response(&mut connection).await?;
+        let (status, head, body, keep_alive) = read_response(&mut connection).await?;
         Ok(Response {
             pool: self,
             connection: Some(connection),
             status,
+            head,
             body,
             keep_alive,
         })
     }
 }
 
-/// Reads one response into the connection's buffer: its status, where its body is, and
-/// whether the connection can be used again.
+/// Where a response's head or body is in the connection's buffer.
+type Span = std::ops::Range<usize>;
+
+/// Reads one response into the connection's buffer: its status, where its head and body
+/// are, and whether the connection can be used again.
 async fn read_response(
     connection: &mut Connection,
-) -> Result<(u16, std::ops::Range<usize>, bool), ExchangeError> {
+) -> Result<(u16, Span, Span, bool), ExchangeError> {
     let mut start = 0;
     let head = loop {
         match parse_head(&connection.buffer[start..]) {
             Ok(Some(head)) if (100..200).contains(&head.status) => start += head.length,
             Ok(Some(head)) => break head,
             Ok(None) if connection.buffer.len() - start > MAX_HEAD => {
-                return Err(ExchangeError::new("the response head is too large", true));
+                return Err(ExchangeError::protocol("the response head is too large"));
             }
             Ok(None) => {}
-            Err(e) => return Err(ExchangeError::new(e, true)),
+            Err(e) => return Err(ExchangeError::protocol(e)),
         }
         let answered = !connection.buffer.is_empty();
         match connection.read().await {
@@ -298,10 +341,11 @@ async fn read_response(
         }
     };
     let at = start + head.length;
+    let head_span = start..at;
     let failed = |e: std::io::Error| ExchangeError::new(format!("reading the response: {e}"), true);
     match head.body {
         Framing::Length(length) if length > MAX_BODY => {
-            Err(ExchangeError::new("the response body is too large", true))
+            Err(ExchangeError::protocol("the response body is too large"))
         }
         Framing::Length(length) => {
             while connection.buffer.len() < at + length {
@@ -311,18 +355,28 @@ async fn read_response(
             }
             // Bytes past the body (that nothing asked for): the connection is not reused.
             let clean = connection.buffer.len() == at + length;
-            Ok((head.status, at..at + length, head.keep_alive && clean))
+            Ok((
+                head.status,
+                head_span,
+                at..at + length,
+                head.keep_alive && clean,
+            ))
         }
         Framing::Chunked => loop {
             match dechunk(&mut connection.buffer, at) {
                 Ok(Some((length, clean))) => {
-                    return Ok((head.status, at..at + length, head.keep_alive && clean));
+                    return Ok((
+                        head.status,
+                        head_span,
+                        at..at + length,
+                        head.keep_alive && clean,
+                    ));
                 }
                 Ok(None) if connection.buffer.len() - at > MAX_BODY => {
-                    return Err(ExchangeError::new("the response body is too large", true));
+                    return Err(ExchangeError::protocol("the response body is too large"));
                 }
                 Ok(None) => {}
-                Err(e) => return Err(ExchangeError::new(e, true)),
+                Err(e) => return Err(ExchangeError::protocol(e)),
             }
             if connection.read().await.map_err(failed)? == 0 {
                 return Err(ExchangeError::new("the response ended in its body", true));
@@ -331,10 +385,10 @@ async fn read_response(
         Framing::UntilClose => {
             while connection.read().await.map_err(failed)? > 0 {
                 if connection.buffer.len() - at > MAX_BODY {
-                    return Err(ExchangeError::new("the response body is too large", true));
+                    return Err(ExchangeError::protocol("the response body is too large"));
                 }
             }
-            Ok((head.status, at..connection.buffer.len(), false))
+            Ok((head.status, head_span, at..connection.buffer.len(), false))
         }
     }
 }
@@ -539,6 +593,7 @@ mod tests {
             std::future::pending::<()>().await;
         });
         let tls = crate::aws::rustls_client_config(crate::aws::TlsRoots::Compiled).unwrap();
+        let tls = || Ok(Arc::new(tls));
         let pool = Pool::new(Connector::new(&uri, tls, Duration::from_secs(3)).unwrap());
         let request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n";
         {
