@@ -121,3 +121,20 @@ impl Sink for MemorySink {
         Ok(())
     }
 }
+
+/// A sink whose brokers cannot be reached: every send fails, naming the first record's
+/// topic. For tests and demos of the guarantees: a batch processed with it fails after its
+/// state writes, as an invocation whose producer times out does, and its retry (with a
+/// working sink) must still produce what the failed attempt could not.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UnreachableSink;
+
+#[async_trait]
+impl Sink for UnreachableSink {
+    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
+        Err(SinkError {
+            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
+            reason: "the brokers are unreachable".into(),
+        })
+    }
+}

@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use lambda_streams::dsl::{Grouped, SessionWindows};
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Nullable, Utf8};
-use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError};
+use lambda_streams::sink::{MemorySink, OutputRecord, UnreachableSink};
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -46,19 +46,6 @@ fn event(p: i32, offset: i64, ts: i64) -> KafkaEvent {
         value = STANDARD.encode("click"),
     );
     KafkaEvent::decode(json.as_bytes()).expect("a valid event")
-}
-
-/// A producer that cannot reach the brokers: a batch fails after its state writes.
-struct Unreachable;
-
-#[async_trait::async_trait]
-impl Sink for Unreachable {
-    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
-        Err(SinkError {
-            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
-            reason: "the brokers are unreachable".into(),
-        })
-    }
 }
 
 /// Per session, the update with the highest version (a tombstone before a value of the
@@ -92,7 +79,7 @@ async fn a_retry_after_another_partition_s_batch_still_deletes_the_session_it_me
     ok(topology.process(&event(1, 0, 1_919), &store, &sink).await);
     // Partition 2: a record that merges it into [1919, 2749]; written, not produced.
     let failed = topology
-        .process(&event(2, 0, 2_749), &store, &Unreachable)
+        .process(&event(2, 0, 2_749), &store, &UnreachableSink)
         .await;
     assert!(failed.is_err(), "the producer fails");
     // Partition 1 again, before partition 2's retry: a session of its own.

@@ -12,7 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{Nullable, Utf8};
-use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError};
+use lambda_streams::sink::{MemorySink, OutputRecord, UnreachableSink};
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -69,19 +69,6 @@ fn latest(records: &[OutputRecord]) -> BTreeMap<Vec<u8>, (u64, Option<Vec<u8>>)>
     latest
 }
 
-/// A producer that cannot reach the brokers: a batch fails after its state writes.
-struct Unreachable;
-
-#[async_trait::async_trait]
-impl Sink for Unreachable {
-    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
-        Err(SinkError {
-            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
-            reason: "the brokers are unreachable".into(),
-        })
-    }
-}
-
 /// A step: one batch of one record (`(topic, offset, value)`), and whether it crashes
 /// after its state writes (its producer fails; its retry is a later step).
 type Step<'a> = (&'a str, i64, Option<&'a str>, bool);
@@ -95,7 +82,7 @@ async fn run(kind: &str, steps: &[Step<'_>]) -> Vec<OutputRecord> {
         let event = event(topic, offset, value);
         match crash {
             true => {
-                let failed = topology.process(&event, &memory, &Unreachable).await;
+                let failed = topology.process(&event, &memory, &UnreachableSink).await;
                 assert!(failed.is_err(), "{topic}@{offset}: the injected crash");
             }
             false => {

@@ -7,7 +7,7 @@ use lambda_streams::event::{
     EventSource, Header, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
 };
 use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
-use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError, VERSION_HEADER};
+use lambda_streams::sink::{MemorySink, OutputRecord, UnreachableSink, VERSION_HEADER};
 use lambda_streams::state::Store;
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::{BatchOptions, PoisonPolicy, Topology};
@@ -125,19 +125,6 @@ fn process(
     result.map(|_| ()).map_err(|e| e.to_string())
 }
 
-/// A producer that cannot reach the brokers: the batch fails after all its state writes.
-struct Unreachable;
-
-#[async_trait::async_trait]
-impl Sink for Unreachable {
-    async fn send(&self, records: Vec<OutputRecord>) -> Result<(), SinkError> {
-        Err(SinkError {
-            topic: records.first().map(|r| r.topic.clone()).unwrap_or_default(),
-            reason: "the brokers are unreachable".into(),
-        })
-    }
-}
-
 /// [`process`] with a producer that fails: nothing is produced.
 fn process_unreachable(
     topology: &Topology,
@@ -145,9 +132,14 @@ fn process_unreachable(
     store: &dyn Store,
     source: &Source,
 ) -> Result<(), String> {
-    futures::executor::block_on(topology.process_with(event, store, &Unreachable, &source.options))
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    futures::executor::block_on(topology.process_with(
+        event,
+        store,
+        &UnreachableSink,
+        &source.options,
+    ))
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 /// An input partition's records as the event carries them (a bad record's value does not
