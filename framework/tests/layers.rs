@@ -30,6 +30,11 @@ const LAYERS: &[(&str, u8, &str)] = &[
         "the names of the headers the framework writes: constants every layer shares",
     ),
     (
+        "http1",
+        0,
+        "the framework's HTTP/1.1 client (the lean DynamoDB path and the AWS SDK's): bytes over TCP or rustls",
+    ),
+    (
         "aws",
         0,
         "the one owner of AWS plumbing (TLS roots, HTTPS client, credentials)",
