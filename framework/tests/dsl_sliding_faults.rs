@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lambda_streams::driver::TestDriver;
-use lambda_streams::dsl::SlidingWindows;
+use lambda_streams::dsl::{Grouped, SlidingWindows};
 use lambda_streams::event::TopicPartition;
 use lambda_streams::event::{EventSource, KafkaEvent, PartitionRecords, Record, TimestampType};
 use lambda_streams::serdes::{DecimalI64, Nullable, Serde, Utf8};
-use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError};
+use lambda_streams::sink::{MemorySink, OutputRecord, Sink, SinkError, UnreachableSink};
 use lambda_streams::state::memory::MemoryStore;
 use lambda_streams::{StreamsBuilder, Topology};
 
@@ -199,4 +199,86 @@ async fn a_retry_emits_the_windows_of_records_its_failed_attempt_wrote() {
     ]);
     assert_eq!(outputs(&sink.inner, "counts"), window);
     assert_eq!(outputs(&sink.inner, "sums"), window);
+}
+
+/// A sliding count (10 ms, no grace) of every record of `in`, re-keyed directly to `all`,
+/// so that the batches of several partitions write one item.
+fn rekeyed() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("in", Utf8, Utf8)
+        .group_by(|_, _| "all".to_owned(), Grouped::direct(Utf8))
+        .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(10),
+            Duration::ZERO,
+        ))
+        .count("counts")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+        .to("counts", Utf8, DecimalI64);
+    builder.build()
+}
+
+/// An event of one record of `in`'s partition `p`.
+fn on(p: i32, offset: i64, timestamp: i64) -> KafkaEvent {
+    let mut event = event(vec![record(offset, timestamp)]);
+    event.partitions[0].tp = TopicPartition::new("in", p);
+    event
+}
+
+#[tokio::test]
+async fn a_retry_after_another_partition_s_batch_still_emits_the_windows_it_wrote() {
+    let topology = rekeyed();
+    let store = MemoryStore::new();
+    let sink = MemorySink::new();
+    let ok = |r: Result<_, lambda_streams::StreamError>| r.expect("the batch");
+    let fails = |r: Result<_, lambda_streams::StreamError>| {
+        assert!(r.is_err(), "the producer fails");
+    };
+    // Partition 1: all@1000.
+    ok(topology.process(&on(1, 0, 1_000), &store, &sink).await);
+    // Partition 2: all@985, written, not produced (its window [975, 985] is emitted by
+    // every write of the key that keeps the record).
+    fails(
+        topology
+            .process(&on(2, 0, 985), &store, &UnreachableSink)
+            .await,
+    );
+    // Partition 1: all@1020, written, not produced either: the key's newest record is now
+    // 1020, so that all@985 is more than 3 × 10 + 0 + 1 ms behind it.
+    fails(
+        topology
+            .process(&on(1, 1, 1_020), &store, &UnreachableSink)
+            .await,
+    );
+    // Partition 3, before the two retries: all@1021. Its write prunes all@985, whose
+    // batch (of a partition outside this one) is not known to be committed.
+    ok(topology.process(&on(3, 0, 1_021), &store, &sink).await);
+    // The retries: their state writes are already applied; every window must still be
+    // emitted (outputs are at least once).
+    ok(topology.process(&on(2, 0, 985), &store, &sink).await);
+    ok(topology.process(&on(1, 1, 1_020), &store, &sink).await);
+    // By hand (Kafka Streams' windows of the records 985, 1000, 1020, 1021 of one key):
+    // left windows [975, 985] {985}, [990, 1000] {1000}, [1010, 1020] {1020},
+    // [1011, 1021] {1020, 1021}; the right window of 1020, [1021, 1031] {1021}.
+    let want = expected(&[
+        ("all@975..=985", 1),
+        ("all@990..=1000", 1),
+        ("all@1010..=1020", 1),
+        ("all@1011..=1021", 2),
+        ("all@1021..=1031", 1),
+    ]);
+    assert_eq!(outputs(&sink, "counts"), want);
+    // A batch of partition 2 that starts past all@985 (its batch is committed) does not
+    // emit its parked window.
+    let before = sink.records().len();
+    ok(topology.process(&on(2, 1, 1_022), &store, &sink).await);
+    let again = sink.records()[before..]
+        .iter()
+        .filter(|r| r.key.as_deref() == Some(b"all@975..=985".as_slice()))
+        .count();
+    assert_eq!(
+        again, 0,
+        "a committed record's parked window is not emitted"
+    );
 }

@@ -406,3 +406,100 @@ fn session_late(inputs: &[Input]) -> u64 {
     }
     late
 }
+
+/// At least once, a sliding window parked for a failed batch's retry on DynamoDB: a count
+/// (10 ms, no grace) re-keyed directly to one key from three partitions; partition 2's
+/// batch (985 ms) and partition 1's (1,020 ms) write their records and fail to produce,
+/// partition 3's batch (1,021 ms) then prunes 985 ms (more than 3 × 10 + 1 ms behind the
+/// key's newest record), parking its window in the item; the retries emit every window.
+/// By hand (Kafka Streams' windows of 985, 1000, 1020, 1021): left windows [975, 985] {985},
+/// [990, 1000] {1000}, [1010, 1020] {1020}, [1011, 1021] {1020, 1021}; the right window of
+/// 1020, [1021, 1031] {1021}. The same in memory proves the rule
+/// (`framework/tests/dsl_sliding_faults.rs`); this proves the parked window's round trip
+/// through a DynamoDB item.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sliding_window_parked_for_a_retry_is_emitted_by_it_on_dynamodb() {
+    require_services();
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("left", Utf8, Utf8)
+        .group_by(
+            |_, _| "all".to_owned(),
+            lambda_streams::dsl::Grouped::direct(Utf8),
+        )
+        .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(10),
+            Duration::ZERO,
+        ))
+        .count("counts")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
+        .to("out", Utf8, DecimalI64);
+    let topology = builder.build();
+    let client = emulator_client(&dynamo_endpoint());
+    let table = unique("sliding-parked");
+    create_table(&client, &table).await.expect("table");
+    let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+    let on = |p: i32, offset: i64, timestamp: i64| KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "127.0.0.1:9092".into(),
+        partitions: vec![PartitionRecords {
+            tp: TopicPartition::new("left", p),
+            records: vec![Record {
+                offset,
+                timestamp,
+                timestamp_type: TimestampType::CreateTime,
+                key: Some(b"k".to_vec().into()),
+                value: Some(b"v".to_vec().into()),
+                headers: Vec::new(),
+                key_schema_metadata: None,
+                value_schema_metadata: None,
+            }],
+        }],
+    };
+    let sink = MemorySink::new();
+    let failing = lambda_streams::sink::UnreachableSink;
+    let schedule = [
+        (1, 0, 1_000, true),
+        (2, 0, 985, false),
+        (1, 1, 1_020, false),
+        (3, 0, 1_021, true),
+        (2, 0, 985, true),
+        (1, 1, 1_020, true),
+    ];
+    for (p, offset, ts, produced) in schedule {
+        let result = if produced {
+            topology.process(&on(p, offset, ts), &store, &sink).await
+        } else {
+            topology.process(&on(p, offset, ts), &store, &failing).await
+        };
+        assert_eq!(
+            result.is_ok(),
+            produced,
+            "partition {p} at {offset}: {result:?}"
+        );
+    }
+    let latest: std::collections::BTreeMap<String, i64> = sink
+        .records()
+        .into_iter()
+        .map(|r| {
+            let key = String::from_utf8(r.key.expect("a key")).expect("UTF-8");
+            let value = std::str::from_utf8(&r.value.expect("a count"))
+                .expect("UTF-8")
+                .parse()
+                .expect("a decimal count");
+            (key, value)
+        })
+        .collect();
+    let want: std::collections::BTreeMap<String, i64> = [
+        ("all@975..=985", 1),
+        ("all@990..=1000", 1),
+        ("all@1010..=1020", 1),
+        ("all@1011..=1021", 2),
+        ("all@1021..=1031", 1),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    assert_eq!(latest, want);
+}

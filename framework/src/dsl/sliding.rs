@@ -45,11 +45,13 @@
 //! are never dropped as too old, nor the records their windows hold: their windows were
 //! perhaps never emitted, and the retry emits them (outputs are at least once). Each
 //! buffered record keeps where it was read for that. A record from a partition that is not
-//! in the batch counts as emitted; with direct re-keying from several partitions, a failed
-//! batch of one partition that another partition's batch follows before the retry can
-//! still lose windows of the failed batch's oldest records. Under exactly-once output the
+//! in the batch is not that batch's to emit, and every write that keeps it emits its
+//! windows; with direct re-keying from several partitions, a batch of one partition may
+//! still prune records that a failed batch of another wrote before its retry (when a third
+//! batch in between also failed): it parks their windows in the item for that retry to
+//! emit, until a batch of their partition starts past them. Under exactly-once output the
 //! windows of a write are emitted from the store's outbox entry, which holds the state the
-//! write left (the windows are a function of it), so that loss does not happen there.
+//! write left (the windows are a function of it), and nothing is parked.
 //!
 //! A null value (a `None` of a [`Nullable`](crate::serdes::Nullable) value serde the
 //! topology names) is skipped and counted in
@@ -136,6 +138,8 @@ struct Buffered {
 /// arrival numbers of the records that count in it, as Kafka Streams' processor makes
 /// them (`None` in items written before they were kept: the rule of
 /// [`Records::final_windows`] then); `seq`, the next arrival number.
+/// `parked`: at least once, the windows of records that a batch of another partition
+/// pruned before their own partition's batch was known to be committed (see [`Parked`]).
 #[derive(Debug, Clone, Default)]
 struct Records {
     records: Vec<Buffered>,
@@ -146,6 +150,26 @@ struct Records {
     created: Vec<(i64, u64)>,
     members: Option<Vec<(i64, Vec<u64>)>>,
     seq: u64,
+    parked: Vec<Parked>,
+}
+
+/// A window whose records a write pruned while some of them came from a partition
+/// outside the write's batch, not known to be committed: with direct re-keying, a failed
+/// batch of that partition may have written them without producing their windows, and its
+/// retry, which may come after the pruning write, emits the window from here (outputs are
+/// at least once). Kept until a batch of each of those partitions starts past its record
+/// (the event source committed it); never emitted otherwise. At least once only: under
+/// exactly-once output each write's windows come from its outbox entry.
+#[derive(Debug, Clone, PartialEq)]
+struct Parked {
+    /// The window's start.
+    start: i64,
+    /// Its newest record's timestamp (the update's timestamp, as Kafka Streams').
+    newest: i64,
+    /// The values of the records that count in it, in arrival order.
+    values: Vec<Option<Vec<u8>>>,
+    /// Where its records of partitions outside the pruning batch were read.
+    by: Vec<(String, i64)>,
 }
 
 impl Records {
@@ -161,6 +185,70 @@ impl Records {
             .iter()
             .any(|(batch_tp, first)| batch_tp == tp && offset >= first)
     }
+
+    /// Whether the event source committed the batch that read at `at`: it is before the
+    /// first offset of its partition in the current batch.
+    fn committed(&self, at: &(String, i64)) -> bool {
+        self.batch
+            .iter()
+            .any(|(tp, first)| *tp == at.0 && at.1 < *first)
+    }
+
+    /// Whether `at` is of a partition outside the current batch.
+    fn elsewhere(&self, at: &(String, i64)) -> bool {
+        !self.batch.iter().any(|(tp, _)| *tp == at.0)
+    }
+
+    /// At least once, before the records older than `oldest` are pruned: forgets the
+    /// parked windows whose every partition has committed past them, and parks the windows
+    /// (as emitted now: from `first`) that hold a record about to be pruned of a partition
+    /// outside the batch, whose batch may have failed after writing it.
+    fn park(&mut self, before: Vec<(i64, Vec<usize>)>, oldest: i64, first: i64) {
+        let mut parked = std::mem::take(&mut self.parked);
+        for p in &mut parked {
+            p.by.retain(|at| !self.committed(at));
+        }
+        parked.retain(|p| !p.by.is_empty());
+        let unsettled =
+            |r: &Buffered| r.ts < oldest && r.at.as_ref().is_some_and(|at| self.elsewhere(at));
+        if self.records.iter().any(unsettled) {
+            for (start, members) in before {
+                let by: Vec<(String, i64)> = members
+                    .iter()
+                    .map(|&i| &self.records[i])
+                    .filter(|r| unsettled(r))
+                    .filter_map(|r| r.at.clone())
+                    .collect();
+                if start < first || by.is_empty() {
+                    continue;
+                }
+                let window = Parked {
+                    start,
+                    newest: members
+                        .iter()
+                        .map(|&i| self.records[i].ts)
+                        .max()
+                        .unwrap_or(start),
+                    values: members
+                        .iter()
+                        .map(|&i| self.records[i].value.clone())
+                        .collect(),
+                    by,
+                };
+                match parked.iter_mut().find(|p| p.start == window.start) {
+                    Some(p) => {
+                        for at in window.by {
+                            if !p.by.contains(&at) {
+                                p.by.push(at);
+                            }
+                        }
+                    }
+                    None => parked.push(window),
+                }
+            }
+        }
+        self.parked = parked;
+    }
 }
 
 /// A record for the buffer: as [`Buffered`], with the batch's partitions and first offsets.
@@ -168,6 +256,7 @@ impl Records {
 struct Timed {
     record: Buffered,
     batch: Arc<Vec<(String, i64)>>,
+    exactly_once: bool,
 }
 
 /// Stores [`Records`] as JSON `{"from": <ms or null>, "buffer": [[timestamp, "<value,
@@ -193,6 +282,10 @@ type StoredFinal = (
     bool,
 );
 
+/// A stored [`Parked`] window: start, newest timestamp, values, where its unsettled
+/// records were read.
+type StoredParked = (i64, i64, Vec<Option<String>>, Vec<(String, i64)>);
+
 /// The stored form of [`Records`] (no item yet: no records).
 #[derive(serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
@@ -205,6 +298,8 @@ enum StoredRecords {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         members: Option<Vec<(i64, Vec<u64>)>>,
         seq: u64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        parked: Vec<StoredParked>,
     },
     Sourced {
         from: Option<i64>,
@@ -229,7 +324,7 @@ impl Serde<Records> for RecordsSerde {
     }
 
     fn try_serialize(&self, value: &Records) -> Result<Option<Vec<u8>>, SerdeError> {
-        if value.closed.is_some() || value.seq > 0 {
+        if value.closed.is_some() || value.seq > 0 || !value.parked.is_empty() {
             let buffer = value
                 .records
                 .iter()
@@ -251,6 +346,15 @@ impl Serde<Records> for RecordsSerde {
                 created: value.created.clone(),
                 members: value.members.clone(),
                 seq: value.seq,
+                parked: value
+                    .parked
+                    .iter()
+                    .map(|p| {
+                        let values = p.values.iter();
+                        let values = values.map(|v| v.as_deref().map(|v| RECORDS.encode_bytes(v)));
+                        (p.start, p.newest, values.collect(), p.by.clone())
+                    })
+                    .collect(),
             });
         }
         let buffer = value
@@ -274,6 +378,7 @@ impl Serde<Records> for RecordsSerde {
     fn deserialize(&self, data: Option<&[u8]>) -> Result<Records, SerdeError> {
         let stored: StoredRecords = RECORDS.decode(data)?;
         let mut stored_members = None;
+        let mut stored_parked = Vec::new();
         let (from, rows, closed, created, seq): (_, Vec<StoredFinal>, _, _, _) = match stored {
             StoredRecords::Final {
                 from,
@@ -282,8 +387,10 @@ impl Serde<Records> for RecordsSerde {
                 created,
                 members,
                 seq,
+                parked,
             } => {
                 stored_members = members;
+                stored_parked = parked;
                 (from, buffer, closed, created, seq)
             }
             StoredRecords::Sourced { from, buffer } => (
@@ -332,6 +439,22 @@ impl Serde<Records> for RecordsSerde {
                 known,
             });
         }
+        let mut parked = Vec::with_capacity(stored_parked.len());
+        for (start, newest, stored, by) in stored_parked {
+            let mut values = Vec::with_capacity(stored.len());
+            for value in stored {
+                values.push(match value {
+                    Some(text) => Some(RECORDS.decode_bytes(&text)?),
+                    None => None,
+                });
+            }
+            parked.push(Parked {
+                start,
+                newest,
+                values,
+                by,
+            });
+        }
         let floor = records.iter().map(|r| r.ts).max();
         Ok(Records {
             records,
@@ -342,6 +465,7 @@ impl Serde<Records> for RecordsSerde {
             created,
             members: stored_members,
             seq,
+            parked,
         })
     }
 }
@@ -601,6 +725,7 @@ where
                     Timed {
                         record,
                         batch: Arc::new(batch),
+                        exactly_once: ctx.transactions.is_some(),
                     },
                 )
             }));
@@ -615,6 +740,15 @@ where
             move |_, timed: Timed, mut buffer: Records| {
                 buffer.batch = timed.batch;
                 if let Some(floor) = buffer.floor {
+                    // At least once: the windows as emitted before this write, in case it
+                    // prunes records of another partition's batch (see `Records::park`).
+                    let parking = !pruning.on() && !timed.exactly_once;
+                    let before = (parking
+                        && buffer.records.iter().any(|r| {
+                            r.ts < floor.saturating_sub(windows.kept())
+                                && r.at.as_ref().is_some_and(|at| buffer.elsewhere(at))
+                        }))
+                    .then(|| buffer.final_windows(windows));
                     // Records too old for any window that is still open are dropped, but
                     // not those whose windows may not have been emitted yet (written by a
                     // failed attempt of this batch), nor the records their windows hold.
@@ -648,6 +782,10 @@ where
                         for record in buffer.records.iter().filter(|r| kept.contains(&r.seq)) {
                             oldest = oldest.min(record.ts);
                         }
+                    }
+                    if parking {
+                        let first = buffer.from.map_or(i64::MIN, |from| from.saturating_add(1));
+                        buffer.park(before.unwrap_or_default(), oldest, first);
                     }
                     if !pruning.on() {
                         buffer.created.retain(|(start, _)| read(start));
@@ -743,6 +881,44 @@ where
                         end: end.saturating_add(1),
                     };
                     out.forward(ctx, window, aggregate)?;
+                }
+                // At least once: the parked windows of records this batch read (its retry
+                // of a failed attempt), which a batch of another partition pruned.
+                if ctx.transactions.is_none() && !buffer.parked.is_empty() {
+                    let unconfirmed = |at: &(String, i64)| {
+                        ctx.partitions
+                            .iter()
+                            .zip(&ctx.ranges)
+                            .any(|(tp, (first, _))| tp.to_string() == at.0 && at.1 >= *first)
+                    };
+                    let due: Vec<&Parked> = buffer
+                        .parked
+                        .iter()
+                        .filter(|p| p.by.iter().any(unconfirmed))
+                        .collect();
+                    for p in due {
+                        let mut aggregate = init();
+                        for value in &p.values {
+                            let value = decode(value.as_deref()).map_err(|e| {
+                                StreamError::Config(format!(
+                                    "a stored window record does not decode: {e}"
+                                ))
+                            })?;
+                            aggregate = adder(&key, value, aggregate);
+                        }
+                        if let Origin::Update { version, .. } = ctx.origin {
+                            ctx.origin = Origin::Update {
+                                version,
+                                timestamp: p.newest,
+                            };
+                        }
+                        let window = Windowed {
+                            key: key.clone(),
+                            start: p.start,
+                            end: p.start.saturating_add(windows.difference).saturating_add(1),
+                        };
+                        out.forward(ctx, window, aggregate)?;
+                    }
                 }
                 Ok(())
             }));
