@@ -69,13 +69,10 @@ fn topology() -> Topology {
     checked
         .select_key(|_, v: &String| v.clone())
         .repartition("by-value", Utf8, Utf8);
-    checked
-        .group_by_key(Utf8)
-        .count("counts")
-        .to_stream()
-        .to("count-updates", Utf8, DecimalI64);
+    let counts = checked.group_by_key(Utf8).count("counts").to_stream();
+    counts.to("count-updates", Utf8, DecimalI64);
     // A general aggregate, re-keyed directly (each item written from every partition).
-    checked
+    let lengths = checked
         .group_by(|_, v: &String| v.clone(), Grouped::direct(Utf8))
         .aggregate(
             "lengths",
@@ -87,8 +84,14 @@ fn topology() -> Topology {
             },
             DecimalI64,
         )
-        .to_stream()
-        .to("length-updates", Utf8, DecimalI64);
+        .to_stream();
+    lengths.to("length-updates", Utf8, DecimalI64);
+    // The two stores' updates merged into one sink (keys told apart by a prefix): each
+    // store's outbox covers its own updates.
+    counts
+        .map(|k, n| (format!("c:{k}"), n))
+        .merge(&lengths.map(|k, n| (format!("l:{k}"), n)))
+        .to("merged-updates", Utf8, DecimalI64);
     // A time window emitted on update: per key and window of 3 ms (offsets 3w..3w+2, the
     // records' timestamps being 1,000 + offset), a generous grace so that nothing is late.
     checked
@@ -1132,7 +1135,7 @@ async fn check_updates(
     store: &dyn Store,
     complete: bool,
 ) -> Vec<String> {
-    let mut reference: [BTreeMap<String, i64>; 3] = Default::default();
+    let mut reference: [BTreeMap<String, i64>; 4] = Default::default();
     for records in source.values() {
         for (o, (key, value)) in records.iter().enumerate() {
             if value == "poison" {
@@ -1146,11 +1149,16 @@ async fn check_updates(
             }
         }
     }
+    let merged = (reference[0].iter().map(|(k, v)| (format!("c:{k}"), *v)))
+        .chain(reference[1].iter().map(|(k, v)| (format!("l:{k}"), *v)))
+        .collect();
+    reference[3] = merged;
     let mut violations = Vec::new();
     for (n, (topic, store_name)) in [
         ("count-updates", "counts"),
         ("length-updates", "lengths"),
         ("window-updates", "per-window"),
+        ("merged-updates", "merged"),
     ]
     .into_iter()
     .enumerate()
@@ -1205,6 +1213,18 @@ async fn check_updates(
                         .unwrap()
                         .first()
                         .map_or(0, |(_, s)| s.version)
+                }
+                // The merged sink: the store by the key's prefix.
+                _ if store_name == "merged" => {
+                    let (store_name, k) = match key.split_at(2) {
+                        ("c:", k) => ("counts", k),
+                        (_, k) => ("lengths", k),
+                    };
+                    store
+                        .get(store_name, k.as_bytes())
+                        .await
+                        .unwrap()
+                        .map_or(0, |s| s.version)
                 }
                 _ => store
                     .get(store_name, key.as_bytes())

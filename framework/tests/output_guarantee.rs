@@ -6,10 +6,11 @@
 //! `suppress`: claimed before they are emitted), sessions and sliding windows on update
 //! (the outbox keeps each write's updates), and the closing passes of left and outer
 //! stream–stream joins and of grace joins (their rewrite of the join's item claims what
-//! they emit, dead letters among them); a topology whose sinks produce other records with
+//! they emit, dead letters among them), and the updates of several such stores merged into
+//! one sink (each store's outbox covers its own); a topology whose sinks produce other records with
 //! no source record (a window's close merged with other records, a join's closing pass
-//! merged with a store's updates, updates merged from two stores or after a join, sessions
-//! and sliding windows on update or on close merged with another store's updates) is
+//! merged with a store's updates, updates after a join, sessions and sliding windows on
+//! update or on close merged with another store's updates) is
 //! refused, by `try_build` when the builder asks for it and by the handler when its
 //! configuration does, naming the sink. Never a silent at-least-once output.
 
@@ -43,9 +44,9 @@ fn records_only(builder: &StreamsBuilder) {
 
 /// The kinds of sinks of records with no source record neither the outbox nor the claims
 /// cover, each with the store it names: a window's close merged with a store's updates, a
-/// left join's closing pass merged with a store's updates, two stores' updates merged into
-/// one sink, a store's updates after a join, sessions emitted on update merged with another
-/// store's updates.
+/// left join's closing pass merged with a store's updates, sliding windows emitted on update
+/// merged with another store's updates, a store's updates after a join, sessions emitted on
+/// update merged with another store's updates.
 const UNSOURCED: usize = 5;
 
 fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
@@ -90,15 +91,25 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
             "view-counts"
         }
         2 => {
-            let a = clicks.group_by_key(Utf8).count("click-counts");
-            let b = builder
+            // Sliding windows on update (several updates per write) merged with another
+            // store's updates.
+            use lambda_streams::dsl::SlidingWindows;
+            let views = builder
                 .stream("views", Utf8, Utf8)
                 .group_by_key(Utf8)
                 .count("view-counts");
-            a.to_stream()
-                .merge(&b.to_stream())
-                .to("counts", Utf8, BigEndianI64);
-            "click-counts"
+            clicks
+                .group_by_key(Utf8)
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    Duration::from_secs(30),
+                    Duration::ZERO,
+                ))
+                .count("sliding-counts")
+                .to_stream()
+                .map(|w, n| (w.key, n))
+                .merge(&views.to_stream())
+                .to("sliding-counts", Utf8, BigEndianI64);
+            "sliding-counts"
         }
         3 => {
             let table = builder.table("names", Utf8, Utf8, "names");
@@ -257,6 +268,47 @@ fn records_only_topologies_build_under_exactly_once() {
             .check_output_guarantee(OutputGuarantee::ExactlyOnce)
             .is_ok()
     );
+}
+
+/// Two stores' updates merged into one sink (a count and a general aggregate, each straight
+/// from its write, through stateless operators, also merged with a source stream's
+/// records): each store keeps the outbox, so that each store's updates are exactly once,
+/// and the topology is accepted (the fault model's proof: `eos_protocol`'s
+/// `merged-updates`).
+#[test]
+fn two_stores_updates_merged_build_under_exactly_once() {
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    let clicks = builder.stream("clicks", Utf8, Utf8);
+    let views = builder.stream("views", Utf8, Utf8);
+    let counts = clicks.group_by_key(Utf8).count("click-counts").to_stream();
+    let lengths = views
+        .group_by_key(Utf8)
+        .aggregate(
+            "view-lengths",
+            || 0i64,
+            |_, v: String, n| n + v.len() as i64,
+            BigEndianI64,
+        )
+        .to_stream();
+    counts
+        .map(|k, n| (format!("clicks:{k}"), n))
+        .merge(&lengths.map(|k, n| (format!("views:{k}"), n)))
+        .filter(|_, n| *n > 0)
+        .merge(&clicks.map_values(|v: String| v.len() as i64))
+        .to("merged", Utf8, BigEndianI64);
+    let topology = builder.try_build().expect("accepted under exactly_once");
+    assert!(
+        topology
+            .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+            .is_ok()
+    );
+    Handler::try_from_config(
+        topology,
+        Arc::new(MemoryStore::new()),
+        &config(EXACTLY_ONCE),
+    )
+    .expect("a handler configured exactly once accepts it");
 }
 
 #[test]

@@ -40,6 +40,9 @@ struct Topics {
     /// The updates of a general aggregate re-keyed directly (each item written from every
     /// partition).
     sums: String,
+    /// The updates of both stores merged into one sink, keys prefixed `c:` (the count)
+    /// and `s:` (the sums).
+    merged: String,
 }
 
 /// The store of the directly re-keyed sums.
@@ -79,12 +82,9 @@ fn topology(t: &Topics) -> Topology {
     checked
         .select_key(|_, v: &String| v.clone())
         .repartition(&t.rep, Utf8, Utf8);
-    checked
-        .group_by_key(Utf8)
-        .count(STORE)
-        .to_stream()
-        .to(&t.counts, Utf8, DecimalI64);
-    checked
+    let counts = checked.group_by_key(Utf8).count(STORE).to_stream();
+    counts.to(&t.counts, Utf8, DecimalI64);
+    let sums = checked
         .group_by(|_, v: &String| sum_key(v), Grouped::direct(Utf8))
         .aggregate(
             SUMS,
@@ -92,8 +92,13 @@ fn topology(t: &Topics) -> Topology {
             |_, v: String, sum| sum + sum_term(&v),
             DecimalI64,
         )
-        .to_stream()
-        .to(&t.sums, Utf8, DecimalI64);
+        .to_stream();
+    sums.to(&t.sums, Utf8, DecimalI64);
+    // Both stores' updates merged into one sink: each store's outbox covers its own.
+    counts
+        .map(|k, n| (format!("c:{k}"), n))
+        .merge(&sums.map(|k, n| (format!("s:{k}"), n)))
+        .to(&t.merged, Utf8, DecimalI64);
     builder.build()
 }
 
@@ -124,9 +129,12 @@ async fn setup(name: &str) -> (Topics, String, String) {
         dlq: unique(&format!("{name}-dlq")),
         counts: unique(&format!("{name}-counts")),
         sums: unique(&format!("{name}-sums")),
+        merged: unique(&format!("{name}-merged")),
     };
     let servers = bootstrap();
-    for topic in [&t.input, &t.out, &t.rep, &t.dlq, &t.counts, &t.sums] {
+    for topic in [
+        &t.input, &t.out, &t.rep, &t.dlq, &t.counts, &t.sums, &t.merged,
+    ] {
         admin::create_topic(&servers, topic, PARTITIONS)
             .await
             .expect("topic");
@@ -225,19 +233,26 @@ async fn check_updates(t: &Topics, table: &str, isolation_level: &str) -> Vec<St
         }
     }
     let mut violations = Vec::new();
-    for (n, (topic, store)) in [(&t.counts, STORE), (&t.sums, SUMS)]
-        .into_iter()
-        .enumerate()
+    for (n, (topic, store, prefix)) in [
+        (&t.counts, STORE, ""),
+        (&t.sums, SUMS, ""),
+        (&t.merged, STORE, "c:"),
+        (&t.merged, SUMS, "s:"),
+    ]
+    .into_iter()
+    .enumerate()
     {
-        violations
-            .extend(check_update_topic(topic, table, store, &reference[n], isolation_level).await);
+        let reference = &reference[n % 2];
+        let at = (topic.as_str(), prefix);
+        violations.extend(check_update_topic(at, table, store, reference, isolation_level).await);
     }
     violations
 }
 
-/// The updates of `store` in `topic` against `reference` (see [`check_updates`]).
+/// The updates of `store` in `topic` against `reference` (see [`check_updates`]): those
+/// whose key has `prefix`, the prefix taken off (a topic of several stores' updates).
 async fn check_update_topic(
-    topic: &str,
+    (topic, prefix): (&str, &str),
     table: &str,
     store: &str,
     reference: &BTreeMap<String, i64>,
@@ -247,8 +262,11 @@ async fn check_update_topic(
     let last = item_versions(table, store).await;
     let mut per_key: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
     for u in kafka_read_updates(topic, isolation_level) {
+        let Some(key) = u.key.strip_prefix(prefix) else {
+            continue;
+        };
         per_key
-            .entry(u.key)
+            .entry(key.to_owned())
             .or_default()
             .entry(u.version)
             .or_default()
@@ -398,7 +416,7 @@ fn assert_nothing_deleted(topics: &[&String]) {
 
 async fn assert_exactly_once(t: &Topics, table: &str) {
     let (violations, read) = check_outputs(t, "read_committed");
-    assert_nothing_deleted(&[&t.out, &t.rep, &t.dlq, &t.counts, &t.sums]);
+    assert_nothing_deleted(&[&t.out, &t.rep, &t.dlq, &t.counts, &t.sums, &t.merged]);
     assert!(
         violations.is_empty(),
         "read_committed ({read} records): {violations:#?}"
@@ -815,7 +833,7 @@ async fn a_repartition_hop_outputs_exactly_once_end_to_end() {
         }
     }
     let violations = check_update_topic(
-        &t.counts,
+        (&t.counts, ""),
         &table,
         ORIGIN_STORE,
         &per_origin,
@@ -1023,7 +1041,7 @@ async fn a_crashed_batch_retried_longer_emits_every_version_once() {
             "each count written twice"
         );
         let violations =
-            check_update_topic(&t.counts, &table, STORE, &reference, "read_committed").await;
+            check_update_topic((&t.counts, ""), &table, STORE, &reference, "read_committed").await;
         if outbox {
             assert!(violations.is_empty(), "{violations:#?}");
         } else {

@@ -426,6 +426,27 @@ impl Walk<'_> {
                          with another store's records)",
                         store_name(store)
                     )),
+                    // Straight from the writes of several stores, merged: each store's outbox
+                    // makes its own updates exactly once, in the transaction of its write's
+                    // record, whatever else the sink is given (a key's versions are then
+                    // per store: `docs/state.md`, "Exactly-once output"). Stores with a
+                    // closing pass, emitted on close, or making several updates per write
+                    // (sessions, sliding windows) stay refused there.
+                    (Some(_), _)
+                        if input.update_stores.len() > 1
+                            && !input.updates_via_join
+                            && input.closing_of.is_none()
+                            && input.on_close_of.is_none()
+                            && input.update_stores.iter().all(|&s| {
+                                let spec = &self.stores[s];
+                                spec.closing.is_none()
+                                    && spec.emit_on_close.is_none()
+                                    && !spec.fans_out
+                            }) =>
+                    {
+                        self.outboxed.extend(input.update_stores.iter().copied());
+                        None
+                    }
                     // Straight from one store's write: its outbox makes them exactly once
                     // (a session or sliding window store's entry holds the state its write
                     // left, from which the updates of that write alone are derived).
