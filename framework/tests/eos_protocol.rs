@@ -145,6 +145,7 @@ fn topology() -> Topology {
     // Sessions emitted on update (gap 3 ms, no grace), with the tombstones of the sessions
     // a record merges away: one write changes several sessions, each update in the
     // transaction of the write's record, derived from the state its outbox entry holds.
+    // Merged with the count's updates (keys `c:<key>`), each store's outbox covering its own.
     checked
         .group_by_key(Utf8)
         .windowed_by_session(lambda_streams::dsl::SessionWindows::with_inactivity_gap(
@@ -153,6 +154,7 @@ fn topology() -> Topology {
         .count("session-counts")
         .to_change_stream()
         .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+        .merge(&counts.map(|k, n| (format!("c:{k}"), Some(n))))
         .to(
             "session-updates",
             Utf8,
@@ -967,6 +969,10 @@ async fn check_session_updates(
             ));
         }
         let name = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        // The count's updates merged in (checked in `check_updates`).
+        if name.starts_with("c:") {
+            continue;
+        }
         let version: u64 = std::str::from_utf8(record.header(VERSION_HEADER).unwrap_or_default())
             .ok()
             .and_then(|v| v.parse().ok())
@@ -1135,7 +1141,7 @@ async fn check_updates(
     store: &dyn Store,
     complete: bool,
 ) -> Vec<String> {
-    let mut reference: [BTreeMap<String, i64>; 4] = Default::default();
+    let mut reference: [BTreeMap<String, i64>; 5] = Default::default();
     for records in source.values() {
         for (o, (key, value)) in records.iter().enumerate() {
             if value == "poison" {
@@ -1153,12 +1159,18 @@ async fn check_updates(
         .chain(reference[1].iter().map(|(k, v)| (format!("l:{k}"), *v)))
         .collect();
     reference[3] = merged;
+    reference[4] = reference[0]
+        .iter()
+        .map(|(k, v)| (format!("c:{k}"), *v))
+        .collect();
     let mut violations = Vec::new();
     for (n, (topic, store_name)) in [
         ("count-updates", "counts"),
         ("length-updates", "lengths"),
         ("window-updates", "per-window"),
         ("merged-updates", "merged"),
+        // The count's updates among the sessions' (checked in `check_session_updates`).
+        ("session-updates", "merged"),
     ]
     .into_iter()
     .enumerate()
@@ -1173,6 +1185,10 @@ async fn check_updates(
         for record in &seen {
             let key =
                 String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+            // A topic of several stores' updates: the keys of the stores checked here.
+            if store_name == "merged" && !(key.starts_with("c:") || key.starts_with("l:")) {
+                continue;
+            }
             let version: u64 =
                 std::str::from_utf8(record.header(VERSION_HEADER).unwrap_or_default())
                     .ok()

@@ -140,11 +140,20 @@ fn reference(shape: Shape, n: usize) -> (BTreeMap<String, i64>, BTreeSet<String>
     (counts, required)
 }
 
+/// The store of a plain count of the same records, whose updates are merged into the
+/// output as `c:<key>` → count.
+const PLAIN: &str = "plain-counts";
+
 /// The count of `input` on update, each session as `<key>@<start>-<end>` → count (or a
-/// tombstone), each sliding window as `<key>@<start>` → count.
+/// tombstone), each sliding window as `<key>@<start>` → count, merged with a plain count's
+/// updates (`c:<key>`): each store's outbox covers its own.
 fn topology(shape: Shape, input: &str, output: &str) -> Topology {
     let builder = StreamsBuilder::new();
     let grouped = builder.stream(input, Utf8, Utf8).group_by_key(Utf8);
+    let plain = grouped
+        .count(PLAIN)
+        .to_stream()
+        .map(|k, n| (format!("c:{k}"), Some(n)));
     match shape {
         Shape::Sessions => grouped
             .windowed_by_session(
@@ -153,6 +162,7 @@ fn topology(shape: Shape, input: &str, output: &str) -> Topology {
             .count(shape.store())
             .to_change_stream()
             .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+            .merge(&plain)
             .to(output, Utf8, Nullable(DecimalI64)),
         Shape::Sliding => grouped
             .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
@@ -162,6 +172,7 @@ fn topology(shape: Shape, input: &str, output: &str) -> Topology {
             .count(shape.store())
             .to_stream()
             .map(|w, n| (format!("{}@{}", w.key, w.start), Some(n)))
+            .merge(&plain)
             .to(output, Utf8, Nullable(DecimalI64)),
     }
     builder.build()
@@ -257,11 +268,19 @@ async fn check(s: &Setup, n: usize) -> Vec<String> {
     // Per window: version -> (tombstones, values).
     let mut seen: BTreeMap<String, BTreeMap<u64, (usize, Vec<String>)>> = BTreeMap::new();
     let read = kafka_read_all(&s.output, "read_committed");
+    // The plain count's updates: per key, version -> values.
+    let mut plain: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
     for r in &read {
         let Some(version) = r.version else {
             violations.push(format!("{}: no version header", r.key));
             continue;
         };
+        if let Some(key) = r.key.strip_prefix("c:") {
+            let value = r.value.parse().unwrap_or(i64::MIN);
+            let versions = plain.entry(key.to_owned()).or_default();
+            versions.entry(version).or_default().push(value);
+            continue;
+        }
         let entry = seen
             .entry(r.key.clone())
             .or_default()
@@ -294,8 +313,37 @@ async fn check(s: &Setup, n: usize) -> Vec<String> {
     if s.shape == Shape::Sessions && tombstones == 0 {
         violations.push("no session was merged away: the test proves nothing of merges".into());
     }
-    // Every version of each key's item among its windows' updates.
+    // Every version of each key's item among its windows' updates, and of its plain
+    // count's item among those, once each, growing to the key's number of records.
     let store = dynamo(s);
+    for (key, ts) in &times(n) {
+        let last = store
+            .get(PLAIN, key.as_bytes())
+            .await
+            .expect("read")
+            .map_or(0, |i| i.version);
+        let versions = plain.remove(key).unwrap_or_default();
+        let got: Vec<u64> = versions.keys().copied().collect();
+        let values: Vec<i64> = versions.values().flatten().copied().collect();
+        let growing = values.windows(2).all(|w| w[0] < w[1]);
+        if got != (1..=last).collect::<Vec<u64>>()
+            || values.len() != got.len()
+            || !growing
+            || values.last() != Some(&(ts.len() as i64))
+        {
+            violations.push(format!(
+                "c:{key}: versions {got:?} with counts {values:?}, its item at {last}, \
+                 expected once each, growing to {}",
+                ts.len()
+            ));
+        }
+    }
+    if !plain.is_empty() {
+        violations.push(format!(
+            "plain counts of unexpected keys {:?}",
+            plain.keys()
+        ));
+    }
     for key in times(n).keys() {
         let last = store
             .get(s.shape.store(), key.as_bytes())
@@ -519,19 +567,26 @@ async fn a_crashed_session_batch_retried_longer_emits_every_update_once() {
         } else {
             Arc::new(FaultyStore::fail_once_after(NoOutbox(dynamo(&s)), 3))
         };
-        // The session count, and a count of the same records written after it.
+        // The session count, and a count of the same records written after it, whose
+        // updates are merged into the output (as `topology`'s).
         let builder = StreamsBuilder::new();
         let stream = builder.stream(&s.input, Utf8, Utf8);
-        stream
+        let sessions = stream
             .group_by_key(Utf8)
             .windowed_by_session(
                 SessionWindows::with_inactivity_gap(Duration::from_millis(GAP as u64)).grace(GRACE),
             )
             .count(Shape::Sessions.store())
             .to_change_stream()
-            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n));
+        let plain = stream
+            .group_by_key(Utf8)
+            .count(PLAIN)
+            .to_stream()
+            .map(|k, n| (format!("c:{k}"), Some(n)));
+        sessions
+            .merge(&plain)
             .to(&s.output, Utf8, Nullable(DecimalI64));
-        stream.group_by_key(Utf8).count("counts");
         let h = handler_of(&s, builder.build(), store);
         h.handle_event(&event(&s, 3))
             .await

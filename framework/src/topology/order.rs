@@ -428,10 +428,10 @@ impl Walk<'_> {
                     )),
                     // Straight from the writes of several stores, merged: each store's outbox
                     // makes its own updates exactly once, in the transaction of its write's
-                    // record, whatever else the sink is given (a key's versions are then
-                    // per store: `docs/state.md`, "Exactly-once output"). Stores with a
-                    // closing pass, emitted on close, or making several updates per write
-                    // (sessions, sliding windows) stay refused there.
+                    // record, whatever else the sink is given (a session or sliding window
+                    // store's entry holds the state its write left, as alone; a key's
+                    // versions are then per store: `docs/state.md`, "Exactly-once output").
+                    // Stores with a closing pass or emitted on close stay refused there.
                     (Some(_), _)
                         if input.update_stores.len() > 1
                             && !input.updates_via_join
@@ -439,9 +439,7 @@ impl Walk<'_> {
                             && input.on_close_of.is_none()
                             && input.update_stores.iter().all(|&s| {
                                 let spec = &self.stores[s];
-                                spec.closing.is_none()
-                                    && spec.emit_on_close.is_none()
-                                    && !spec.fans_out
+                                spec.closing.is_none() && spec.emit_on_close.is_none()
                             }) =>
                     {
                         self.outboxed.extend(input.update_stores.iter().copied());
