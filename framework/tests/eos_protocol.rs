@@ -105,7 +105,8 @@ fn topology() -> Topology {
         .map(|w, n| (format!("{}@{}", w.key, w.start), n))
         .to("window-updates", Utf8, DecimalI64);
     // A time window emitted on close (windows of 3 ms, no grace): each window's final
-    // count once, claimed before it is emitted.
+    // count once, claimed before it is emitted; merged with the count's updates (keys
+    // `c:<key>`), which its outbox covers.
     checked
         .group_by_key(Utf8)
         .windowed_by(lambda_streams::dsl::TimeWindows::of_size(
@@ -115,9 +116,10 @@ fn topology() -> Topology {
         .count("closing")
         .to_stream()
         .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .merge(&counts.map(|k, n| (format!("c:{k}"), n)))
         .to("window-closes", Utf8, DecimalI64);
-    // Sessions emitted on close (gap 2 ms, no grace): closed in the closing pass, whose
-    // rewrite of the key's item claims them.
+    // Sessions emitted on close (gap 2 ms, no grace), merged with the count's updates:
+    // closed in the closing pass, whose rewrite of the key's item claims them.
     checked
         .group_by_key(Utf8)
         .windowed_by_session(lambda_streams::dsl::SessionWindows::with_inactivity_gap(
@@ -127,6 +129,7 @@ fn topology() -> Topology {
         .count("sessions")
         .to_stream()
         .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
+        .merge(&counts.map(|k, n| (format!("c:{k}"), n)))
         .to("session-closes", Utf8, DecimalI64);
     // Sliding windows emitted on close (difference 2 ms, no grace): the same closing pass.
     checked
@@ -707,6 +710,10 @@ fn check_closes(broker: &Broker, source: &Source, complete: bool) -> Vec<String>
     let mut seen: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     for record in broker.log().committed_view("window-closes") {
         let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+        // The count's updates merged in (checked in `check_updates`).
+        if key.starts_with("c:") {
+            continue;
+        }
         let value: i64 = std::str::from_utf8(record.value.as_deref().unwrap_or_default())
             .ok()
             .and_then(|v| v.parse().ok())
@@ -832,6 +839,10 @@ fn check_closing_passes(broker: &Broker, source: &Source, complete: bool) -> Vec
         for record in broker.log().committed_view(topic) {
             let key =
                 String::from_utf8_lossy(record.key.as_deref().unwrap_or_default()).into_owned();
+            // The count's updates merged in (checked in `check_updates`).
+            if key.starts_with("c:") {
+                continue;
+            }
             let value: i64 = std::str::from_utf8(record.value.as_deref().unwrap_or_default())
                 .ok()
                 .and_then(|v| v.parse().ok())
@@ -1141,7 +1152,7 @@ async fn check_updates(
     store: &dyn Store,
     complete: bool,
 ) -> Vec<String> {
-    let mut reference: [BTreeMap<String, i64>; 5] = Default::default();
+    let mut reference: [BTreeMap<String, i64>; 7] = Default::default();
     for records in source.values() {
         for (o, (key, value)) in records.iter().enumerate() {
             if value == "poison" {
@@ -1163,14 +1174,19 @@ async fn check_updates(
         .iter()
         .map(|(k, v)| (format!("c:{k}"), *v))
         .collect();
+    reference[5] = reference[4].clone();
+    reference[6] = reference[4].clone();
     let mut violations = Vec::new();
     for (n, (topic, store_name)) in [
         ("count-updates", "counts"),
         ("length-updates", "lengths"),
         ("window-updates", "per-window"),
         ("merged-updates", "merged"),
-        // The count's updates among the sessions' (checked in `check_session_updates`).
+        // The count's updates among the sessions' (checked in `check_session_updates`),
+        // the windows' closes (`check_closes`) and the sessions' (`check_closing_passes`).
         ("session-updates", "merged"),
+        ("window-closes", "merged"),
+        ("session-closes", "merged"),
     ]
     .into_iter()
     .enumerate()

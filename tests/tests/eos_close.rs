@@ -114,18 +114,19 @@ fn closed(shape: Shape) -> BTreeMap<String, i64> {
 }
 
 /// A tumbling count of `input` emitted on close, each window as `<key>@<start>` → count;
-/// or a session count emitted on close, each session as `<key>@<start>-<end>` → count.
-fn topology(shape: Shape, input: &str, output: &str) -> Topology {
+/// or a session count emitted on close, each session as `<key>@<start>-<end>` → count;
+/// when `merged`, merged with a plain count's updates (`c:<key>` → count: its outbox covers
+/// them).
+fn topology(shape: Shape, input: &str, output: &str, merged: bool) -> Topology {
     let builder = StreamsBuilder::new();
     let grouped = builder.stream(input, Utf8, Utf8).group_by_key(Utf8);
-    match shape {
+    let closes = match shape {
         Shape::Windows => grouped
             .windowed_by(TimeWindows::of_size(Duration::from_millis(SIZE as u64)))
             .emit_strategy(EmitStrategy::OnWindowClose)
             .count("closing")
             .to_stream()
-            .map(|w, n| (format!("{}@{}", w.key, w.start), n))
-            .to(output, Utf8, DecimalI64),
+            .map(|w, n| (format!("{}@{}", w.key, w.start), n)),
         Shape::Sessions => grouped
             .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_millis(
                 GAP as u64,
@@ -133,8 +134,16 @@ fn topology(shape: Shape, input: &str, output: &str) -> Topology {
             .emit_strategy(EmitStrategy::OnWindowClose)
             .count("sessions")
             .to_stream()
-            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n))
-            .to(output, Utf8, DecimalI64),
+            .map(|w, n| (format!("{}@{}-{}", w.key, w.start, w.end), n)),
+    };
+    if merged {
+        let plain = grouped
+            .count("plain-counts")
+            .to_stream()
+            .map(|k, n| (format!("c:{k}"), n));
+        closes.merge(&plain).to(output, Utf8, DecimalI64);
+    } else {
+        closes.to(output, Utf8, DecimalI64);
     }
     builder.build()
 }
@@ -145,6 +154,8 @@ struct Setup {
     output: String,
     table: String,
     app: String,
+    /// Whether the output has the plain count's updates merged in (see [`topology`]).
+    merged: bool,
 }
 
 async fn setup(name: &str) -> Setup {
@@ -159,6 +170,7 @@ async fn setup_shape(name: &str, shape: Shape) -> Setup {
         output: unique(&format!("{name}-out")),
         table: unique(name),
         app: unique(&format!("{name}-app")),
+        merged: true,
     };
     let servers = bootstrap();
     for topic in [&s.input, &s.output] {
@@ -177,15 +189,19 @@ async fn setup_shape(name: &str, shape: Shape) -> Setup {
 }
 
 fn handler(s: &Setup, store: Arc<dyn Store>) -> Handler {
-    Handler::with_kafka_output(topology(s.shape, &s.input, &s.output), store, None)
-        .with_options(BatchOptions {
-            output: OutputGuarantee::ExactlyOnce,
-            // Every partition holds the windows open until it delivered records past them.
-            source_partitions: BTreeMap::from([(s.input.clone(), PARTITIONS)]),
-            ..BatchOptions::default()
-        })
-        .with_application_id(&s.app)
-        .with_event_read_committed(true)
+    Handler::with_kafka_output(
+        topology(s.shape, &s.input, &s.output, s.merged),
+        store,
+        None,
+    )
+    .with_options(BatchOptions {
+        output: OutputGuarantee::ExactlyOnce,
+        // Every partition holds the windows open until it delivered records past them.
+        source_partitions: BTreeMap::from([(s.input.clone(), PARTITIONS)]),
+        ..BatchOptions::default()
+    })
+    .with_application_id(&s.app)
+    .with_event_read_committed(true)
 }
 
 fn dynamo(s: &Setup) -> DynamoStore {
@@ -204,17 +220,47 @@ fn kafka_read_committed(topic: &str) -> Vec<(String, String)> {
 /// The violations of what a `read_committed` reader of the output sees, against
 /// [`closed_windows`]: a closed window missing, seen more than once or with another
 /// count, or a window that has not closed.
-fn check_closes(output: &str) -> Vec<String> {
-    check_closed(Shape::Windows, output)
+fn check_closes(s: &Setup) -> Vec<String> {
+    check_closed(s)
 }
 
-/// [`check_closes`] for `shape`, against [`closed`].
-fn check_closed(shape: Shape, output: &str) -> Vec<String> {
+/// [`check_closes`] for `shape`, against [`closed`]; and the plain count's updates merged
+/// in: per key each version once, with a count growing with it, the last the key's number
+/// of records.
+fn check_closed(s: &Setup) -> Vec<String> {
+    let (shape, output) = (s.shape, s.output.as_str());
     let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for (key, value) in kafka_read_committed(output) {
-        seen.entry(key).or_default().push(value);
+    let mut plain: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
+    for r in kafka_read_all(output, "read_committed") {
+        if let Some(key) = r.key.strip_prefix("c:") {
+            let versions = plain.entry(key.to_owned()).or_default();
+            let version = versions.entry(r.version.unwrap_or(0)).or_default();
+            version.push(r.value.parse().unwrap_or(i64::MIN));
+            continue;
+        }
+        seen.entry(r.key).or_default().push(r.value);
     }
     let mut violations = Vec::new();
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        for (key, _) in records(p) {
+            *want.entry(key).or_default() += 1;
+        }
+    }
+    for (key, n) in want.iter().filter(|_| s.merged) {
+        let versions = plain.remove(key).unwrap_or_default();
+        let counts: Vec<i64> = versions.values().flatten().copied().collect();
+        let once = versions.values().all(|v| v.len() == 1);
+        let growing = counts.windows(2).all(|w| w[0] < w[1]);
+        if !once || !growing || counts.last() != Some(n) || versions.contains_key(&0) {
+            violations.push(format!(
+                "c:{key}: counts by version {versions:?}, expected once each, growing to {n}"
+            ));
+        }
+    }
+    for key in plain.keys() {
+        violations.push(format!("c:{key}: the plain count of an unexpected key"));
+    }
     for (window, count) in closed(shape) {
         let got = seen.remove(&window).unwrap_or_default();
         if got != [count.to_string()] {
@@ -257,7 +303,7 @@ async fn every_closed_window_once_under_duplicates_and_shifted_retries() {
     };
     let (invocations, _) = run_runner(&s, faults, Arc::new(dynamo(&s))).await;
     assert!(invocations > 15, "duplicates delivered: {invocations}");
-    let violations = check_closes(&s.output);
+    let violations = check_closes(&s);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
 }
 
@@ -271,7 +317,7 @@ async fn every_closed_window_once_after_crashes_after_state_writes() {
         let store = Arc::new(FaultyStore::fail_once_after(dynamo(&s), k));
         let (_, failures) = run_runner(&s, Faults::default(), store).await;
         assert_eq!(failures, 1, "one injected crash (after {k} writes)");
-        let violations = check_closes(&s.output);
+        let violations = check_closes(&s);
         assert!(violations.is_empty(), "after {k} writes: {violations:#?}");
     }
 }
@@ -315,14 +361,16 @@ fn event_of_all(input: &str) -> lambda_streams::event::KafkaEvent {
 /// to replace B's attempt (the claim keeping only the last), C would emit every window again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_windows_emits_nothing() {
-    let s = setup("eosclose-zombie").await;
+    // Without the plain count: A must reach its claims before its first produce fences it.
+    let mut s = setup("eosclose-zombie").await;
+    s.merged = false;
     let claims = zombie_then_duplicate(&s, Resume::AfterRetry).await;
     // A re-claimed windows B committed: their claims hold B's attempt, then A's. (A is
     // fenced at its first produce, which may come before it re-claimed the last windows:
     // those keep B's attempt alone.)
     assert_eq!(claims.len(), closed_windows().len(), "{claims:?}");
     assert_b_then_a(&claims);
-    let violations = check_closes(&s.output);
+    let violations = check_closes(&s);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
 }
 
@@ -338,7 +386,7 @@ async fn a_zombie_racing_its_retry_leaves_every_window_once() {
         let s = setup(&format!("eosclose-race{n}")).await;
         let claims = zombie_then_duplicate(&s, Resume::DuringRetry(n)).await;
         eprintln!("A let go at B's write {n}: claims {claims:?}");
-        let violations = check_closes(&s.output);
+        let violations = check_closes(&s);
         assert!(
             violations.is_empty(),
             "A let go at B's write {n}: {violations:#?}"
@@ -375,7 +423,7 @@ async fn every_closed_session_once_under_duplicates_retries_and_a_crash() {
     let (invocations, failures) = run_runner(&s, faults, store).await;
     assert!(invocations > 15, "duplicates delivered: {invocations}");
     assert_eq!(failures, 1, "one injected crash");
-    let violations = check_closed(Shape::Sessions, &s.output);
+    let violations = check_closed(&s);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
 }
 
@@ -386,13 +434,14 @@ async fn every_closed_session_once_under_duplicates_retries_and_a_crash() {
 /// each claim, finishes them and emits nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zombie_re_claiming_committed_sessions_emits_nothing() {
-    let s = setup_shape("eosclose-szombie", Shape::Sessions).await;
+    let mut s = setup_shape("eosclose-szombie", Shape::Sessions).await;
+    s.merged = false;
     let claims = zombie_then_duplicate(&s, Resume::AfterRetry).await;
     // One claim per key's item (B closed all of a key's sessions in one rewrite), holding
     // B's attempt and, where A re-claimed it, A's.
     assert_eq!(claims.len(), 3, "{claims:?}");
     assert_b_then_a(&claims);
-    let violations = check_closed(Shape::Sessions, &s.output);
+    let violations = check_closed(&s);
     assert!(violations.is_empty(), "read_committed: {violations:#?}");
 }
 
@@ -404,7 +453,7 @@ async fn a_zombie_racing_its_retry_leaves_every_session_once() {
         let s = setup_shape(&format!("eosclose-srace{n}"), Shape::Sessions).await;
         let claims = zombie_then_duplicate(&s, Resume::DuringRetry(n)).await;
         eprintln!("A let go at B's write {n}: claims {claims:?}");
-        let violations = check_closed(Shape::Sessions, &s.output);
+        let violations = check_closed(&s);
         assert!(
             violations.is_empty(),
             "A let go at B's write {n}: {violations:#?}"
@@ -604,7 +653,7 @@ async fn a_batch_closing_more_windows_than_one_item_can_name_emits_each_once() {
     let handler = || {
         let store = DynamoStore::new(dynamo_client(), table.clone(), Guarantee::ExactlyOnce);
         Handler::with_kafka_output(
-            topology(Shape::Windows, &input, &output),
+            topology(Shape::Windows, &input, &output, false),
             Arc::new(store),
             None,
         )

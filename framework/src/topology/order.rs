@@ -255,6 +255,24 @@ impl Walk<'_> {
             && !self.roles.closes.values().any(|&s| s == store)
     }
 
+    /// Whether `store`'s updates straight from its write are exactly once through its
+    /// outbox: no closing pass, not emitted on close.
+    fn outboxable(&self, store: usize) -> bool {
+        let spec = &self.stores[store];
+        spec.closing.is_none() && spec.emit_on_close.is_none()
+    }
+
+    /// Whether `store` emits on close and claims each close before it is emitted: a time
+    /// window (the claim register), or a session or sliding window store (its closing
+    /// pass's rewrite).
+    fn claims_its_closes(&self, store: usize) -> bool {
+        let spec = &self.stores[store];
+        let time_window = spec.emit_on_close.is_some()
+            && !spec.fans_out
+            && spec.closing.as_ref().is_none_or(|c| c.close.is_none());
+        time_window || self.closes_on_content(store)
+    }
+
     fn flow(&mut self, node: NodeId) -> Result<Flow, TopologyError> {
         if let Some(flow) = &self.flows[node] {
             return Ok(flow.clone());
@@ -399,6 +417,28 @@ impl Walk<'_> {
                         && !self.stores[store].fans_out
                 };
                 let from = match (input.updates_of, input.closing_of) {
+                    // Straight from several stores, merged: each store's outbox makes its own
+                    // updates exactly once, in the transaction of its write's record (a
+                    // session or sliding window store's entry holds the state its write
+                    // left, as alone), and each store emitting on close claims its closes
+                    // as alone (a time window's in the claim register, a session's or
+                    // sliding window's in its closing pass's rewrite), whatever else the
+                    // sink is given. A key's versions are then per store (`docs/state.md`,
+                    // "Exactly-once output").
+                    (Some(_), _)
+                        if input.update_stores.len() > 1
+                            && !input.updates_via_join
+                            && input.closing_of.is_none()
+                            && input
+                                .update_stores
+                                .iter()
+                                .all(|&s| self.outboxable(s) || self.claims_its_closes(s)) =>
+                    {
+                        let outboxed = input.update_stores.iter().copied();
+                        self.outboxed
+                            .extend(outboxed.filter(|&s| self.outboxable(s)).collect::<Vec<_>>());
+                        None
+                    }
                     // A time window's close straight from its store: claimed before it is
                     // emitted (`Topology::claim_and_close_windows`), so exactly once.
                     (Some(store), _)
@@ -426,25 +466,6 @@ impl Walk<'_> {
                          with another store's records)",
                         store_name(store)
                     )),
-                    // Straight from the writes of several stores, merged: each store's outbox
-                    // makes its own updates exactly once, in the transaction of its write's
-                    // record, whatever else the sink is given (a session or sliding window
-                    // store's entry holds the state its write left, as alone; a key's
-                    // versions are then per store: `docs/state.md`, "Exactly-once output").
-                    // Stores with a closing pass or emitted on close stay refused there.
-                    (Some(_), _)
-                        if input.update_stores.len() > 1
-                            && !input.updates_via_join
-                            && input.closing_of.is_none()
-                            && input.on_close_of.is_none()
-                            && input.update_stores.iter().all(|&s| {
-                                let spec = &self.stores[s];
-                                spec.closing.is_none() && spec.emit_on_close.is_none()
-                            }) =>
-                    {
-                        self.outboxed.extend(input.update_stores.iter().copied());
-                        None
-                    }
                     // Straight from one store's write: its outbox makes them exactly once
                     // (a session or sliding window store's entry holds the state its write
                     // left, from which the updates of that write alone are derived).
