@@ -1368,6 +1368,12 @@ fn outer_join_topology() -> Topology {
     builder.output_guarantee(lambda_streams::OutputGuarantee::ExactlyOnce);
     let left = builder.stream("left", Utf8, Utf8);
     let right = builder.stream("right", Utf8, Utf8);
+    // Merged with a count of `left`'s keys (keys `c:<key>`), which its outbox covers.
+    let counts = left
+        .group_by_key(Utf8)
+        .count("left-counts")
+        .to_stream()
+        .map(|k, n| (format!("c:{k}"), n.to_string()));
     left.outer_join_stream(
         &right,
         JoinWindows::of(std::time::Duration::from_millis(OUTER_WINDOW as u64)),
@@ -1381,6 +1387,7 @@ fn outer_join_topology() -> Topology {
             )
         },
     )
+    .merge(&counts)
     .to("joined", Utf8, Utf8);
     builder.try_build().unwrap()
 }
@@ -1456,12 +1463,57 @@ fn check_outer_join(broker: &Broker, source: &Source, complete: bool) -> (Vec<St
         .unwrap_or(i64::MIN);
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     let mut violations = Vec::new();
+    // The count's updates merged in: per key, version -> counts.
+    let mut counts: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
     for record in broker.log().committed_view("joined") {
         if record.header(TRANSACTION_HEADER).is_some() {
             violations.push("joined: the internal transaction header reached Kafka".into());
         }
         let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default());
+        let key = String::from_utf8_lossy(record.key.as_deref().unwrap_or_default());
+        if let Some(key) = key.strip_prefix("c:") {
+            let version: u64 =
+                std::str::from_utf8(record.header(VERSION_HEADER).unwrap_or_default())
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+            let versions = counts.entry(key.to_owned()).or_default();
+            versions
+                .entry(version)
+                .or_default()
+                .push(value.parse().unwrap_or(i64::MIN));
+            continue;
+        }
         *seen.entry(value.into_owned()).or_default() += 1;
+    }
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for (tp, records) in source {
+        if tp.topic == "left" {
+            for (key, _) in records {
+                *want.entry(key.clone()).or_default() += 1;
+            }
+        }
+    }
+    for (key, versions) in &counts {
+        let values: Vec<i64> = versions.values().flatten().copied().collect();
+        let growing = values.windows(2).all(|w| w[0] < w[1]);
+        if versions.values().any(|v| v.len() > 1) || !growing {
+            violations.push(format!("joined: c:{key} by version {versions:?}"));
+        }
+        if complete && values.last() != want.get(key) {
+            violations.push(format!(
+                "joined: c:{key} ends at {:?}, expected {:?}",
+                values.last(),
+                want.get(key)
+            ));
+        }
+    }
+    if complete && counts.len() != want.len() {
+        violations.push(format!(
+            "joined: counts of {:?}, expected of {:?}",
+            counts.keys(),
+            want.keys()
+        ));
     }
     for (value, n) in &seen {
         if *n > 1 {

@@ -87,7 +87,8 @@ fn reference(outer: bool) -> BTreeSet<(String, String)> {
     results
 }
 
-/// A left join (`outer` false) or an outer join of the two topics to `joined`.
+/// A left join (`outer` false) or an outer join of the two topics to `joined`, merged with
+/// a count of the left side's keys.
 fn topology(s: &Setup, outer: bool) -> Topology {
     let builder = StreamsBuilder::new();
     let left = builder.stream(&s.left, Utf8, Utf8);
@@ -116,7 +117,13 @@ fn topology(s: &Setup, outer: bool) -> Topology {
             |_, l: &String, r: Option<&String>| format!("{l}+{}", r.map_or("none", |r| r)),
         )
     };
-    joined.to(&s.joined, Utf8, Utf8);
+    // Merged with a count of the left side's keys (`c:<key>` → count): its outbox covers it.
+    let counts = left
+        .group_by_key(Utf8)
+        .count("left-counts")
+        .to_stream()
+        .map(|k, n| (format!("c:{k}"), n.to_string()));
+    joined.merge(&counts).to(&s.joined, Utf8, Utf8);
     builder.build()
 }
 
@@ -198,8 +205,37 @@ async fn run_runner(s: &Setup, outer: bool, faults: Faults, store: Arc<dyn Store
 fn check(s: &Setup, outer: bool) -> Vec<String> {
     let mut violations = Vec::new();
     let mut seen: BTreeMap<(String, String), usize> = BTreeMap::new();
+    // The count's updates: per key, version -> counts.
+    let mut counts: BTreeMap<String, BTreeMap<u64, Vec<i64>>> = BTreeMap::new();
     for r in kafka_read_all(&s.joined, "read_committed") {
+        if let Some(key) = r.key.strip_prefix("c:") {
+            let versions = counts.entry(key.to_owned()).or_default();
+            let version = versions.entry(r.version.unwrap_or(0)).or_default();
+            version.push(r.value.parse().unwrap_or(i64::MIN));
+            continue;
+        }
         *seen.entry((r.key, r.value)).or_default() += 1;
+    }
+    // Per key of the left side: each version once, the count growing with it to the
+    // key's number of left records.
+    let mut want: BTreeMap<String, i64> = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        for (key, _, _) in records(true, p) {
+            *want.entry(key).or_default() += 1;
+        }
+    }
+    for (key, n) in &want {
+        let versions = counts.remove(key).unwrap_or_default();
+        let values: Vec<i64> = versions.values().flatten().copied().collect();
+        let once = versions.values().all(|v| v.len() == 1) && !versions.contains_key(&0);
+        if !once || values.windows(2).any(|w| w[0] >= w[1]) || values.last() != Some(n) {
+            violations.push(format!(
+                "c:{key}: counts by version {versions:?}, expected once each, growing to {n}"
+            ));
+        }
+    }
+    for key in counts.keys() {
+        violations.push(format!("c:{key}: the count of an unexpected key"));
     }
     for result in &reference(outer) {
         match seen.remove(result) {

@@ -423,12 +423,13 @@ impl Walk<'_> {
                     // left, as alone), and each store emitting on close claims its closes
                     // as alone (a time window's in the claim register, a session's or
                     // sliding window's in its closing pass's rewrite), whatever else the
-                    // sink is given. A key's versions are then per store (`docs/state.md`,
-                    // "Exactly-once output").
+                    // sink is given: a stream–stream or grace join's output among them
+                    // (what an arrival emits is kept with its record, what the closing
+                    // pass emits claimed by its rewrite). A key's versions are then per
+                    // store (`docs/state.md`, "Exactly-once output").
                     (Some(_), _)
-                        if input.update_stores.len() > 1
+                        if (input.update_stores.len() > 1 || input.closing_of.is_some())
                             && !input.updates_via_join
-                            && input.closing_of.is_none()
                             && input
                                 .update_stores
                                 .iter()
