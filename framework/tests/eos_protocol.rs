@@ -1704,23 +1704,62 @@ fn an_outer_join_s_closing_pass_without_claims_loses_records() {
 const SWITCH_SIZE: i64 = 10;
 const SWITCH_GRACE: i64 = 5;
 
-/// A tumbling count per key (windows of 10 ms, grace 5 ms), emitted on update.
+/// A tumbling count per key (windows of 10 ms, grace 5 ms), emitted on update, and the same
+/// count emitted on close (to `switch-closes`).
 fn switch_topology() -> Topology {
     let builder = StreamsBuilder::new();
-    builder
-        .stream("in", Utf8, Utf8)
-        .group_by_key(Utf8)
-        .windowed_by(
-            lambda_streams::dsl::TimeWindows::of_size(std::time::Duration::from_millis(
-                SWITCH_SIZE as u64,
-            ))
-            .grace(std::time::Duration::from_millis(SWITCH_GRACE as u64)),
-        )
+    let windows = || {
+        lambda_streams::dsl::TimeWindows::of_size(std::time::Duration::from_millis(
+            SWITCH_SIZE as u64,
+        ))
+        .grace(std::time::Duration::from_millis(SWITCH_GRACE as u64))
+    };
+    let grouped = builder.stream("in", Utf8, Utf8).group_by_key(Utf8);
+    grouped
+        .windowed_by(windows())
         .count("switch")
         .to_stream()
         .map(|w, n| (format!("{}@{}", w.key, w.start), n))
         .to("switch-updates", Utf8, DecimalI64);
+    grouped
+        .windowed_by(windows())
+        .emit_strategy(lambda_streams::dsl::EmitStrategy::OnWindowClose)
+        .count("switch-close")
+        .to_stream()
+        .map(|w, n| (format!("{}@{}", w.key, w.start), n))
+        .to("switch-closes", Utf8, DecimalI64);
     builder.build()
+}
+
+/// The options of the switch schedules: the partitions of `in` declared, so that windows
+/// close on their low watermark.
+fn switch_options(source: &SwitchSource) -> BatchOptions {
+    BatchOptions {
+        source_partitions: BTreeMap::from([("in".to_owned(), source.len() as i32)]),
+        ..BatchOptions::default()
+    }
+}
+
+/// The closed windows a `read_committed` reader of `switch-closes` sees: each at most once
+/// (one closed at least once before the switch is not emitted again), with the
+/// reference's count.
+fn check_switch_closes(broker: &Broker, reference: &BTreeMap<String, i64>) -> Vec<String> {
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in broker.log().committed_view("switch-closes") {
+        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+        seen.entry(key).or_default().push(value);
+    }
+    let mut violations = Vec::new();
+    for (window, values) in seen {
+        let want = reference.get(&window).map(i64::to_string);
+        if values.len() > 1 || want.as_ref() != values.first() {
+            violations.push(format!(
+                "switch-closes: {window} closed as {values:?}, expected once as {want:?}"
+            ));
+        }
+    }
+    violations
 }
 
 /// Per partition, `(key, timestamp)` records: time goes forward 0 to 4 ms a record, and one
@@ -1804,7 +1843,7 @@ async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
         let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
         let event = switch_event(&source, &BTreeMap::from([(tp.clone(), (a, b))]));
         topology
-            .process_with(&event, store.as_ref(), &before, &BatchOptions::default())
+            .process_with(&event, store.as_ref(), &before, &switch_options(&source))
             .await
             .unwrap();
         position.insert(tp.clone(), b + 1);
@@ -1821,7 +1860,7 @@ async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
             .map(|(tp, (r, _))| (tp.clone(), r.len() as i64))
             .collect(),
         event: &|batch| switch_event(&source, batch),
-        options: BatchOptions::default(),
+        options: switch_options(&source),
     }
     .run(&mut rng, &mut stats)
     .await;
@@ -1911,6 +1950,7 @@ async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
             .keys()
             .map(|w| format!("{w}: updates of a window with no state")),
     );
+    violations.extend(check_switch_closes(&broker, &reference));
     (violations, true, stats)
 }
 
@@ -1920,6 +1960,119 @@ async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
 /// window closed before the switch stays out), and do so in every attempt, aborted first
 /// attempts and zombies included (an attempt's advance of the store's persisted time must
 /// not make a retry drop records whose updates it must produce again).
+/// A switch back: each partition's records before a first offset run exactly once under
+/// the fault model, then at least once up to its switch offset (fault-free batches of 1 to
+/// 3 records, as [`switch_schedule`]), then exactly once again from the same store and
+/// shadow group, whose progress and stream time stop where the first exactly-once run left
+/// them. The windows the at-least-once batches closed must stay closed: every window's
+/// state the reference's, and no `(window, version)` twice for a `read_committed` reader.
+async fn switch_back_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let source = switch_source(&mut rng);
+    let back: BTreeMap<TopicPartition, i64> = source
+        .iter()
+        .map(|(tp, (_, switch))| (tp.clone(), rng.random_range(0..=*switch)))
+        .collect();
+    let topology = Arc::new(switch_topology());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let broker = Broker::default();
+    let mut stats = Stats::default();
+    let event = |batch: &Batch| switch_event(&source, batch);
+    let exactly_once = |start: BTreeMap<TopicPartition, i64>, ends| FaultySource {
+        topology: &topology,
+        store: &store,
+        broker: &broker,
+        start,
+        ends,
+        event: &event,
+        options: switch_options(&source),
+    };
+    let zeros = source.keys().map(|tp| (tp.clone(), 0)).collect();
+    if !exactly_once(zeros, back.clone())
+        .run(&mut rng, &mut stats)
+        .await
+    {
+        return (Vec::new(), false, stats);
+    }
+    let sink = lambda_streams::sink::MemorySink::new();
+    let mut position = back;
+    loop {
+        let pending: Vec<&TopicPartition> = source
+            .iter()
+            .filter(|(tp, (_, switch))| position[*tp] < *switch)
+            .map(|(tp, _)| tp)
+            .collect();
+        let Some(&tp) = pending.get(rng.random_range(0..pending.len().max(1))) else {
+            break;
+        };
+        let a = position[tp];
+        let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
+        let event = switch_event(&source, &BTreeMap::from([(tp.clone(), (a, b))]));
+        topology
+            .process_with(&event, store.as_ref(), &sink, &switch_options(&source))
+            .await
+            .unwrap();
+        position.insert(tp.clone(), b + 1);
+    }
+    let ends = source
+        .iter()
+        .map(|(tp, (r, _))| (tp.clone(), r.len() as i64))
+        .collect();
+    if !exactly_once(position, ends).run(&mut rng, &mut stats).await {
+        return (Vec::new(), false, stats);
+    }
+    let mut violations = Vec::new();
+    let reference = switch_reference(&source);
+    let mut state = BTreeMap::new();
+    for key in ["a", "b"] {
+        for (start, item) in store
+            .windows("switch", key.as_bytes(), 0, 10_000)
+            .await
+            .unwrap()
+        {
+            state.insert(format!("{key}@{start}"), item.value);
+        }
+    }
+    let windows: BTreeSet<&String> = state.keys().chain(reference.keys()).collect();
+    for window in windows {
+        let (got, want) = (state.get(window), reference.get(window));
+        if got.copied().unwrap_or(0) != want.copied().unwrap_or(0) {
+            violations.push(format!("state of {window}: {got:?}, expected {want:?}"));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for r in broker.log().committed_view("switch-updates") {
+        let version = r.header(VERSION_HEADER).unwrap_or_default().to_vec();
+        if !seen.insert((r.key.clone(), version.clone())) {
+            violations.push(format!(
+                "{:?} version {:?} read twice",
+                r.key.as_deref().map(String::from_utf8_lossy),
+                String::from_utf8_lossy(&version)
+            ));
+        }
+    }
+    violations.extend(check_switch_closes(&broker, &reference));
+    (violations, true, stats)
+}
+
+#[test]
+fn a_switch_back_to_exactly_once_keeps_closed_windows_closed() {
+    let schedules: u64 = std::env::var("EOS_SCHEDULES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    let (failed, incomplete, total) = run_seeds(0..schedules, switch_back_schedule);
+    if let Some((seed, violations)) = failed {
+        panic!("seed {seed}: {violations:#?}");
+    }
+    eprintln!("{schedules} switches back, {incomplete} incomplete (step cap): {total:?}");
+    assert!(total.crashes > 0 && total.fenced > 0, "{total:?}");
+    assert!(
+        incomplete * 10 < schedules,
+        "{incomplete} of {schedules} incomplete"
+    );
+}
+
 #[test]
 fn a_switch_from_at_least_once_keeps_closed_windows_closed() {
     let schedules: u64 = std::env::var("EOS_SCHEDULES")

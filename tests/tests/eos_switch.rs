@@ -181,12 +181,27 @@ fn the_reference_has_late_records_after_the_switch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_to_exactly_once_keeps_closed_windows_closed() {
+    switch_to_exactly_once("eosswitch", false).await;
+}
+
+/// A switch back: the first half of the records before the switch run exactly once, the
+/// second half at least once (their stream time closes the windows that the shadow group's
+/// committed stream time, as of the first half, still holds open), then the rest exactly
+/// once again, with the same function, table, consumer group and shadow group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_back_to_exactly_once_keeps_closed_windows_closed() {
+    switch_to_exactly_once("eosswitchback", true).await;
+}
+
+/// The records before the switch at least once (when `back`, their first half exactly
+/// once before), then the records after it exactly once, checked against the reference.
+async fn switch_to_exactly_once(name: &str, back: bool) {
     require_services();
     let s = Setup {
-        input: unique("eosswitch-in"),
-        output: unique("eosswitch-out"),
-        table: unique("eosswitch"),
-        group: unique("eosswitch-group"),
+        input: unique(&format!("{name}-in")),
+        output: unique(&format!("{name}-out")),
+        table: unique(name),
+        group: unique(&format!("{name}-group")),
     };
     for topic in [&s.input, &s.output] {
         admin::create_topic(&bootstrap(), topic, PARTITIONS)
@@ -198,16 +213,25 @@ async fn a_switch_to_exactly_once_keeps_closed_windows_closed() {
         .expect("table");
     let (counts, closed) = reference();
 
+    if back {
+        // Exactly once first, then at least once.
+        produce(&s, |p| before(p)[..6].to_vec()).await;
+        run(&s, OutputGuarantee::ExactlyOnce, Faults::default()).await;
+        produce(&s, |p| before(p)[6..].to_vec()).await;
+    } else {
+        produce(&s, before).await;
+    }
     // At least once: the deployed function.
-    produce(&s, before).await;
     run(&s, OutputGuarantee::AtLeastOnce, Faults::default()).await;
-    let switched_at: BTreeMap<i32, usize> =
-        read_topic(&s.output)
-            .iter()
-            .fold(BTreeMap::new(), |mut n, r| {
-                *n.entry(r.partition).or_default() += 1;
-                n
-            });
+    // Per output partition, the offset after the last record before the switch (aborted
+    // records and transaction markers take offsets too).
+    let switched_at: BTreeMap<i32, i64> = kafka_read_all(&s.output, "read_uncommitted")
+        .iter()
+        .fold(BTreeMap::new(), |mut n, r| {
+            let next = n.entry(r.partition).or_default();
+            *next = (*next).max(r.offset + 1);
+            n
+        });
 
     // Exactly once, same table and group, nothing in the shadow group yet; a retry of every
     // second batch after its success, as a longer batch.
@@ -231,7 +255,7 @@ async fn a_switch_to_exactly_once_keeps_closed_windows_closed() {
         if last.get(&r.key).is_none_or(|(v, _)| version > *v) {
             last.insert(r.key.clone(), (version, r.value.clone()));
         }
-        let after_switch = r.offset >= switched_at.get(&r.partition).copied().unwrap_or(0) as i64;
+        let after_switch = r.offset >= switched_at.get(&r.partition).copied().unwrap_or(0);
         if after_switch {
             if closed.contains(&r.key) {
                 violations.push(format!(
