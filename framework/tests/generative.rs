@@ -76,6 +76,8 @@ pub const FAMILIES: &[&str] = &[
     "poison_window",
     "windowed_after_repartition",
     "table_source",
+    // Two tables' updates merged into one sink.
+    "merged_tables",
     "to_table",
     "stream_table_join",
     // Stream–table joins with versioned tables, as of each record's timestamp; with a
@@ -139,6 +141,8 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "hopping_near_zero",
     "windowed_after_repartition",
     "table_source",
+    // Two tables' updates merged into one sink.
+    "merged_tables",
     "to_table",
     "stream_table_join",
     // Stream–table joins with versioned tables, as of each record's timestamp; with a

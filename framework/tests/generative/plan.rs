@@ -353,6 +353,8 @@ pub enum Out {
     Windowed(W),
     /// Sessions keyed `<key>@<start>-<end>`, sliding windows keyed `<key>@<start>`.
     Dyn(DynW),
+    /// Two tables' change streams merged into one topic, keyed `a:<key>` and `b:<key>`.
+    Merged(T, T),
 }
 
 /// A random topology.
@@ -483,6 +485,7 @@ impl Plan {
             .map(|o| match o {
                 Out::Stream(s) => s.size(),
                 Out::Table(t) => t.size(),
+                Out::Merged(a, b) => 1 + a.size() + b.size(),
                 Out::Windowed(w) => 1 + w.stream.size(),
                 Out::Dyn(w) => 1 + w.stream.size(),
             })
@@ -576,6 +579,17 @@ impl Plan {
                 })]
             }
             "table_source" => vec![Out::Table(source_table(rng))],
+            "merged_tables" => {
+                // Two aggregations' updates (or an aggregation's and a topic's table's)
+                // merged into one sink: each store's updates once under exactly-once output.
+                let a = T::Agg(Box::new(stream(rng, 2, d)), group(rng, false), agg(rng));
+                let b = if rng.chance(50) {
+                    T::Agg(Box::new(stream(rng, 2, d)), group(rng, false), agg(rng))
+                } else {
+                    source_table(rng)
+                };
+                vec![Out::Merged(a, b)]
+            }
             "to_table" => {
                 let source = S::Source(rng.below(2) as usize);
                 let s = stateless(rng, source, d, true);
@@ -1062,6 +1076,19 @@ impl Plan {
                     b.table(t)
                         .to_change_stream()
                         .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                }
+                Out::Merged(t, u) => {
+                    let prefixed = |table: KTable<K, i64>, prefix: &'static str| {
+                        table.to_change_stream().map(move |k, v| {
+                            (Some(format!("{prefix}{}", k.unwrap_or_default())), v)
+                        })
+                    };
+                    let (t, u) = (b.table(t), b.table(u));
+                    prefixed(t, "a:").merge(&prefixed(u, "b:")).to(
+                        &topic,
+                        Nullable(Utf8),
+                        Nullable(DecimalI64),
+                    )
                 }
                 Out::Windowed(w) => b
                     .windowed(w)

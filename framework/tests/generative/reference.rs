@@ -73,6 +73,20 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 Expected::Records(records)
             }
             Out::Table(t) => Expected::TableAt(table(t, inputs), table_times(t, inputs)),
+            Out::Merged(a, b) => {
+                let prefixed = |m: BTreeMap<String, i64>, prefix: &str| {
+                    m.into_iter()
+                        .map(|(k, v)| (format!("{prefix}{k}"), v))
+                        .collect::<Vec<_>>()
+                };
+                let values = (prefixed(table(a, inputs), "a:").into_iter())
+                    .chain(prefixed(table(b, inputs), "b:"))
+                    .collect();
+                let times = (prefixed(table_times(a, inputs), "a:").into_iter())
+                    .chain(prefixed(table_times(b, inputs), "b:"))
+                    .collect();
+                Expected::TableAt(values, times)
+            }
             Out::Windowed(w) if w.emit_on_close => {
                 let values = finals(w, plan, inputs);
                 let times = windowed_times(w, inputs)
@@ -148,6 +162,13 @@ fn without_poison(plan: &Plan, inputs: &Inputs) -> Inputs {
             Out::Stream(s) => walk(s, inputs, &mut bad),
             Out::Table(T::Agg(s, _, _) | T::ToTable(s)) => walk(s, inputs, &mut bad),
             Out::Table(_) => {}
+            Out::Merged(a, b) => {
+                for t in [a, b] {
+                    if let T::Agg(s, _, _) | T::ToTable(s) = t {
+                        walk(s, inputs, &mut bad);
+                    }
+                }
+            }
             Out::Windowed(w) => walk(&w.stream, inputs, &mut bad),
             Out::Dyn(w) => walk(&w.stream, inputs, &mut bad),
         }
