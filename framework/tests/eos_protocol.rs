@@ -1816,6 +1816,36 @@ fn switch_reference(source: &SwitchSource) -> BTreeMap<String, i64> {
     counts
 }
 
+/// Runs each partition from `position` to its switch offset at least once: fault-free
+/// batches of 1 to 3 records, the partitions interleaved at random, outputs to `sink`.
+async fn at_least_once_until_the_switch(
+    topology: &Topology,
+    store: &Arc<dyn Store>,
+    source: &SwitchSource,
+    position: &mut BTreeMap<TopicPartition, i64>,
+    sink: &lambda_streams::sink::MemorySink,
+    rng: &mut StdRng,
+) {
+    loop {
+        let pending: Vec<&TopicPartition> = source
+            .iter()
+            .filter(|(tp, (_, switch))| position[*tp] < *switch)
+            .map(|(tp, _)| tp)
+            .collect();
+        let Some(&tp) = pending.get(rng.random_range(0..pending.len().max(1))) else {
+            break;
+        };
+        let a = position[tp];
+        let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
+        let event = switch_event(source, &BTreeMap::from([(tp.clone(), (a, b))]));
+        topology
+            .process_with(&event, store.as_ref(), sink, &switch_options(source))
+            .await
+            .unwrap();
+        position.insert(tp.clone(), b + 1);
+    }
+}
+
 /// One switch: the records before each partition's switch offset run at least once
 /// (fault-free batches of 1 to 3 records, the partitions interleaved at random), the rest
 /// exactly once under the fault model, from the same store, with nothing in the shadow
@@ -1830,24 +1860,8 @@ async fn switch_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
     let before = lambda_streams::sink::MemorySink::new();
     let mut position: BTreeMap<TopicPartition, i64> =
         source.keys().map(|tp| (tp.clone(), 0)).collect();
-    loop {
-        let pending: Vec<&TopicPartition> = source
-            .iter()
-            .filter(|(tp, (_, switch))| position[*tp] < *switch)
-            .map(|(tp, _)| tp)
-            .collect();
-        let Some(&tp) = pending.get(rng.random_range(0..pending.len().max(1))) else {
-            break;
-        };
-        let a = position[tp];
-        let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
-        let event = switch_event(&source, &BTreeMap::from([(tp.clone(), (a, b))]));
-        topology
-            .process_with(&event, store.as_ref(), &before, &switch_options(&source))
-            .await
-            .unwrap();
-        position.insert(tp.clone(), b + 1);
-    }
+    at_least_once_until_the_switch(&topology, &store, &source, &mut position, &before, &mut rng)
+        .await;
     let broker = Broker::default();
     let mut stats = Stats::default();
     let complete = FaultySource {
@@ -1996,24 +2010,8 @@ async fn switch_back_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
     }
     let sink = lambda_streams::sink::MemorySink::new();
     let mut position = back;
-    loop {
-        let pending: Vec<&TopicPartition> = source
-            .iter()
-            .filter(|(tp, (_, switch))| position[*tp] < *switch)
-            .map(|(tp, _)| tp)
-            .collect();
-        let Some(&tp) = pending.get(rng.random_range(0..pending.len().max(1))) else {
-            break;
-        };
-        let a = position[tp];
-        let b = (a + rng.random_range(0..=2)).min(source[tp].1 - 1);
-        let event = switch_event(&source, &BTreeMap::from([(tp.clone(), (a, b))]));
-        topology
-            .process_with(&event, store.as_ref(), &sink, &switch_options(&source))
-            .await
-            .unwrap();
-        position.insert(tp.clone(), b + 1);
-    }
+    at_least_once_until_the_switch(&topology, &store, &source, &mut position, &sink, &mut rng)
+        .await;
     let ends = source
         .iter()
         .map(|(tp, (r, _))| (tp.clone(), r.len() as i64))

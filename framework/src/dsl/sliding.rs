@@ -852,35 +852,43 @@ where
                 // whether a right window exists): every window this batch changed is one
                 // of them.
                 let first = buffer.from.map_or(i64::MIN, |from| from.saturating_add(1));
-                for (start, members) in buffer.final_windows(windows) {
-                    let end = start.saturating_add(windows.difference);
-                    if start < first {
-                        continue;
-                    }
+                // A window's update: the fold of its records' values, carrying its newest
+                // record's time (as Kafka Streams).
+                let emit = |ctx: &mut crate::topology::context::Ctx,
+                            start: i64,
+                            newest: i64,
+                            values: &mut dyn Iterator<Item = Option<&[u8]>>|
+                 -> Result<(), StreamError> {
                     let mut aggregate = init();
-                    let mut newest = start;
-                    for record in members.iter().map(|&i| &buffer.records[i]) {
-                        newest = newest.max(record.ts);
-                        let value = decode(record.value.as_deref()).map_err(|e| {
+                    for value in values {
+                        let value = decode(value).map_err(|e| {
                             StreamError::Config(format!(
                                 "a stored window record does not decode: {e}"
                             ))
                         })?;
                         aggregate = adder(&key, value, aggregate);
                     }
-                    // As Kafka Streams, a window's update carries its newest record's time.
                     if let Origin::Update { version, .. } = ctx.origin {
                         ctx.origin = Origin::Update {
                             version,
                             timestamp: newest,
                         };
                     }
+                    let end = start.saturating_add(windows.difference).saturating_add(1);
                     let window = Windowed {
                         key: key.clone(),
                         start,
-                        end: end.saturating_add(1),
+                        end,
                     };
-                    out.forward(ctx, window, aggregate)?;
+                    out.forward(ctx, window, aggregate)
+                };
+                for (start, members) in buffer.final_windows(windows) {
+                    if start < first {
+                        continue;
+                    }
+                    let records = members.iter().map(|&i| &buffer.records[i]);
+                    let newest = records.clone().map(|r| r.ts).fold(start, i64::max);
+                    emit(ctx, start, newest, &mut records.map(|r| r.value.as_deref()))?;
                 }
                 // At least once: the parked windows of records this batch read (its retry
                 // of a failed attempt), which a batch of another partition pruned.
@@ -897,27 +905,8 @@ where
                         .filter(|p| p.by.iter().any(unconfirmed))
                         .collect();
                     for p in due {
-                        let mut aggregate = init();
-                        for value in &p.values {
-                            let value = decode(value.as_deref()).map_err(|e| {
-                                StreamError::Config(format!(
-                                    "a stored window record does not decode: {e}"
-                                ))
-                            })?;
-                            aggregate = adder(&key, value, aggregate);
-                        }
-                        if let Origin::Update { version, .. } = ctx.origin {
-                            ctx.origin = Origin::Update {
-                                version,
-                                timestamp: p.newest,
-                            };
-                        }
-                        let window = Windowed {
-                            key: key.clone(),
-                            start: p.start,
-                            end: p.start.saturating_add(windows.difference).saturating_add(1),
-                        };
-                        out.forward(ctx, window, aggregate)?;
+                        let values = &mut p.values.iter().map(|v| v.as_deref());
+                        emit(ctx, p.start, p.newest, values)?;
                     }
                 }
                 Ok(())
