@@ -522,17 +522,14 @@ impl ExactlyOnceOutput {
 
     /// A partition whose progress the shadow group does not hold yet (its first batch under
     /// exactly-once output: a new deployment, a switch from at-least-once output, or shadow
-    /// offsets that expired), or holds only up to an offset before the batch (a switch back
-    /// to exactly-once output after a spell at least once, or a batch the event source
-    /// skipped), starts from the stream time the store persisted: as far as at-least-once
-    /// batches read the partition, so that the windows they closed stay closed (the later
-    /// of it and the committed time). That time is committed first, with the batch's first offset, in a transaction
+    /// offsets that expired) starts from the stream time the store persisted: as far as
+    /// at-least-once batches read the partition, so that the windows they closed stay
+    /// closed. That time is committed first, with the batch's first offset, in a transaction
     /// of its own and before anything is written: an aborted attempt moves the persisted
     /// time past records its retry must process again (and would then drop as late), so
     /// every later attempt takes the time from the shadow group, as for any committed
     /// progress. Only for a topology that keeps stream time (a windowed one), once per
-    /// partition and switch; the seed's attempt id is the committed one, whose claims stay
-    /// committed, or one of its own (it claims no window). Returns the
+    /// partition; the seed's attempt id is its own (it claims no window). Returns the
     /// partitions seeded; on failure, the partition whose producer failed fatally (if one
     /// did) and the error.
     async fn seed_stream_times(
@@ -547,55 +544,37 @@ impl ExactlyOnceOutput {
             .partitions
             .iter()
             .enumerate()
+            .filter(|(i, _)| progress[*i].0 == i64::MIN)
             .filter_map(|(i, batch)| batch.records.first().map(|r| (i, r.offset)))
-            .filter(|&(i, first)| progress[i].0 == i64::MIN || progress[i].0 < first)
             .collect();
         if unseeded.is_empty() || !topology.inner.windowed {
             return Ok(0);
         }
         let clock = store.clock().await.map_err(|e| (None, e.into()))?;
-        let fresh = format!("{:032x}", rand::random::<u128>());
+        let attempt = format!("{:032x}", rand::random::<u128>());
         let group = self.group();
-        // The committed attempt stays the committed one (its claims were committed with it);
-        // a partition with none takes the seed's own.
-        let attempts: Vec<String> = unseeded
-            .iter()
-            .map(|&(i, _)| {
-                progress[i]
-                    .1
-                    .attempt
-                    .clone()
-                    .unwrap_or_else(|| fresh.clone())
-            })
-            .collect();
-        let seeds = futures::future::join_all(unseeded.iter().zip(&attempts).map(
-            |(&(i, first), attempt)| {
-                let tp = &event.partitions[i].tp;
-                let persisted = clock.partitions.get(tp).map_or(i64::MIN, |t| t.stream_time);
-                let time = match progress[i].1.stream_time {
-                    StreamTime::Committed(committed) => committed.max(persisted),
-                    StreamTime::Unknown => persisted,
-                };
-                let metadata = ProgressMetadata::encode(attempt, time);
-                let (p, group) = (&producers[i], group.as_str());
-                async move {
-                    p.begin().await.map_err(|e| ("begin_transaction", e))?;
-                    p.send_offset(group, tp, first, &metadata)
-                        .await
-                        .map_err(|e| ("send_offsets_to_transaction", e))?;
-                    p.commit().await.map_err(|e| ("commit_transaction", e))?;
-                    Ok::<_, (&str, TxnError)>((i, first, time))
-                }
-            },
-        ))
+        let seeds = futures::future::join_all(unseeded.iter().map(|&(i, first)| {
+            let tp = &event.partitions[i].tp;
+            let time = clock.partitions.get(tp).map_or(i64::MIN, |t| t.stream_time);
+            let metadata = ProgressMetadata::encode(&attempt, time);
+            let (p, group) = (&producers[i], group.as_str());
+            async move {
+                p.begin().await.map_err(|e| ("begin_transaction", e))?;
+                p.send_offset(group, tp, first, &metadata)
+                    .await
+                    .map_err(|e| ("send_offsets_to_transaction", e))?;
+                p.commit().await.map_err(|e| ("commit_transaction", e))?;
+                Ok::<_, (&str, TxnError)>((i, first, time))
+            }
+        }))
         .await;
-        for ((seed, &(i, _)), attempt) in seeds.into_iter().zip(&unseeded).zip(attempts) {
+        for (seed, &(i, _)) in seeds.into_iter().zip(&unseeded) {
             match seed {
                 Ok((i, first, time)) => {
                     progress[i] = (
                         first,
                         ProgressMetadata {
-                            attempt: Some(attempt),
+                            attempt: Some(attempt.clone()),
                             stream_time: StreamTime::Committed(time),
                         },
                     );
