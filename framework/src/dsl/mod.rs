@@ -329,10 +329,15 @@ impl StreamsBuilder {
     ///     .count("lengths");
     /// sessions
     ///     .merge(&lengths.to_stream())
-    ///     .to("merged", Utf8, BigEndianI64); // two stores' updates merged: not yet
+    ///     .to("merged", Utf8, BigEndianI64); // two stores' updates merged: fine (each outbox)
+    /// let names = builder.table("names", Utf8, Utf8, "names");
+    /// lengths
+    ///     .to_stream()
+    ///     .join(&names, |_, n: i64, name: String| format!("{name}:{n}"))
+    ///     .to("named", Utf8, Utf8); // a table's updates through a join: not yet
     /// let refused = builder.try_build().err().expect("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
-    /// assert!(refused.to_string().contains("sessions"), "{refused}");
+    /// assert!(refused.to_string().contains("lengths"), "{refused}");
     /// ```
     pub fn output_guarantee(&self, guarantee: crate::OutputGuarantee) {
         lock(&self.shared).output = guarantee;
