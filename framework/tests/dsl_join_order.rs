@@ -404,6 +404,57 @@ fn a_left_stream_join_s_output_is_not_repartitioned_or_aggregated() {
     );
 }
 
+/// Sessions and sliding windows emitted on close reach what follows them in their store's
+/// closing pass, after the batch's joins have run: a stream–table join of them would hold
+/// its records for a resumption that never comes. `build()` accepted the shape and the
+/// joined closes were never produced (found while lifting the exactly-once refusals: a
+/// session closed and counted through `to`, nothing through the join); it is refused now,
+/// as a time window's close through a join always was, naming the store and what to do.
+#[test]
+fn closes_of_sessions_and_sliding_windows_are_not_joined_with_a_table() {
+    use lambda_streams::dsl::{EmitStrategy, SessionWindows, SlidingWindows, Suppressed};
+    for kind in 0..3 {
+        let builder = StreamsBuilder::new();
+        let names = builder.table("names", Utf8, Utf8, "names");
+        let clicks = builder.stream("clicks", Utf8, Utf8).group_by_key(Utf8);
+        let closes = match kind {
+            0 => clicks
+                .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(10)))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("closes")
+                .to_stream()
+                .map(|w, n| (w.key, n)),
+            1 => clicks
+                .windowed_by_sliding(SlidingWindows::of_time_difference_and_grace(
+                    Duration::from_secs(10),
+                    Duration::ZERO,
+                ))
+                .emit_strategy(EmitStrategy::OnWindowClose)
+                .count("closes")
+                .to_stream()
+                .map(|w, n| (w.key, n)),
+            _ => clicks
+                .windowed_by_session(SessionWindows::with_inactivity_gap(Duration::from_secs(10)))
+                .count("closes")
+                .suppress(Suppressed::until_window_closes())
+                .to_stream()
+                .map(|w, n| (w.key, n)),
+        };
+        closes
+            .join(&names, |_, n: i64, name: String| format!("{name}:{n}"))
+            .to("out", Utf8, Utf8);
+        let refused = builder.try_build().err().expect("refused").to_string();
+        assert!(
+            refused.contains("\"closes\"") && refused.contains("when the window closes"),
+            "kind {kind}: {refused}"
+        );
+        assert!(
+            refused.contains("OnWindowUpdate") && refused.contains("another sub-topology"),
+            "kind {kind}: {refused}"
+        );
+    }
+}
+
 #[test]
 fn a_hop_fed_from_a_join_and_from_outside_it_holds_its_chunks_until_the_join() {
     // As above, with "b" producing one more record than an output chunk holds: sent as a

@@ -368,7 +368,13 @@ impl FaultySource<'_> {
                     continue;
                 }
                 let (id, inv) = running.remove(i);
-                let ok = inv.handle.await.unwrap().is_ok();
+                let result = inv.handle.await.unwrap();
+                if let Err(e) = &result
+                    && std::env::var("EOS_TRACE_ERRORS").is_ok()
+                {
+                    eprintln!("invocation failed: {e}");
+                }
+                let ok = result.is_ok();
                 envs[inv.env].1 = false;
                 if ok {
                     stats.successes += 1;
@@ -3031,4 +3037,283 @@ fn a_key_both_tables_lose_in_turn_deletes_the_inner_join_s_pair() {
         .collect();
     assert_eq!(pairs.first(), Some(&Some(b"n1@c1".to_vec())), "{pairs:?}");
     assert_eq!(pairs.last(), Some(&None), "the pair deleted: {pairs:?}");
+}
+
+// --------------------------------------------- a table's updates through a stream–table join
+
+/// A store's updates joined with a table under exactly-once output, on the sources of the
+/// table–table join test: `names` is the table, `cities` a stream counted per key (its
+/// tombstones skipped, as Kafka Streams' aggregations skip null values). A count's updates
+/// left-joined (`moved`) and inner-joined (`moved-inner`) with the names, each value
+/// `<count>:<name>` (`?` for no name); and the updates of sessions on update (gap 3 ms)
+/// left-joined the same way (`moved-sessions`, keyed `<key>@<start>-<end>`).
+fn lookup_topology() -> Topology {
+    use lambda_streams::dsl::SessionWindows;
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(lambda_streams::OutputGuarantee::ExactlyOnce);
+    let names = builder.table("names", Utf8, Utf8, "names");
+    let moves = builder
+        .stream("cities", Utf8, lambda_streams::serdes::Nullable(Utf8))
+        .filter(|_, v| v.is_some());
+    let counts = moves.group_by_key(Utf8).count("moves").to_stream();
+    let name = |name: Option<String>| name.unwrap_or_else(|| "?".to_owned());
+    counts
+        .left_join(&names, move |_, n: i64, found: Option<String>| {
+            format!("{n}:{}", name(found))
+        })
+        .to("moved", Utf8, Utf8);
+    counts
+        .join(&names, |_, n: i64, found: String| format!("{n}:{found}"))
+        .to("moved-inner", Utf8, Utf8);
+    moves
+        .group_by_key(Utf8)
+        .windowed_by_session(SessionWindows::with_inactivity_gap(
+            std::time::Duration::from_millis(SESSION_UPDATE_GAP as u64),
+        ))
+        .count("move-sessions")
+        .to_stream()
+        .map(|w, n| (w.key, (w.start, w.end, n)))
+        .left_join(
+            &names,
+            move |_, (start, end, n): (i64, i64, i64), found: Option<String>| {
+                (start, end, format!("{n}:{}", name(found)))
+            },
+        )
+        .map(|k, (start, end, v)| (format!("{k}@{start}-{end}"), v))
+        .to("moved-sessions", Utf8, Utf8);
+    builder.build()
+}
+
+/// One schedule of [`lookup_topology`] under the fault model; returns the violations of
+/// what a `read_committed` reader sees (see [`check_lookups`]).
+async fn lookup_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let source = join_source(&mut rng);
+    let topology = Arc::new(lookup_topology());
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let broker = Broker::default();
+    let mut stats = Stats::default();
+    let complete = FaultySource {
+        topology: &topology,
+        store: &store,
+        broker: &broker,
+        start: source.keys().map(|tp| (tp.clone(), 0)).collect(),
+        ends: source
+            .iter()
+            .map(|(tp, r)| (tp.clone(), r.len() as i64))
+            .collect(),
+        event: &|batch| join_event(&source, batch),
+        options: BatchOptions::default(),
+    }
+    .run(&mut rng, &mut stats)
+    .await;
+    let violations = check_lookups(&broker, &source, &*store, complete).await;
+    (violations, complete, stats)
+}
+
+/// Per key (or session) of a joined output, per version: the counts and names seen.
+type LookedUp = BTreeMap<String, BTreeMap<u64, Vec<(i64, String)>>>;
+
+/// What a `read_committed` reader of [`lookup_topology`]'s outputs must see, against the
+/// source alone: per topic, each `(key, version)` once (per session and version for the
+/// sessions); every name one the table held for the key (or `?` where the left join found
+/// none), none in the inner join; a key's counts growing with its versions, one count per
+/// version in both joins; and when the run completed, the left joins' versions 1..N
+/// complete per key (every write changes the count and a session), the count of the
+/// highest version the key's number of records, and each session of the brute force's
+/// with its count at its highest version.
+async fn check_lookups(
+    broker: &Broker,
+    source: &JoinSource,
+    store: &dyn Store,
+    complete: bool,
+) -> Vec<String> {
+    let held = join_reference(source);
+    // Per key: its non-null `cities` record times (1,000 + offset), in order.
+    let mut times: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (tp, records) in source.iter().filter(|(tp, _)| tp.topic == "cities") {
+        let _ = tp;
+        for (o, (key, value)) in records.iter().enumerate() {
+            if value.is_some() {
+                times.entry(key.clone()).or_default().push(1_000 + o as i64);
+            }
+        }
+    }
+    let mut violations = Vec::new();
+    let text = |b: &Option<Vec<u8>>| {
+        b.as_deref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default()
+    };
+    // Per topic, per key (or session), per version: the values seen.
+    let mut seen: BTreeMap<&str, LookedUp> = BTreeMap::new();
+    for topic in ["moved", "moved-inner", "moved-sessions"] {
+        let per_key = seen.entry(topic).or_default();
+        let committed: Vec<OutputRecord> = broker
+            .log()
+            .committed_view(topic)
+            .into_iter()
+            .cloned()
+            .collect();
+        for r in &committed {
+            if r.header(TRANSACTION_HEADER).is_some() {
+                violations.push(format!("{topic}: the transaction header leaked"));
+            }
+            let key = text(&r.key);
+            let Some(version) = r
+                .header(VERSION_HEADER)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|v| v.parse::<u64>().ok())
+            else {
+                violations.push(format!("{topic}: an update of {key} without a version"));
+                continue;
+            };
+            let value = text(&r.value);
+            let Some((count, name)) = value
+                .split_once(':')
+                .and_then(|(n, name)| Some((n.parse::<i64>().ok()?, name.to_owned())))
+            else {
+                violations.push(format!("{topic}: {key} = {value:?} is not <count>:<name>"));
+                continue;
+            };
+            let plain = key.split_once('@').map_or(key.as_str(), |(k, _)| k);
+            let names = &held.get(plain).map(|h| &h[0]);
+            let valid = names.is_some_and(|names| {
+                names.iter().any(|n| match n {
+                    Some(n) => *n == name,
+                    None => name == "?" && topic != "moved-inner",
+                })
+            });
+            if !valid {
+                violations.push(format!(
+                    "{topic}: {key} = {value:?} joins a name the table never held"
+                ));
+            }
+            per_key
+                .entry(key)
+                .or_default()
+                .entry(version)
+                .or_default()
+                .push((count, name));
+        }
+    }
+    for (topic, per_key) in &seen {
+        for (key, versions) in per_key {
+            for (version, values) in versions {
+                if values.len() != 1 {
+                    violations.push(format!(
+                        "{topic}: ({key}, version {version}) seen {} times: {values:?}",
+                        values.len()
+                    ));
+                }
+            }
+            if *topic != "moved-sessions" {
+                let counts: Vec<i64> = versions.values().map(|v| v[0].0).collect();
+                if counts.windows(2).any(|w| w[0] >= w[1]) {
+                    violations.push(format!(
+                        "{topic}: {key}'s counts do not grow with its versions: {versions:?}"
+                    ));
+                }
+            }
+        }
+    }
+    // The inner join's counts are the left join's of the same version (one outbox entry).
+    for (key, versions) in &seen["moved-inner"] {
+        for (version, values) in versions {
+            let left = seen["moved"].get(key).and_then(|v| v.get(version));
+            if left.is_some_and(|l| l[0].0 != values[0].0) {
+                violations.push(format!(
+                    "{key} version {version}: the inner join's count {values:?}, the left \
+                     join's {left:?}"
+                ));
+            }
+        }
+    }
+    if !complete {
+        return violations;
+    }
+    for (key, ts) in &times {
+        let versions = seen["moved"].get(key).cloned().unwrap_or_default();
+        let got: Vec<u64> = versions.keys().copied().collect();
+        if got != (1..=got.len() as u64).collect::<Vec<_>>() {
+            violations.push(format!("moved: {key} has versions {got:?}, not 1..N"));
+        }
+        let last = versions.last_key_value().map(|(_, v)| v[0].0);
+        if last != Some(ts.len() as i64) {
+            violations.push(format!(
+                "moved: {key}'s highest version counts {last:?}, the key has {} records",
+                ts.len()
+            ));
+        }
+        // Sessions: the key's versions among its sessions' updates, and each session of
+        // the brute force (record times merged while the next is within the gap) with its
+        // count at its highest version.
+        let last = store
+            .get("move-sessions", key.as_bytes())
+            .await
+            .unwrap()
+            .map_or(0, |s| s.version);
+        let mut versions: BTreeSet<u64> = BTreeSet::new();
+        for (name, v) in &seen["moved-sessions"] {
+            if name.split_once('@').is_some_and(|(k, _)| k == key) {
+                versions.extend(v.keys());
+            }
+        }
+        if versions.iter().copied().collect::<Vec<_>>() != (1..=last).collect::<Vec<u64>>() {
+            violations.push(format!(
+                "moved-sessions: {key} has versions {versions:?}, expected 1..={last}"
+            ));
+        }
+        let mut sessions: Vec<(i64, i64, i64)> = Vec::new();
+        for &t in ts {
+            match sessions.last_mut() {
+                Some((_, end, n)) if t - *end <= SESSION_UPDATE_GAP => {
+                    *end = t;
+                    *n += 1;
+                }
+                _ => sessions.push((t, t, 1)),
+            }
+        }
+        for (start, end, n) in sessions {
+            let name = format!("{key}@{start}-{end}");
+            let got = seen["moved-sessions"]
+                .get(&name)
+                .and_then(|v| v.last_key_value())
+                .map(|(_, v)| v[0].0);
+            if got != Some(n) {
+                violations.push(format!(
+                    "moved-sessions: {name} counts {got:?} at its highest version, the brute \
+                     force {n}"
+                ));
+            }
+        }
+    }
+    violations
+}
+
+/// A store's updates through a stream–table join under exactly-once output (a count's,
+/// left and inner joins, and sessions' on update): each update that waits at the join goes
+/// on in the transaction of its outbox entry's record, so a `read_committed` reader sees
+/// each `(key, version)` once, complete, joined with a name the table held.
+#[test]
+fn table_updates_through_a_stream_table_join_are_seen_once_by_read_committed_under_the_fault_model()
+{
+    let schedules: u64 = std::env::var("EOS_SCHEDULES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(400);
+    let (failed, incomplete, stats) = run_seeds(0..schedules, lookup_schedule);
+    eprintln!("{schedules} schedules, {incomplete} incomplete (step cap): {stats:?}");
+    if let Some((seed, violations)) = failed {
+        panic!("seed {seed}: {violations:#?}");
+    }
+    assert!(
+        stats.crashes > 0 && stats.zombies > 0 && stats.shifted_retries > 0,
+        "{stats:?}"
+    );
+    // The checks of a completed run are the strong ones: most runs complete.
+    assert!(
+        incomplete * 10 < schedules,
+        "{incomplete} of {schedules} incomplete"
+    );
 }

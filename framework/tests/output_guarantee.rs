@@ -1,19 +1,17 @@
 //! The output guarantee's configuration and its refusals (issue 15): under
-//! `exactly_once`, aggregate and table updates straight from their store's write are
-//! accepted (the outbox of updates makes them exactly once: sessions' and sliding windows'
-//! updates on update too), and so are time windows',
-//! sessions' and sliding windows' closes straight from their store (emit on close,
-//! `suppress`: claimed before they are emitted), sessions and sliding windows on update
-//! (the outbox keeps each write's updates), and the closing passes of left and outer
-//! stream–stream joins and of grace joins (their rewrite of the join's item claims what
-//! they emit, dead letters among them), and the updates of several such stores (sessions and
-//! sliding windows on update among them) merged into one sink (each store's outbox covers
-//! its own); a topology whose sinks produce other records with
-//! no source record (a window's close merged with other records, a join's closing pass
-//! merged with a store's updates, updates after a join, sessions and sliding windows on
-//! update after a join or on close merged with another store's updates) is
-//! refused, by `try_build` when the builder asks for it and by the handler when its
-//! configuration does, naming the sink. Never a silent at-least-once output.
+//! `exactly_once`, aggregate and table updates from their store's write are accepted (the
+//! outbox of updates makes them exactly once: sessions' and sliding windows' updates on
+//! update too, also through stream–table joins, where each update goes on in its outbox
+//! entry's transaction), and so are time windows', sessions' and sliding windows' closes
+//! straight from their store (emit on close, `suppress`: claimed before they are emitted),
+//! the closing passes of left and outer stream–stream joins and of grace joins (their
+//! rewrite of the join's item claims what they emit, dead letters among them), and the
+//! updates of several such stores merged into one sink (each store's outbox covers its
+//! own); a topology whose sinks produce records that neither covers (a table–table join
+//! declared while the builder's guarantee was at least once, which emits straight from the
+//! two tables' writes) is refused, by `try_build` when the builder asks for it and by the
+//! handler when its configuration does, naming the sink. Never a silent at-least-once
+//! output.
 
 #![allow(clippy::unwrap_used)]
 
@@ -43,13 +41,14 @@ fn records_only(builder: &StreamsBuilder) {
         .to("rekeyed", Utf8, Utf8);
 }
 
-/// The kinds of sinks of records with no source record neither the outbox nor the claims
-/// cover, each with the store it names: all of them a store's updates after a stream–table
-/// join, merged with a window's close, with a left join's closing pass, as they are
-/// (sliding windows on update, a count), and merged with sessions' closes.
-const UNSOURCED: usize = 5;
+/// The kinds of sinks fed by a store's updates through a stream–table join, each with
+/// its store: merged with a window's close, with a left join's closing pass, as they are
+/// (sliding windows on update, a count), and merged with sessions' closes. Each update that
+/// waits at the join goes on in the transaction of its outbox entry's record: accepted
+/// under exactly-once output (they were refused before).
+const THROUGH_LOOKUPS: usize = 5;
 
-fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
+fn through_lookups(kind: usize) -> (StreamsBuilder, &'static str) {
     let builder = StreamsBuilder::new();
     records_only(&builder);
     let clicks = builder.stream("clicks", Utf8, Utf8);
@@ -144,6 +143,39 @@ fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
                 .merge(&named)
                 .to("session-counts", Utf8, BigEndianI64);
             "sessions"
+        }
+    };
+    (builder, store)
+}
+
+/// The kinds of sinks of records with no source record neither the outbox nor the claims
+/// cover, each with the store it names: a table–table join declared while the builder's
+/// guarantee was at least once (it emits straight from the two tables' writes), alone, and
+/// merged with a count's updates.
+const UNSOURCED: usize = 2;
+
+fn unsourced(kind: usize) -> (StreamsBuilder, &'static str) {
+    let builder = StreamsBuilder::new();
+    records_only(&builder);
+    let names = builder.table("names", Utf8, Utf8, "names");
+    let cities = builder.table("cities", Utf8, Utf8, "cities");
+    let joined = names
+        .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
+        .to_stream();
+    let store = match kind {
+        0 => {
+            joined.to("pairs", Utf8, Utf8);
+            "names"
+        }
+        _ => {
+            let counts = builder
+                .stream("clicks", Utf8, Utf8)
+                .group_by_key(Utf8)
+                .count("click-counts")
+                .to_stream()
+                .map_values(|n: i64| n.to_string());
+            joined.merge(&counts).to("pairs-and-counts", Utf8, Utf8);
+            "names"
         }
     };
     (builder, store)
@@ -417,6 +449,36 @@ fn a_join_s_closing_pass_merged_with_updates_or_closes_builds_under_exactly_once
             &config(EXACTLY_ONCE),
         )
         .unwrap_or_else(|e| panic!("closes {closes}: the handler refused: {e}"));
+    }
+}
+
+/// A store's updates through a stream–table join (alone, sliding windows on update, merged
+/// with a window's or sessions' closes, with a left join's closing pass): each update that
+/// waits at the join goes on in its outbox entry's transaction, so under exactly-once
+/// output the topology is accepted, by `try_build` and by a handler configured exactly
+/// once (the fault model's proof: `eos_protocol`'s
+/// `table_updates_through_a_stream_table_join_are_seen_once_by_read_committed_under_the_fault_model`).
+#[test]
+fn a_store_s_updates_through_a_stream_table_join_build_under_exactly_once() {
+    for kind in 0..THROUGH_LOOKUPS {
+        let (builder, _) = through_lookups(kind);
+        builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+        let topology = builder
+            .try_build()
+            .unwrap_or_else(|e| panic!("kind {kind}: refused: {e}"));
+        assert!(
+            topology
+                .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+                .is_ok(),
+            "kind {kind}"
+        );
+        let (builder, _) = through_lookups(kind);
+        Handler::try_from_config(
+            builder.build(),
+            Arc::new(MemoryStore::new()),
+            &config(EXACTLY_ONCE),
+        )
+        .unwrap_or_else(|e| panic!("kind {kind}: a handler configured exactly once: {e}"));
     }
 }
 

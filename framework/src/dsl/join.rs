@@ -310,6 +310,7 @@ where
             };
             let node = inner.description.add_node(prefix, kind, &[self.node()]);
             inner.roles.read(node, lookup.store);
+            inner.roles.lookup(node);
             (name, node)
         };
         let next = Downstream::<K, VR>::new();

@@ -334,10 +334,22 @@ impl StreamsBuilder {
     /// lengths
     ///     .to_stream()
     ///     .join(&names, |_, n: i64, name: String| format!("{name}:{n}"))
-    ///     .to("named", Utf8, Utf8); // a table's updates through a join: not yet
+    ///     .to("named", Utf8, Utf8); // a table's updates through a join: fine (each outbox)
+    /// assert!(builder.try_build().is_ok());
+    ///
+    /// // A table–table join declared before the builder asks for exactly-once output emits
+    /// // straight from the two tables' writes: refused, naming the sink.
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("names", Utf8, Utf8, "names");
+    /// let cities = builder.table("cities", Utf8, Utf8, "cities");
+    /// names
+    ///     .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
+    ///     .to_stream()
+    ///     .to("profiles", Utf8, Utf8);
+    /// builder.output_guarantee(OutputGuarantee::ExactlyOnce);
     /// let refused = builder.try_build().err().expect("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
-    /// assert!(refused.to_string().contains("lengths"), "{refused}");
+    /// assert!(refused.to_string().contains("output_guarantee"), "{refused}");
     /// ```
     pub fn output_guarantee(&self, guarantee: crate::OutputGuarantee) {
         lock(&self.shared).output = guarantee;

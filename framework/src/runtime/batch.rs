@@ -475,10 +475,14 @@ impl Topology {
                         ctx.update_entry = Some((emission.tp, emission.entry.offset));
                         ctx.update_state = Some(emission.entry.state.clone());
                     }
+                    // What waits at a stream–table join goes on later, in the same
+                    // transaction.
+                    ctx.outbox_entry = Some((emission.tp, emission.entry.offset));
                     let emitted =
                         guarded(|| (spec.on_update)(ctx, &key, window, &emission.entry.state));
                     ctx.update_entry = None;
                     ctx.update_state = None;
+                    ctx.outbox_entry = None;
                     emitted?;
                     let tp = ctx.partitions[emission.tp as usize].clone();
                     tag_transaction(&mut ctx.outputs[mark..], &tp, emission.entry.offset);
@@ -570,7 +574,17 @@ impl Topology {
                 .and_then(|key| values.get(&d.store).and_then(|found| found.get(key)));
             let Origin::Record { tp, offset, .. } = d.origin else {
                 // A table update at a join: no record to blame, an error fails the batch.
-                guarded(|| (d.resume)(ctx, state))?;
+                // Under exactly-once output its outputs go in the transaction of its
+                // outbox entry's record, as those it made before waiting.
+                let mark = ctx.outputs.len();
+                ctx.outbox_entry = d.entry;
+                let resumed = guarded(|| (d.resume)(ctx, state));
+                ctx.outbox_entry = None;
+                resumed?;
+                if let Some((tp, offset)) = d.entry {
+                    let tp = ctx.partitions[tp as usize].clone();
+                    tag_transaction(&mut ctx.outputs[mark..], &tp, offset);
+                }
                 continue;
             };
             let batch = &event.partitions[tp as usize];

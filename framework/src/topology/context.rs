@@ -58,6 +58,10 @@ pub(crate) struct Deferred {
     /// The record it continues, and its original source (see [`Ctx::source`]).
     pub(crate) origin: Origin,
     pub(crate) source: Option<(u32, i64)>,
+    /// Under exactly-once output, for a table's update: the event record (partition
+    /// index, offset) its outbox entry is kept under, whose transaction the record's
+    /// outputs go in when it goes on (see [`Ctx::outbox_entry`]).
+    pub(crate) entry: Option<(u32, i64)>,
     /// The joined table's store, and the key to read (`None`: a record whose key is null,
     /// which has no table value but keeps its place among the records it came with).
     pub(crate) store: usize,
@@ -195,6 +199,11 @@ pub(crate) struct Ctx {
     /// Under exactly-once output, while a store's update from its outbox goes on: the
     /// item's state the entry holds (a table–table join keeps it with its decision).
     pub(crate) update_state: Option<crate::state::ItemState>,
+    /// Under exactly-once output, while a store's update from its outbox goes on (also
+    /// when it goes on after waiting at a stream–table join): the event record (partition
+    /// index, offset) the entry is kept under. The outputs it makes go in that record's
+    /// partition's transaction, those it makes after waiting too.
+    pub(crate) outbox_entry: Option<(u32, i64)>,
 }
 
 /// Per partition of a batch under exactly-once output: the shadow offsets, and the offset
@@ -259,6 +268,7 @@ impl Ctx {
             transactions: None,
             update_entry: None,
             update_state: None,
+            outbox_entry: None,
         }
     }
 
@@ -515,6 +525,7 @@ impl Ctx {
         self.deferred.push(Deferred {
             origin: self.origin,
             source: self.source,
+            entry: self.outbox_entry,
             store,
             key,
             stream_time,

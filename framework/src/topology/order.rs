@@ -23,8 +23,8 @@
 //!   updates that feed it, and whose fold keeps the decision of the newest states.
 //! - **A table's update stream repartitioned or buffered by a stream–stream join**: both
 //!   need each record's source coordinates, which an update does not have.
-//! - **A join of an emit-on-close window's updates**: those updates are emitted after the
-//!   batch's joins, when the window closes.
+//! - **A join of an emit-on-close window's updates** (time windows, sessions, sliding
+//!   windows): those updates are emitted after the batch's joins, when the window closes.
 //!
 //! One more thing the walk finds: a **repartition topic fed by records that waited at
 //! different joins** (records that waited at a stream–table join merged with records that
@@ -35,10 +35,11 @@
 //! taken for a copy and dropped). For such a topology the batch puts its repartition records
 //! back in source order before it sends them ([`WriteOrder::sort_hops`]).
 //!
-//! And for exactly-once output: the sinks fed by a store's updates straight from its write
-//! (through stateless operators only), whose stores keep the outbox of updates
-//! ([`WriteOrder::outboxed`]), and the sinks of records with no source record the outbox does
-//! not cover, which exactly-once output refuses ([`WriteOrder::unsourced_sinks`]).
+//! And for exactly-once output: the sinks fed by a store's updates from its write (through
+//! stateless operators and stream–table joins), whose stores keep the outbox of updates
+//! ([`WriteOrder::outboxed`]), and the sinks of records with no source record the outbox
+//! and the claims do not cover, which exactly-once output refuses
+//! ([`WriteOrder::unsourced_sinks`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,6 +67,10 @@ pub(crate) struct Roles {
     /// result per key (`dsl::join`): fed by the two tables' updates, each attributed to
     /// the event record its outbox entry is kept under, so that the decision is made once.
     pub(crate) decides: BTreeSet<NodeId>,
+    /// Stream–table joins (`KStream::join`, `left_join` with a table): each record looks
+    /// up the table's value of its key after the table's write and goes on alone, so a
+    /// table's update that waits there goes on in its outbox entry's transaction.
+    pub(crate) lookups: BTreeSet<NodeId>,
 }
 
 impl Roles {
@@ -99,6 +104,11 @@ impl Roles {
     pub(crate) fn decides(&mut self, node: NodeId) {
         self.decides.insert(node);
     }
+
+    /// Declares that `node` is a stream–table join (see [`Roles::lookups`]).
+    pub(crate) fn lookup(&mut self, node: NodeId) {
+        self.lookups.insert(node);
+    }
 }
 
 /// What flows out of a node, as far as ordering is concerned.
@@ -114,6 +124,9 @@ struct Flow {
     /// a join on the way (then they are emitted after the store's write, at the join).
     update_stores: BTreeSet<usize>,
     updates_via_join: bool,
+    /// The stores whose updates its records may be after a stream–table join (each
+    /// update joined with the table's value of its key, alone).
+    looked_up: BTreeSet<usize>,
     /// When its records may come from the closing pass of a left or outer stream–stream
     /// join: that join's store.
     closing_of: Option<usize>,
@@ -132,15 +145,15 @@ pub(crate) struct WriteOrder {
     /// that a batch must put its repartition records back in source order before sending
     /// them (see the module documentation).
     pub(crate) sort_hops: bool,
-    /// The sinks that produce records with no source record (a table's updates after a join
-    /// or merged, a session's or sliding window's results, a join's closing pass, a window's
-    /// close through a join or merged), which the exactly-once output cannot put in a source
-    /// partition's transaction yet: under `exactly_once`, the topology is refused with the
-    /// first of these. (A time window's close straight from its store is claimed before it
-    /// is emitted, and accepted.)
+    /// The sinks that produce records with no source record whose transaction they could
+    /// go in, neither kept in an outbox nor claimed: under `exactly_once`, the topology is
+    /// refused with the first of these. Since stores' updates (also merged, also through
+    /// stream–table joins), closes and closing passes are all covered, what is left is a
+    /// table–table join declared while the builder's guarantee was at least once (it
+    /// emits straight from the two tables' writes).
     pub(crate) unsourced_sinks: Vec<TopologyError>,
-    /// The stores whose updates reach a sink straight from their write (through stateless
-    /// operators only): under exactly-once output they keep the outbox of updates
+    /// The stores whose updates reach a sink from their write (through stateless operators
+    /// and stream–table joins): under exactly-once output they keep the outbox of updates
     /// (`state::outbox`), and their updates go in the transaction of the record that made
     /// them.
     pub(crate) outboxed: BTreeSet<usize>,
@@ -295,6 +308,7 @@ impl Walk<'_> {
             input.ways.extend(flow.ways);
             input.update_stores.extend(flow.update_stores);
             input.updates_via_join |= flow.updates_via_join;
+            input.looked_up.extend(flow.looked_up);
         }
         if self.graph.parents(node).is_empty() {
             // A source: its records come in offset order, from no join.
@@ -366,7 +380,10 @@ impl Walk<'_> {
             self.writer[store] = Some(node);
             let mut after = input.after;
             after.insert(store);
-            let on_close = self.stores[store].emit_on_close.is_some();
+            // Time windows emitted on close, and sessions and sliding windows emitted on
+            // close (in their closing pass): both emit after the batch's joins have run.
+            let on_close =
+                self.stores[store].emit_on_close.is_some() || self.closes_on_content(store);
             Flow {
                 after,
                 // Updates, one per item after its write (what takes updates is refused above).
@@ -374,6 +391,7 @@ impl Walk<'_> {
                 updates_of: Some(store),
                 update_stores: BTreeSet::from([store]),
                 updates_via_join: false,
+                looked_up: BTreeSet::new(),
                 on_close_of: if on_close {
                     Some(store)
                 } else {
@@ -412,6 +430,7 @@ impl Walk<'_> {
             if self.graph.is_sink(node) {
                 let straight = |store: usize| {
                     !input.updates_via_join
+                        && input.looked_up.is_empty()
                         && input.update_stores.len() == 1
                         && input.closing_of.is_none()
                         && !self.stores[store].fans_out
@@ -427,9 +446,13 @@ impl Walk<'_> {
                     // (what an arrival emits is kept with its record, what the closing
                     // pass emits claimed by its rewrite). A key's versions are then per
                     // store (`docs/state.md`, "Exactly-once output").
+                    // Updates that waited at a stream–table join among them go on in
+                    // their outbox entry's transaction (what a close would meet there is
+                    // refused at the join).
                     (Some(_), _)
                         if (input.update_stores.len() > 1 || input.closing_of.is_some())
                             && !input.updates_via_join
+                            && input.looked_up.iter().all(|&s| self.outboxable(s))
                             && input
                                 .update_stores
                                 .iter()
@@ -456,6 +479,7 @@ impl Walk<'_> {
                     // closing pass claims its rewrites (`runtime::claims`), so exactly once.
                     (Some(store), _)
                         if !input.updates_via_join
+                            && input.looked_up.is_empty()
                             && input.update_stores.len() == 1
                             && input.closing_of.is_none()
                             && self.closes_on_content(store) =>
@@ -469,12 +493,16 @@ impl Walk<'_> {
                     )),
                     // Straight from one store's write: its outbox makes them exactly once
                     // (a session or sliding window store's entry holds the state its write
-                    // left, from which the updates of that write alone are derived).
+                    // left, from which the updates of that write alone are derived). Also
+                    // through stream–table joins: an update that waits at one goes on in
+                    // the transaction of its outbox entry's record, joined with the table's
+                    // value as the attempt that commits reads it.
                     (Some(store), _)
                         if !input.updates_via_join
                             && input.update_stores.len() == 1
                             && input.closing_of.is_none()
-                            && self.stores[store].closing.is_none() =>
+                            && self.stores[store].closing.is_none()
+                            && (input.looked_up.is_empty() || self.outboxable(store)) =>
                     {
                         self.outboxed.insert(store);
                         None
@@ -487,14 +515,15 @@ impl Walk<'_> {
                     )),
                     (Some(store), _) if self.stores[store].fans_out => Some(format!(
                         "the sessions or sliding windows of store {:?} that a batch's \
-                         records changed, through a join or merged with another store's \
-                         updates",
+                         records changed, through a table–table join",
                         store_name(store)
                     )),
                     (Some(store), _) => Some(format!(
-                        "the updates of the table in store {:?} after a join, or merged with \
-                         another store's updates (a table–table join is exactly once when \
-                         the builder asks for it before the join is declared, by \
+                        "the updates of the table in store {:?} through a table–table join \
+                         declared while the builder's output guarantee was at least once \
+                         (such a join emits straight from the two tables' writes; it is \
+                         exactly once when the builder asks for it before the join is \
+                         declared, by \
                          `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` or \
                          by LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once set when \
                          `StreamsBuilder::new` runs: its results are then decided in a store \
@@ -543,12 +572,18 @@ impl Walk<'_> {
                     .collect(),
                 None => input.ways,
             };
+            let lookup = self.roles.lookups.contains(&node);
+            let mut looked_up = input.looked_up;
+            if lookup && input.updates_of.is_some() {
+                looked_up.extend(input.update_stores.iter().copied());
+            }
             Flow {
                 after,
                 ways,
                 update_stores: input.update_stores,
                 updates_via_join: input.updates_via_join
-                    || (reads.is_some() && input.updates_of.is_some()),
+                    || (reads.is_some() && input.updates_of.is_some() && !lookup),
+                looked_up,
                 updates_of: input.updates_of,
                 on_close_of: input.on_close_of,
                 closing_of: self.roles.closes.get(&node).copied().or(input.closing_of),
