@@ -1274,10 +1274,10 @@ impl lambda_streams::state::Store for NoOutbox {
     }
     async fn advance_stream_times(
         &self,
-        times: &[(lambda_streams::event::TopicPartition, i64)],
+        advances: &[lambda_streams::state::ClockAdvance],
         now_ms: i64,
     ) -> Result<(), lambda_streams::state::StateError> {
-        self.0.advance_stream_times(times, now_ms).await
+        self.0.advance_stream_times(advances, now_ms).await
     }
     async fn closed_windows(
         &self,

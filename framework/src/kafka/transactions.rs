@@ -33,6 +33,7 @@ use crate::runtime::{
     BatchOptions, BatchOutcome, OutputGuarantee, Shadow, StreamTime, WindowClaims,
 };
 use crate::sink::{OutputRecord, Sink, SinkError};
+use crate::state::Clock;
 use crate::state::Store;
 use crate::wire::{ERROR_HEADER, SOURCE_HEADER, SourceHeader, TRANSACTION_HEADER};
 
@@ -135,19 +136,29 @@ struct ProgressMetadata {
     /// lateness as the attempt that committed did (Kafka Streams keeps its partition time in
     /// the commit metadata too).
     stream_time: StreamTime,
+    /// The offset at-least-once batches had processed the partition up to when its stream
+    /// time was last seeded (`Clock::at_least_once`), carried by every commit: a higher one
+    /// in the clock means at-least-once batches ran since (a switch back), and the
+    /// partition is seeded again.
+    at_least_once: Option<i64>,
 }
 
 /// The first word of the shadow group's commit metadata.
 const PROGRESS_METADATA: &str = "lambda-streams";
 
 impl ProgressMetadata {
-    fn encode(attempt: &str, stream_time: i64) -> String {
+    fn encode(attempt: &str, stream_time: i64, at_least_once: Option<i64>) -> String {
         let time = if stream_time == i64::MIN {
             "none".to_owned()
         } else {
             stream_time.to_string()
         };
-        format!("{PROGRESS_METADATA} attempt={attempt} stream-time={time}")
+        match at_least_once {
+            Some(mark) => format!(
+                "{PROGRESS_METADATA} attempt={attempt} stream-time={time} at-least-once={mark}"
+            ),
+            None => format!("{PROGRESS_METADATA} attempt={attempt} stream-time={time}"),
+        }
     }
 
     /// Reads `metadata`; a commit without it (by an earlier version of the framework) has
@@ -156,6 +167,7 @@ impl ProgressMetadata {
         let mut parsed = ProgressMetadata {
             attempt: None,
             stream_time: StreamTime::Unknown,
+            at_least_once: None,
         };
         let mut words = metadata.split_ascii_whitespace();
         if words.next() != Some(PROGRESS_METADATA) {
@@ -172,6 +184,7 @@ impl ProgressMetadata {
                         parsed.stream_time = StreamTime::Committed(time);
                     }
                 }
+                Some(("at-least-once", mark)) => parsed.at_least_once = mark.parse().ok(),
                 _ => {}
             }
         }
@@ -342,13 +355,26 @@ impl ExactlyOnceOutput {
                     ProgressMetadata {
                         attempt: None,
                         stream_time: StreamTime::Committed(i64::MIN),
+                        at_least_once: None,
                     },
                 ),
             })
             .collect();
-        // 2a. The partitions without committed progress: their starting stream time first.
+        // 2a. The partitions without committed progress, or read at least once past it:
+        // their starting stream time first. A windowed topology's clock is read once, here,
+        // and the batch uses it.
+        let clock = match topology.inner.windowed {
+            true => match store.clock().await {
+                Ok(clock) => Some(clock),
+                Err(e) => {
+                    self.keep(&tps, &producers, &[]).await;
+                    return Err(e.into());
+                }
+            },
+            false => None,
+        };
         match self
-            .seed_stream_times(topology, event, store, &producers, &mut progress)
+            .seed_stream_times(clock.as_ref(), event, &producers, &mut progress)
             .await
         {
             Ok(seeded) => report.seeded = seeded,
@@ -360,6 +386,7 @@ impl ExactlyOnceOutput {
         let committed_attempts: Vec<Option<String>> =
             progress.iter().map(|(_, m)| m.attempt.clone()).collect();
         let stream_times: Vec<StreamTime> = progress.iter().map(|(_, m)| m.stream_time).collect();
+        let marks: Vec<Option<i64>> = progress.iter().map(|(_, m)| m.at_least_once).collect();
         let shadow: Vec<i64> = progress.iter().map(|(offset, _)| *offset).collect();
         // This attempt's id: committed as the shadow offsets' metadata, and kept in the
         // claims of the windows it closes (see `WindowClaims`).
@@ -428,6 +455,7 @@ impl ExactlyOnceOutput {
         let committed = Shadow {
             offsets: shadow.clone(),
             stream_times,
+            clock,
         };
         let result = topology
             .process_transactional(
@@ -475,7 +503,7 @@ impl ExactlyOnceOutput {
                 // A batch that claimed windows commits, so that its attempt is recorded.
                 let produced = sink.produced[i].load(Ordering::Relaxed) || claims.claimed(i);
                 let (p, group) = (&producers[i], group.as_str());
-                let metadata = ProgressMetadata::encode(&attempt, end_times[i]);
+                let metadata = ProgressMetadata::encode(&attempt, end_times[i], marks[i]);
                 async move {
                     if !produced && progress == committed_before {
                         // Nothing to produce and nothing to record: no round trip.
@@ -528,57 +556,76 @@ impl ExactlyOnceOutput {
     /// of its own and before anything is written: an aborted attempt moves the persisted
     /// time past records its retry must process again (and would then drop as late), so
     /// every later attempt takes the time from the shadow group, as for any committed
-    /// progress. Only for a topology that keeps stream time (a windowed one), once per
-    /// partition; the seed's attempt id is its own (it claims no window). Returns the
+    /// progress. The same for a partition that at-least-once batches read past its
+    /// committed progress since its last seed (a switch back: `Clock::at_least_once` above
+    /// the progress and above the mark the last seed committed): the later of the committed
+    /// and the persisted time, the progress never moved back, the committed attempt id kept
+    /// (the windows it claimed stay claimed by a committed attempt). Only for a topology that
+    /// keeps stream time (a windowed one: `clock` is its clock), once per partition and
+    /// switch; a first seed's attempt id is its own (it claims no window). Returns the
     /// partitions seeded; on failure, the partition whose producer failed fatally (if one
     /// did) and the error.
     async fn seed_stream_times(
         &self,
-        topology: &Topology,
+        clock: Option<&Clock>,
         event: &KafkaEvent,
-        store: &dyn Store,
         producers: &[Arc<dyn TransactionalProducer>],
         progress: &mut [(i64, ProgressMetadata)],
     ) -> Result<u64, (Option<usize>, StreamError)> {
+        let Some(clock) = clock else {
+            return Ok(0);
+        };
         let unseeded: Vec<(usize, i64)> = event
             .partitions
             .iter()
             .enumerate()
-            .filter(|(i, _)| progress[*i].0 == i64::MIN)
+            .filter(|(i, batch)| {
+                let (committed, metadata) = &progress[*i];
+                let read_since = clock.at_least_once.get(&batch.tp).is_some_and(|&mark| {
+                    mark > *committed && metadata.at_least_once.is_none_or(|seen| mark > seen)
+                });
+                *committed == i64::MIN || read_since
+            })
             .filter_map(|(i, batch)| batch.records.first().map(|r| (i, r.offset)))
             .collect();
-        if unseeded.is_empty() || !topology.inner.windowed {
+        if unseeded.is_empty() {
             return Ok(0);
         }
-        let clock = store.clock().await.map_err(|e| (None, e.into()))?;
-        let attempt = format!("{:032x}", rand::random::<u128>());
+        let fresh = format!("{:032x}", rand::random::<u128>());
         let group = self.group();
         let seeds = futures::future::join_all(unseeded.iter().map(|&(i, first)| {
             let tp = &event.partitions[i].tp;
-            let time = clock.partitions.get(tp).map_or(i64::MIN, |t| t.stream_time);
-            let metadata = ProgressMetadata::encode(&attempt, time);
+            let (committed, metadata) = &progress[i];
+            let persisted = clock.partitions.get(tp).map_or(i64::MIN, |t| t.stream_time);
+            let time = match metadata.stream_time {
+                StreamTime::Committed(t) => t.max(persisted),
+                StreamTime::Unknown => persisted,
+            };
+            let offset = first.max(*committed);
+            let attempt = metadata.attempt.clone().unwrap_or_else(|| fresh.clone());
+            let mark = clock.at_least_once.get(tp).copied();
+            let encoded = ProgressMetadata::encode(&attempt, time, mark);
             let (p, group) = (&producers[i], group.as_str());
             async move {
                 p.begin().await.map_err(|e| ("begin_transaction", e))?;
-                p.send_offset(group, tp, first, &metadata)
+                p.send_offset(group, tp, offset, &encoded)
                     .await
                     .map_err(|e| ("send_offsets_to_transaction", e))?;
                 p.commit().await.map_err(|e| ("commit_transaction", e))?;
-                Ok::<_, (&str, TxnError)>((i, first, time))
+                Ok::<_, (&str, TxnError)>((
+                    offset,
+                    ProgressMetadata {
+                        attempt: Some(attempt),
+                        stream_time: StreamTime::Committed(time),
+                        at_least_once: mark,
+                    },
+                ))
             }
         }))
         .await;
         for (seed, &(i, _)) in seeds.into_iter().zip(&unseeded) {
             match seed {
-                Ok((i, first, time)) => {
-                    progress[i] = (
-                        first,
-                        ProgressMetadata {
-                            attempt: Some(attempt.clone()),
-                            stream_time: StreamTime::Committed(time),
-                        },
-                    );
-                }
+                Ok(seeded) => progress[i] = seeded,
                 Err((step, e)) => {
                     let tp = &event.partitions[i].tp;
                     let fatal = e.fatal.then_some(i);

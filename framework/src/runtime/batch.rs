@@ -18,8 +18,8 @@ use crate::sink::{OutputRecord, Sink};
 use crate::state::WRITE_CONCURRENCY;
 use crate::state::limits::RejectedRecords;
 use crate::state::{
-    Clock, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError, StateErrorKind, Store,
-    WriteStats,
+    Clock, ClockAdvance, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError,
+    StateErrorKind, Store, WriteStats,
 };
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::topology::{StoreSpec, Topology};
@@ -46,6 +46,10 @@ pub(crate) struct Shadow {
     pub(crate) offsets: Vec<i64>,
     /// The partition's stream time as of that offset, committed with it.
     pub(crate) stream_times: Vec<StreamTime>,
+    /// The store's clock, read once after the progress for a windowed topology (its
+    /// starting stream times are seeded from it): the batch uses it instead of reading it
+    /// again.
+    pub(crate) clock: Option<Clock>,
 }
 
 /// A partition's stream time as the shadow group's commit holds it.
@@ -126,10 +130,10 @@ impl Topology {
                 (first, p.records.last().map_or(-1, |r| r.offset))
             })
             .collect();
-        let clock = if self.inner.windowed {
-            store.clock().await?
-        } else {
-            Clock::default()
+        let clock = match shadow.and_then(|s| s.clock.clone()) {
+            Some(clock) => clock,
+            None if self.inner.windowed => store.clock().await?,
+            None => Clock::default(),
         };
         let initial_times: Vec<Option<i64>> = ctx
             .partitions
@@ -329,8 +333,34 @@ impl Topology {
                 .filter(|((_, now), before)| before.is_none_or(|b| **now > b) && **now > i64::MIN)
                 .map(|((tp, now), _)| (tp.clone(), *now))
                 .collect();
-            if !advanced.is_empty() {
-                store.advance_stream_times(&advanced, now_ms).await?;
+            // At least once, also how far the batch read each partition: exactly-once
+            // output seeds the stream time again from the persisted one when at-least-once
+            // batches read past its committed progress (`Clock::at_least_once`).
+            let advances: Vec<ClockAdvance> = event
+                .partitions
+                .iter()
+                .filter_map(|batch| {
+                    let stream_time = advanced
+                        .iter()
+                        .find(|(tp, _)| *tp == batch.tp)
+                        .map(|(_, t)| *t);
+                    let processed = (!exactly_once)
+                        .then(
+                            || match outcome.failures.iter().find(|(tp, _)| *tp == batch.tp) {
+                                Some((_, failed)) => Some(*failed),
+                                None => batch.records.last().map(|r| r.offset + 1),
+                            },
+                        )
+                        .flatten();
+                    (stream_time.is_some() || processed.is_some()).then(|| ClockAdvance {
+                        tp: batch.tp.clone(),
+                        stream_time,
+                        processed,
+                    })
+                })
+                .collect();
+            if !advances.is_empty() {
+                store.advance_stream_times(&advances, now_ms).await?;
             }
             let closes = |s: &StoreSpec| {
                 s.emit_on_close.is_some() || s.closing.as_ref().is_some_and(|c| c.close.is_some())

@@ -255,10 +255,10 @@ impl<S: Store> Store for FaultyStore<S> {
 
     async fn advance_stream_times(
         &self,
-        times: &[(TopicPartition, i64)],
+        advances: &[crate::state::ClockAdvance],
         now_ms: i64,
     ) -> Result<(), StateError> {
-        self.inner.advance_stream_times(times, now_ms).await
+        self.inner.advance_stream_times(advances, now_ms).await
     }
 
     async fn closed_windows(

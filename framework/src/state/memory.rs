@@ -368,19 +368,32 @@ impl Store for MemoryStore {
 
     async fn advance_stream_times(
         &self,
-        advances: &[(TopicPartition, i64)],
+        advances: &[crate::state::ClockAdvance],
         now_ms: i64,
     ) -> Result<(), StateError> {
         let mut clock = self.clock.lock().unwrap_or_else(PoisonError::into_inner);
-        clock.started_at.get_or_insert(now_ms);
-        for (tp, time) in advances {
-            let entry = clock.partitions.entry(tp.clone()).or_insert(PartitionTime {
-                stream_time: *time,
-                advanced_at: now_ms,
-            });
-            if *time >= entry.stream_time {
+        for advance in advances {
+            if let Some(processed) = advance.processed {
+                let mark = clock
+                    .at_least_once
+                    .entry(advance.tp.clone())
+                    .or_insert(processed);
+                *mark = (*mark).max(processed);
+            }
+            let Some(time) = advance.stream_time else {
+                continue;
+            };
+            clock.started_at.get_or_insert(now_ms);
+            let entry = clock
+                .partitions
+                .entry(advance.tp.clone())
+                .or_insert(PartitionTime {
+                    stream_time: time,
+                    advanced_at: now_ms,
+                });
+            if time >= entry.stream_time {
                 *entry = PartitionTime {
-                    stream_time: *time,
+                    stream_time: time,
                     advanced_at: now_ms,
                 };
             }

@@ -184,6 +184,25 @@ pub struct Clock {
     /// When (wall clock, epoch ms) the first stream time was recorded: a declared
     /// partition not seen yet counts as heard from at this time.
     pub started_at: Option<i64>,
+    /// Per source topic-partition: the offset after the last record an at-least-once
+    /// batch of a windowed topology processed (the highest recorded; exactly-once batches
+    /// record none). Exactly-once output seeds a partition's stream time again when
+    /// at-least-once batches read it past its committed progress (a switch back).
+    pub at_least_once: HashMap<TopicPartition, i64>,
+}
+
+/// One partition's move of the persisted clock after a batch
+/// ([`Store::advance_stream_times`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockAdvance {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// Its new stream time, when the batch moved it forward (never back: a lower value
+    /// than the stored one changes nothing).
+    pub stream_time: Option<i64>,
+    /// Under at-least-once output: the offset after the partition's last record the
+    /// batch processed ([`Clock::at_least_once`]; never back either).
+    pub processed: Option<i64>,
 }
 
 /// A window whose close time has passed and that is not emitted yet: what an
@@ -407,11 +426,12 @@ pub trait Store: Send + Sync {
     /// The table's clock: every partition's stream time, every store's closed time.
     async fn clock(&self) -> Result<Clock, StateError>;
 
-    /// Moves the persisted stream time of partitions forward, stamping them with
-    /// `now_ms` (wall clock); never back: a lower value than the stored one changes nothing.
+    /// Moves the persisted clock of partitions forward: their stream time, stamped with
+    /// `now_ms` (wall clock), and the offsets at-least-once batches processed up to;
+    /// never back: a lower value than the stored one changes nothing.
     async fn advance_stream_times(
         &self,
-        times: &[(TopicPartition, i64)],
+        advances: &[ClockAdvance],
         now_ms: i64,
     ) -> Result<(), StateError>;
 
@@ -543,10 +563,10 @@ macro_rules! forward_store {
             }
             async fn advance_stream_times(
                 &self,
-                times: &[(TopicPartition, i64)],
+                advances: &[ClockAdvance],
                 now_ms: i64,
             ) -> Result<(), StateError> {
-                (**self).advance_stream_times(times, now_ms).await
+                (**self).advance_stream_times(advances, now_ms).await
             }
             async fn closed_windows(
                 &self,

@@ -1068,7 +1068,8 @@ impl Store for DynamoStore {
     }
 
     /// One item (`pk = "__stream-time"`) holds, per partition, `t:<topic>-<partition>`
-    /// (stream time) and `u:<topic>-<partition>` (when it advanced), per emit-on-close
+    /// (stream time), `u:<topic>-<partition>` (when it advanced) and
+    /// `a:<topic>-<partition>` (the offset at-least-once batches processed up to), per emit-on-close
     /// store `c:<store>` (closed up to), and `s` (when the first stream time was
     /// recorded): one strongly consistent read.
     async fn clock(&self) -> Result<Clock, StateError> {
@@ -1107,6 +1108,12 @@ impl Store for DynamoStore {
                         advanced_at,
                     },
                 );
+            } else if let Some(tp) = name.strip_prefix("a:") {
+                let tp = TopicPartition::from_key(tp)
+                    .ok_or_else(|| corrupt(format!("attribute {name:?} names no partition")))?;
+                clock
+                    .at_least_once
+                    .insert(tp, number(&item, name).map_err(corrupt)?);
             } else if name == "s" {
                 clock.started_at = Some(number(&item, name).map_err(corrupt)?);
             } else if let Some(store) = name.strip_prefix("c:") {
@@ -1118,21 +1125,41 @@ impl Store for DynamoStore {
         Ok(clock)
     }
 
-    /// One conditional write per partition (`t:<tp> < :time`); a refused one means
-    /// another invocation already moved the partition's stream time further.
+    /// One conditional write per partition (`t:<tp> < :time`, and `a:<tp> < :offset` for
+    /// the offset an at-least-once batch processed up to, in the same write); a refused one
+    /// means another invocation already moved the partition's clock further. When both
+    /// move and the write is refused (one of them was further already), each is written
+    /// alone.
     async fn advance_stream_times(
         &self,
-        times: &[(TopicPartition, i64)],
+        advances: &[crate::state::ClockAdvance],
         now_ms: i64,
     ) -> Result<(), StateError> {
-        for (tp, time) in times {
-            self.advance_clock(
-                &format!("t:{tp}"),
-                *time,
-                Some((&format!("u:{tp}"), now_ms)),
-            )
-            .await
-            .map_err(|e| StateError::new(STREAM_TIME_KEY, tp.to_string().as_bytes(), e))?;
+        for advance in advances {
+            let tp = &advance.tp;
+            let (time, mark) = (format!("t:{tp}"), format!("a:{tp}"));
+            let stamp = format!("u:{tp}");
+            let err = |e| StateError::new(STREAM_TIME_KEY, tp.to_string().as_bytes(), e);
+            let both = match (advance.stream_time, advance.processed) {
+                (Some(t), Some(a)) => self
+                    .advance_clock(&time, t, Some((&stamp, now_ms)), Some((&mark, a)))
+                    .await
+                    .map_err(err)?,
+                _ => false,
+            };
+            if both {
+                continue;
+            }
+            if let Some(t) = advance.stream_time {
+                self.advance_clock(&time, t, Some((&stamp, now_ms)), None)
+                    .await
+                    .map_err(err)?;
+            }
+            if let Some(a) = advance.processed {
+                self.advance_clock(&mark, a, None, None)
+                    .await
+                    .map_err(err)?;
+            }
         }
         Ok(())
     }
@@ -1420,7 +1447,7 @@ impl Store for DynamoStore {
         for s in &results {
             stats.add(s);
         }
-        self.advance_clock(&format!("c:{store}"), up_to, None)
+        self.advance_clock(&format!("c:{store}"), up_to, None, None)
             .await
             .map_err(|e| StateError::new(STREAM_TIME_KEY, store.as_bytes(), e))?;
         stats.requests += 1;
@@ -1778,23 +1805,38 @@ impl DynamoStore {
         name: &str,
         time: i64,
         stamp: Option<(&str, i64)>,
-    ) -> Result<(), StateErrorKind> {
+        also: Option<(&str, i64)>,
+    ) -> Result<bool, StateErrorKind> {
         let mut request = Update::new(&self.table, STREAM_TIME_KEY, 0)
             .update_expression("SET #t = :t")
             .condition_expression("attribute_not_exists(#t) OR #t < :t")
             .name("#t", name)
             .value(":t", Value::N(time));
+        let mut set = String::from("SET #t = :t");
         if let Some((stamp, at)) = stamp {
+            set.push_str(", #u = :u, #s = if_not_exists(#s, :u)");
             request = request
-                .update_expression("SET #t = :t, #u = :u, #s = if_not_exists(#s, :u)")
                 .name("#u", stamp)
                 .name("#s", "s")
                 .value(":u", Value::N(at));
         }
-        // A refused condition: the clock is at `time` or later already.
+        if let Some((other, value)) = also {
+            // Another attribute moved forward in the same write, on the same condition.
+            set.push_str(", #a = :a");
+            request = request
+                .condition_expression(
+                    "(attribute_not_exists(#t) OR #t < :t) AND \
+                     (attribute_not_exists(#a) OR #a < :a)",
+                )
+                .name("#a", other)
+                .value(":a", Value::N(value));
+        }
+        let request = request.update_expression(set);
+        // A refused condition: the clock is at `time` (or `also`'s value) or later already.
         let mut stats = WriteStats::default();
         match self.update_item(request, &mut stats).await {
-            Ok(_) => Ok(()),
+            Ok(Ok(_)) => Ok(true),
+            Ok(Err(_)) => Ok(false),
             Err(refused) => Err(refused.kind),
         }
     }
