@@ -3389,3 +3389,116 @@ fn table_updates_through_a_stream_table_join_are_seen_once_by_read_committed_und
         "{incomplete} of {schedules} incomplete"
     );
 }
+
+// ------------------------------------------------ an arrival beside a closing pass's claim
+
+/// Under exactly-once output, a session closed by a closing pass keeps what it emitted in
+/// its item (the claim) until its partition's next batch finishes the claim, and those bytes
+/// count towards the item's 400 KB: an arrival of another partition meanwhile whose session
+/// fits alone but not beside the claim is a poison record of that record (dead-lettered,
+/// the batch goes on), not a write DynamoDB refuses on every retry (the batch failing,
+/// naming only the store and key, until the claiming partition's next batch). The same
+/// record after the claim is finished fits. (Before the claims were counted, the in-memory
+/// store took the write and DynamoDB refused it.)
+#[test]
+fn an_arrival_that_fits_only_without_a_pending_claim_is_a_poison_record() {
+    use lambda_streams::dsl::{EmitStrategy, SessionWindows};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let broker = Broker::completing();
+    let output = ExactlyOnceOutput::new("app", Arc::new(broker.clone()));
+    let store = MemoryStore::new();
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(lambda_streams::OutputGuarantee::ExactlyOnce);
+    builder
+        .stream("in", Utf8, Utf8)
+        .group_by_key(Utf8)
+        .windowed_by_session(SessionWindows::with_inactivity_gap(
+            std::time::Duration::from_millis(100),
+        ))
+        .emit_strategy(EmitStrategy::OnWindowClose)
+        .reduce("big", |a: String, b: String| a + &b, Utf8)
+        .to_stream()
+        .map(|w, v: String| (format!("{}@{}", w.key, w.start), v))
+        .to("closed", Utf8, Utf8);
+    let topology = builder.build();
+    let options = BatchOptions {
+        source_partitions: BTreeMap::from([("in".to_owned(), 2)]),
+        poison: PoisonPolicy::DeadLetter {
+            topic: "dlq".into(),
+        },
+        ..BatchOptions::default()
+    };
+    let (p0, p1) = (TopicPartition::new("in", 0), TopicPartition::new("in", 1));
+    let mut next: HashMap<TopicPartition, i64> = HashMap::new();
+    let mut run = |tp: &TopicPartition, key: &str, value: String, timestamp: i64| {
+        let offset = *next.entry(tp.clone()).and_modify(|o| *o += 1).or_insert(0);
+        let event = event_of(&BTreeMap::from([(tp.clone(), (offset, offset))]), |_, _| {
+            (key.to_owned(), value.clone(), timestamp)
+        });
+        let (outcome, _) = rt
+            .block_on(output.process(&topology, &event, &store, &options))
+            .unwrap_or_else(|e| panic!("{tp} offset {offset}: {e}"));
+        let mut log = broker.log();
+        while !log.markers.is_empty() {
+            log.deliver_marker(0);
+        }
+        while !log.to_materialise.is_empty() {
+            log.materialise(0);
+        }
+        (offset, outcome.report)
+    };
+    let big = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
+    run(&p1, "x", "a".into(), 1_000);
+    run(&p0, "k", big('b', 150_000), 1_000);
+    run(&p1, "x", "a".into(), 5_000);
+    // Both partitions at 5,000: the session k@1000 closes, claimed by in-0's batch (its
+    // 150,000 bytes kept in k's item until in-0's next batch).
+    run(&p0, "y", "a".into(), 5_000);
+    let closed = |broker: &Broker| -> Vec<String> {
+        broker
+            .log()
+            .committed_view("closed")
+            .iter()
+            .map(|r| String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned())
+            .collect()
+    };
+    assert_eq!(
+        closed(&broker)
+            .iter()
+            .filter(|k| k.starts_with("k@"))
+            .collect::<Vec<_>>(),
+        ["k@1000"],
+        "the session closed once"
+    );
+    // 150,000 bytes fit alone (a session item holds about twice its value), not beside
+    // the claim.
+    let (offset, report) = run(&p1, "k", big('c', 150_000), 5_001);
+    assert_eq!(report.poison_records, 1, "{report:?}");
+    let letters: Vec<(String, String)> = broker
+        .log()
+        .committed_view("dlq")
+        .iter()
+        .map(|r| {
+            (
+                String::from_utf8_lossy(r.header(SOURCE_HEADER).unwrap_or_default()).into_owned(),
+                String::from_utf8_lossy(
+                    r.header(lambda_streams::wire::ERROR_HEADER)
+                        .unwrap_or_default(),
+                )
+                .into_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].0, format!("in:1:{offset}"), "{letters:?}");
+    assert!(letters[0].1.contains("400 KB"), "{letters:?}");
+    eprintln!("{}", letters[0].1);
+    // in-0's next batch finishes the claim; the same record then fits.
+    run(&p0, "z", "a".into(), 6_000);
+    let (_, report) = run(&p1, "k", big('c', 150_000), 6_001);
+    assert_eq!(report.poison_records, 0, "{report:?}");
+    assert_eq!(broker.log().committed_view("dlq").len(), 1);
+}

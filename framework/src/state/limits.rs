@@ -275,6 +275,17 @@ pub fn check_aggregate<'a>(
     check_item_bytes(size)
 }
 
+/// The bytes a closing pass's pending claim adds to its item until the claiming
+/// partition's next batch finishes it (the DynamoDB store's `ck:<slot>` = the partition,
+/// `ca:<slot>` = the attempts, space-separated, `cp:<slot>` = the records emitted): a write
+/// of the item meanwhile counts them towards its 400 KB.
+pub fn closing_claim_bytes(slot: u64, tp: &str, attempts: &[String], outputs: &[u8]) -> usize {
+    let name = 3 + slot.to_string().len();
+    let attempts =
+        attempts.iter().map(String::len).sum::<usize>() + attempts.len().saturating_sub(1);
+    3 * name + tp.len() + attempts + outputs.len()
+}
+
 /// Checks an item's size (as [`item_bytes`] counts it) against [`MAX_ITEM_BYTES`]: `Err`
 /// says why, for the record to blame.
 pub fn check_item_bytes(size: usize) -> Result<(), String> {

@@ -175,7 +175,13 @@ impl MemoryStore {
                 .iter()
                 .map(|(tp, e)| 3 + tp.len() + outbox::encoded_len(e))
                 .sum();
-            stored + 3 + 64 + 45 + aggregate.map_or(0, |a| a + 4)
+            // The write's own entry repeats the aggregate, when it keeps one (a store whose
+            // updates reach a sink; the outbox of a store that keeps only dead letters
+            // does not).
+            match origin {
+                Some(_) => stored + 3 + 64 + 45 + aggregate.map_or(0, |a| a + 4),
+                None => stored,
+            }
         };
         let aggregate = match write.fold {
             Some(fold) => {
@@ -187,10 +193,18 @@ impl MemoryStore {
                     .collect();
                 let mut watermarks = stored.watermarks.clone();
                 watermarks.extend(new_marks.iter().cloned());
+                // A closing pass's claims not finished yet stay in the item.
+                let claims: usize = stored
+                    .closing_claims
+                    .iter()
+                    .map(|(slot, (tp, attempts, outputs))| {
+                        limits::closing_claim_bytes(*slot, tp, attempts, outputs)
+                    })
+                    .sum();
                 let fits = |bytes: usize| {
                     limits::check_aggregate(
                         &write,
-                        bytes + outbox_bytes(Some(bytes)),
+                        bytes + outbox_bytes(Some(bytes)) + claims,
                         stored.version + 1,
                         watermarks.iter().map(|(tp, o)| (tp.as_str(), *o)),
                         new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),

@@ -128,7 +128,7 @@ impl Cache {
 }
 
 /// An attribute's size as DynamoDB counts it (name plus value; see [`limits`]).
-fn attribute_bytes(name: &str, value: &AttributeValue) -> usize {
+pub(super) fn attribute_bytes(name: &str, value: &AttributeValue) -> usize {
     name.len()
         + match value {
             AttributeValue::S(s) => s.len(),

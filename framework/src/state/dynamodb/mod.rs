@@ -554,12 +554,13 @@ impl DynamoStore {
                 .iter()
                 .map(|(_, e, _)| 3 + 64 + outbox::encoded_len(e))
                 .sum();
-            let outbox_bytes = |aggregate: usize| {
-                if ob.is_none() {
-                    0
-                } else {
-                    kept_bytes + 45 + 4 + aggregate
-                }
+            // The write's own entry repeats the aggregate, when it keeps one (a store whose
+            // updates reach a sink; the outbox of a store that keeps only dead letters
+            // does not).
+            let outbox_bytes = |aggregate: usize| match (ob, origin) {
+                (None, _) => 0,
+                (Some(_), None) => kept_bytes,
+                (Some(_), Some(_)) => kept_bytes + 45 + 4 + aggregate,
             };
             let mut set = Self::base_set(write);
             let mut request = self.update(write, write.fold.is_some());
@@ -588,10 +589,20 @@ impl DynamoStore {
                     let mut marked = watermarks.clone();
                     marked.extend(new_marks.iter().cloned());
                     let version = stored.as_ref().map_or(0, |s| s.version) + 1;
+                    // A closing pass's claims not finished yet stay in the item.
+                    let claims: usize = item
+                        .iter()
+                        .filter(|(name, _)| {
+                            name.split_once(':').is_some_and(|(prefix, _)| {
+                                [CLAIM_PARTITION, CLAIM_ATTEMPTS, "cp"].contains(&prefix)
+                            })
+                        })
+                        .map(|(name, value)| cache::attribute_bytes(name, value))
+                        .sum();
                     let fits = |bytes: usize| {
                         limits::check_aggregate(
                             write,
-                            bytes + outbox_bytes(bytes),
+                            bytes + outbox_bytes(bytes) + claims,
                             version,
                             marked.iter().map(|(tp, o)| (tp.as_str(), *o)),
                             new_marks.iter().map(|(tp, o)| (tp.as_str(), *o)),
