@@ -2858,29 +2858,43 @@ fn join_event(source: &JoinSource, batch: &Batch) -> KafkaEvent {
 async fn join_schedule(seed: u64, control: Control) -> (Vec<String>, bool, Stats) {
     let mut rng = StdRng::seed_from_u64(seed);
     let source = join_source(&mut rng);
-    let topology = Arc::new(join_topology(lambda_streams::OutputGuarantee::ExactlyOnce));
+    let topology = join_topology(lambda_streams::OutputGuarantee::ExactlyOnce);
     let store: Arc<dyn Store> = match control {
         Control::None => Arc::new(MemoryStore::new()),
         control => Arc::new(Weakened(MemoryStore::new(), control)),
     };
-    let broker = Broker::default();
     let mut stats = Stats::default();
+    let (broker, complete) =
+        run_on_join_source(&topology, &store, &source, &mut rng, &mut stats).await;
+    let violations = check_joins(&broker, &source, complete);
+    (violations, complete, stats)
+}
+
+/// Runs `topology` over the join tests' `source` under the fault model (every partition
+/// from offset 0); returns the log and whether every partition was consumed.
+async fn run_on_join_source(
+    topology: &Topology,
+    store: &Arc<dyn Store>,
+    source: &JoinSource,
+    rng: &mut StdRng,
+    stats: &mut Stats,
+) -> (Broker, bool) {
+    let broker = Broker::default();
     let complete = FaultySource {
-        topology: &topology,
-        store: &store,
+        topology: &Arc::new(topology.clone()),
+        store,
         broker: &broker,
         start: source.keys().map(|tp| (tp.clone(), 0)).collect(),
         ends: source
             .iter()
             .map(|(tp, r)| (tp.clone(), r.len() as i64))
             .collect(),
-        event: &|batch| join_event(&source, batch),
+        event: &|batch| join_event(source, batch),
         options: BatchOptions::default(),
     }
-    .run(&mut rng, &mut stats)
+    .run(rng, stats)
     .await;
-    let violations = check_joins(&broker, &source, complete);
-    (violations, complete, stats)
+    (broker, complete)
 }
 
 /// The reference of the table–table join test, from the source alone: per key, every value
@@ -3161,24 +3175,11 @@ fn lookup_topology() -> Topology {
 async fn lookup_schedule(seed: u64) -> (Vec<String>, bool, Stats) {
     let mut rng = StdRng::seed_from_u64(seed);
     let source = join_source(&mut rng);
-    let topology = Arc::new(lookup_topology());
+    let topology = lookup_topology();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let broker = Broker::default();
     let mut stats = Stats::default();
-    let complete = FaultySource {
-        topology: &topology,
-        store: &store,
-        broker: &broker,
-        start: source.keys().map(|tp| (tp.clone(), 0)).collect(),
-        ends: source
-            .iter()
-            .map(|(tp, r)| (tp.clone(), r.len() as i64))
-            .collect(),
-        event: &|batch| join_event(&source, batch),
-        options: BatchOptions::default(),
-    }
-    .run(&mut rng, &mut stats)
-    .await;
+    let (broker, complete) =
+        run_on_join_source(&topology, &store, &source, &mut rng, &mut stats).await;
     let violations = check_lookups(&broker, &source, &*store, complete).await;
     (violations, complete, stats)
 }
