@@ -78,6 +78,8 @@ pub const FAMILIES: &[&str] = &[
     "table_source",
     // Two tables' updates merged into one sink.
     "merged_tables",
+    // A table's updates left-joined with a topic's table.
+    "table_updates_lookup",
     "to_table",
     "stream_table_join",
     // Stream–table joins with versioned tables, as of each record's timestamp; with a
@@ -143,6 +145,8 @@ pub const DEFAULT_FAMILIES: &[&str] = &[
     "table_source",
     // Two tables' updates merged into one sink.
     "merged_tables",
+    // A table's updates left-joined with a topic's table.
+    "table_updates_lookup",
     "to_table",
     "stream_table_join",
     // Stream–table joins with versioned tables, as of each record's timestamp; with a

@@ -68,7 +68,7 @@ async fn an_arrival_that_fits_only_without_a_pending_claim_is_dead_lettered_on_d
         output: OutputGuarantee::ExactlyOnce,
         ..BatchOptions::default()
     })
-    .with_application_id(&unique("claimlimit-app"))
+    .with_application_id(unique("claimlimit-app"))
     .with_event_read_committed(true);
     // Record times near now (the window items' TTL counts from them).
     let base = i64::try_from(

@@ -146,7 +146,7 @@ async fn run_under(
             output,
             ..BatchOptions::default()
         })
-        .with_application_id(&unique(&format!("{name}-app")))
+        .with_application_id(unique(&format!("{name}-app")))
         .with_event_read_committed(true);
     let summary = run_in_process(
         handler,

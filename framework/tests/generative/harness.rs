@@ -527,6 +527,7 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 }
             }
             Expected::Table(want) => table_updates(&topic, &records, want, None, run)?,
+            Expected::Looked { finals, held } => looked_up(&topic, &records, finals, held, run)?,
             Expected::TableAt(want, times) => {
                 table_updates(&topic, &records, want, Some(times), run)?
             }
@@ -592,6 +593,59 @@ fn table_updates(
                 "topic {topic}: final updates' timestamps {got:?}\nreference {times:?}\nfaults: {:?}",
                 run.log
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks a table's updates left-joined with another table on `topic`: every key of the
+/// table has updates, and the update of its highest version is the table's final value
+/// joined with a value the other table held for the key, or with none. At least once, the
+/// copies of one version may carry different lookups (a retry reads the other table
+/// again): each must be such a join. (Under exactly-once output, the caller checks one
+/// update per version.)
+fn looked_up(
+    topic: &str,
+    records: &[&OutputRecord],
+    finals: &BTreeMap<String, i64>,
+    held: &BTreeMap<String, BTreeSet<Option<i64>>>,
+    run: &Run,
+) -> Result<(), String> {
+    let mut latest: BTreeMap<String, (u64, Vec<V>)> = BTreeMap::new();
+    for r in records {
+        let (key, value, _) = decode(r)?;
+        let key = key.ok_or_else(|| format!("topic {topic}: a joined update with a null key"))?;
+        let version = version_of(r)?;
+        let entry = latest.entry(key).or_insert((version, Vec::new()));
+        if version > entry.0 {
+            *entry = (version, vec![value]);
+        } else if version == entry.0 {
+            entry.1.push(value);
+        }
+    }
+    let got: BTreeSet<&String> = latest.keys().collect();
+    let want: BTreeSet<&String> = finals.keys().collect();
+    if got != want {
+        return Err(format!(
+            "topic {topic}: joined updates of the keys {got:?}, the table's keys {want:?}\nfaults: {:?}",
+            run.log
+        ));
+    }
+    let none = BTreeSet::new();
+    for (key, last) in finals {
+        let (version, values) = &latest[key];
+        let held = held.get(key).unwrap_or(&none);
+        for value in values {
+            let valid = std::iter::once(None)
+                .chain(held.iter().copied())
+                .any(|x| *value == super::plan::stream_joiner(Some(*last), x));
+            if !valid {
+                return Err(format!(
+                    "topic {topic}: key {key} version {version} is {value:?}, not the final \
+                     value {last} joined with one the table held ({held:?}) or none\nfaults: {:?}",
+                    run.log
+                ));
+            }
         }
     }
     Ok(())

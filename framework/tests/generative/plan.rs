@@ -355,6 +355,10 @@ pub enum Out {
     Dyn(DynW),
     /// Two tables' change streams merged into one topic, keyed `a:<key>` and `b:<key>`.
     Merged(T, T),
+    /// A table's updates (`to_stream`) left-joined with the table of topic `t<j>`: each
+    /// update's value joined with the value that table held for the key when the batch
+    /// looked it up ([`stream_joiner`]).
+    Looked(T, usize),
 }
 
 /// A random topology.
@@ -486,6 +490,7 @@ impl Plan {
                 Out::Stream(s) => s.size(),
                 Out::Table(t) => t.size(),
                 Out::Merged(a, b) => 1 + a.size() + b.size(),
+                Out::Looked(t, _) => 2 + t.size(),
                 Out::Windowed(w) => 1 + w.stream.size(),
                 Out::Dyn(w) => 1 + w.stream.size(),
             })
@@ -589,6 +594,16 @@ impl Plan {
                     source_table(rng)
                 };
                 vec![Out::Merged(a, b)]
+            }
+            "table_updates_lookup" => {
+                // An aggregation's updates left-joined with a topic's table, and a second
+                // output of the same aggregation (its plain updates), or another's.
+                let a = T::Agg(Box::new(stream(rng, 2, d)), group(rng, false), agg(rng));
+                let mut outputs = vec![Out::Looked(a.clone(), rng.below(2) as usize)];
+                if rng.chance(50) {
+                    outputs.push(Out::Table(a));
+                }
+                outputs
             }
             "to_table" => {
                 let source = S::Source(rng.below(2) as usize);
@@ -1075,6 +1090,14 @@ impl Plan {
                 Out::Table(t) => {
                     b.table(t)
                         .to_change_stream()
+                        .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                }
+                Out::Looked(t, j) => {
+                    let lookup = b.table(&T::Source(*j));
+                    b.table(t)
+                        .to_stream()
+                        .map_values(Some)
+                        .left_join(&lookup, |_, v, x| stream_joiner(v, x))
                         .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
                 }
                 Out::Merged(t, u) => {

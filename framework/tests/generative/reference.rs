@@ -49,6 +49,13 @@ pub enum Expected {
         values: BTreeMap<String, i64>,
         times: BTreeMap<String, i64>,
     },
+    /// A table's updates left-joined with another table: per key, the table's final value
+    /// (`finals`), which the update of the highest version holds joined with one of the
+    /// values the other table held for the key (`held`, besides none).
+    Looked {
+        finals: BTreeMap<String, i64>,
+        held: BTreeMap<String, BTreeSet<Option<i64>>>,
+    },
     /// Sessions, keyed `<key>@<start>-<end>`: per key, the current sessions. `horizon`:
     /// per key, sessions that end before it are not compared (the framework drops them
     /// from the key's item once no record that is not late can reach them).
@@ -73,6 +80,18 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 Expected::Records(records)
             }
             Out::Table(t) => Expected::TableAt(table(t, inputs), table_times(t, inputs)),
+            Out::Looked(t, j) => {
+                // Per key, every value the lookup table held (`None`: none yet, or deleted).
+                let mut held: BTreeMap<String, BTreeSet<Option<i64>>> = BTreeMap::new();
+                for r in log(inputs, &format!("t{j}")) {
+                    let Some(k) = &r.key else { continue };
+                    held.entry(k.clone()).or_default().insert(r.value);
+                }
+                Expected::Looked {
+                    finals: table(t, inputs),
+                    held,
+                }
+            }
             Out::Merged(a, b) => {
                 let prefixed = |m: BTreeMap<String, i64>, prefix: &str| {
                     m.into_iter()
@@ -162,6 +181,8 @@ fn without_poison(plan: &Plan, inputs: &Inputs) -> Inputs {
             Out::Stream(s) => walk(s, inputs, &mut bad),
             Out::Table(T::Agg(s, _, _) | T::ToTable(s)) => walk(s, inputs, &mut bad),
             Out::Table(_) => {}
+            Out::Looked(T::Agg(s, _, _) | T::ToTable(s), _) => walk(s, inputs, &mut bad),
+            Out::Looked(..) => {}
             Out::Merged(a, b) => {
                 for t in [a, b] {
                     if let T::Agg(s, _, _) | T::ToTable(s) = t {
