@@ -2090,22 +2090,13 @@ fn a_partition_is_seeded_once_per_switch_not_after_every_transaction_marker() {
             |_, o| ("k".to_owned(), "k".to_owned(), 1_000 + o),
         )
     };
-    let settle = || {
-        let mut log = broker.log();
-        while !log.markers.is_empty() {
-            log.deliver_marker(0);
-        }
-        while !log.to_materialise.is_empty() {
-            log.materialise(0);
-        }
-    };
     let mut seeds = Vec::new();
     for a in 0..4 {
         let (_, report) = rt
             .block_on(output.process(&topology, &batch(a), &store, &options))
             .expect("a batch");
         seeds.push(report.seeded);
-        settle();
+        settle(&broker);
     }
     assert_eq!(seeds, [1, 0, 0, 0], "seeded per batch, exactly once");
     // At least once for two batches, then exactly once again.
@@ -2119,7 +2110,7 @@ fn a_partition_is_seeded_once_per_switch_not_after_every_transaction_marker() {
             .block_on(output.process(&topology, &batch(a), &store, &options))
             .expect("a batch");
         seeds.push(report.seeded);
-        settle();
+        settle(&broker);
     }
     assert_eq!(
         seeds,
@@ -3442,13 +3433,7 @@ fn an_arrival_that_fits_only_without_a_pending_claim_is_a_poison_record() {
         let (outcome, _) = rt
             .block_on(output.process(&topology, &event, &store, &options))
             .unwrap_or_else(|e| panic!("{tp} offset {offset}: {e}"));
-        let mut log = broker.log();
-        while !log.markers.is_empty() {
-            log.deliver_marker(0);
-        }
-        while !log.to_materialise.is_empty() {
-            log.materialise(0);
-        }
+        settle(&broker);
         (offset, outcome.report)
     };
     let big = |c: char, n: usize| std::iter::repeat_n(c, n).collect::<String>();
