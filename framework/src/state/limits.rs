@@ -286,6 +286,15 @@ pub fn closing_claim_bytes(slot: u64, tp: &str, attempts: &[String], outputs: &[
     3 * name + tp.len() + attempts + outputs.len()
 }
 
+/// A closing pass's claimed records per page, when they do not fit in the item beside
+/// what it keeps: with a page's keys and attribute names, within the 400 KB item limit
+/// (the DynamoDB store's `__claimpages#…` items; `docs/state.md`).
+pub const CLAIM_PAGE_BYTES: usize = MAX_ITEM_BYTES - MAX_PARTITION_KEY_BYTES - 4 * 1024;
+
+/// At most the bytes a claim whose records are in pages keeps in its item instead of them
+/// (`cg:<slot>` = pages, bytes and the attempt's id).
+pub const CLAIM_PAGES_REFERENCE_BYTES: usize = 128;
+
 /// Checks an item's size (as [`item_bytes`] counts it) against [`MAX_ITEM_BYTES`]: `Err`
 /// says why, for the record to blame.
 pub fn check_item_bytes(size: usize) -> Result<(), String> {

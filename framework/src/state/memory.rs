@@ -36,6 +36,10 @@ struct Item {
     /// (the version each claiming rewrite replaced): the event partition, the attempts and
     /// the records emitted.
     closing_claims: BTreeMap<u64, (String, Vec<String>, Vec<u8>)>,
+    /// The slots of those claims whose records did not fit in the item beside what it
+    /// keeps: the DynamoDB store writes them to pages of their own and keeps only a
+    /// reference in the item, so they count that much towards its 400 KB.
+    paged_claims: BTreeSet<u64>,
 }
 
 impl Item {
@@ -43,6 +47,35 @@ impl Item {
     /// deletes such items lazily, the reads leave them out.
     fn expired(&self, now_seconds: i64) -> bool {
         self.expires_at.is_some_and(|ttl| ttl < now_seconds)
+    }
+
+    /// The bytes its closing pass's claims keep in it (a paged claim: its reference).
+    fn closing_claims_bytes(&self) -> usize {
+        self.closing_claims
+            .iter()
+            .map(
+                |(slot, (tp, attempts, outputs))| match self.paged_claims.contains(slot) {
+                    true => {
+                        limits::closing_claim_bytes(*slot, tp, attempts, &[])
+                            + limits::CLAIM_PAGES_REFERENCE_BYTES
+                    }
+                    false => limits::closing_claim_bytes(*slot, tp, attempts, outputs),
+                },
+            )
+            .sum()
+    }
+
+    /// About the bytes DynamoDB counts for the item (its keys and small attributes as a
+    /// fixed allowance): what decides whether a closing pass's claim fits in it.
+    fn approximate_bytes(&self) -> usize {
+        let watermarks: usize = self.watermarks.keys().map(|tp| 2 + tp.len() + 8).sum();
+        let outbox: usize = self
+            .outbox
+            .iter()
+            .map(|(tp, e)| 3 + tp.len() + outbox::encoded_len(e))
+            .sum();
+        let aggregate = self.aggregate.as_ref().map_or(0, Vec::len);
+        aggregate + watermarks + outbox + self.closing_claims_bytes() + 1024
     }
 
     fn state(&self) -> ItemState {
@@ -194,13 +227,7 @@ impl MemoryStore {
                 let mut watermarks = stored.watermarks.clone();
                 watermarks.extend(new_marks.iter().cloned());
                 // A closing pass's claims not finished yet stay in the item.
-                let claims: usize = stored
-                    .closing_claims
-                    .iter()
-                    .map(|(slot, (tp, attempts, outputs))| {
-                        limits::closing_claim_bytes(*slot, tp, attempts, outputs)
-                    })
-                    .sum();
+                let claims = stored.closing_claims_bytes();
                 let fits = |bytes: usize| {
                     limits::check_aggregate(
                         &write,
@@ -625,7 +652,13 @@ impl Store for MemoryStore {
                             .get(&slot)
                             .is_some_and(|(t, a, _)| t == tp && a == attempts) =>
                     {
-                        item.closing_claims.remove(&slot);
+                        if let Some((_, _, outputs)) = item.closing_claims.remove(&slot)
+                            && item.paged_claims.remove(&slot)
+                        {
+                            // The pages' deletes.
+                            stats.requests +=
+                                outputs.len().div_ceil(limits::CLAIM_PAGE_BYTES).max(1) as u64;
+                        }
                         true
                     }
                     _ => false,
@@ -760,14 +793,26 @@ impl MemoryStore {
                 stored.version += 1;
                 stored.close_at = close_at;
                 if let Some(claim) = claim {
+                    let slot = item.state.version;
                     stored.closing_claims.insert(
-                        item.state.version,
+                        slot,
                         (
                             claim.tp.to_string(),
                             vec![claim.attempt.to_owned()],
                             claim.outputs.to_vec(),
                         ),
                     );
+                    // As the DynamoDB store: records that do not fit beside what the item
+                    // keeps go to pages (one write a page, after a refused try in the
+                    // item when they alone would fit).
+                    let len = claim.outputs.len();
+                    if len > limits::CLAIM_PAGE_BYTES
+                        || stored.approximate_bytes() > limits::MAX_ITEM_BYTES
+                    {
+                        stored.paged_claims.insert(slot);
+                        stats.requests += len.div_ceil(limits::CLAIM_PAGE_BYTES).max(1) as u64
+                            + u64::from(len <= limits::CLAIM_PAGE_BYTES);
+                    }
                 }
                 (Some(stored.state()), stats)
             }

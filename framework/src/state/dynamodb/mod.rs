@@ -20,6 +20,7 @@
 
 mod admin;
 mod cache;
+mod claim_pages;
 mod item;
 mod lean;
 mod request;
@@ -52,6 +53,7 @@ use crate::state::outbox::{self, Emission, Entry, Outbox};
 pub use admin::{create_table, emulator_client, emulator_client_with, emulator_lean_client};
 use cache::Cache;
 pub use cache::DEFAULT_CACHE_BYTES;
+use claim_pages::{Pages, pages_attribute};
 pub use item::{
     CLOSING_INDEX, CLOSING_STORE, CLOSING_TIME, FORMAT_VERSION, NEWEST_TIME, STREAM_TIME_KEY,
     ScannedItem, TTL_ATTRIBUTE, WATERMARK_PREFIX, item_key,
@@ -157,47 +159,62 @@ fn claim_place(claimed: &ClaimedWindow) -> (i64, String, String) {
     }
 }
 
-/// A closing pass's claim of slot `slot` on `key`'s item (`None`: no item), as it stands.
+/// A closing pass's claim of slot `slot` on `key`'s item (`None`: no item), as it stands,
+/// and the pages that hold its records when the item does not (`claim_pages.rs`).
 fn closing_claim(
     store: &str,
     key: Vec<u8>,
     slot: i64,
     item: Option<&Item>,
-) -> Result<ClaimedWindow, StateError> {
+) -> Result<(ClaimedWindow, Option<Pages>), StateError> {
     let corrupt = |e: String| StateError::new(store, &key, StateErrorKind::Corrupt(e));
     let state = match item {
         Some(item) => parse_state(item).map_err(corrupt)?,
         None => ItemState::number(0, 0),
     };
     let (ck, ca, cp) = slot_attributes(slot);
-    let found = item.map(|i| (i.get(&ck), i.get(&ca), i.get(&cp)));
-    let (claim, outputs) = match found {
+    let cg = pages_attribute(slot);
+    let found = item.map(|i| (i.get(&ck), i.get(&ca), i.get(&cp), i.get(&cg)));
+    let claimed = |tp: &String, attempts: &String| ClaimState::Claimed {
+        tp: tp.clone(),
+        attempts: attempts.split(' ').map(str::to_owned).collect(),
+    };
+    let (claim, outputs, pages) = match found {
         Some((
             Some(AttributeValue::S(tp)),
             Some(AttributeValue::S(attempts)),
             Some(AttributeValue::B(outputs)),
-        )) => (
-            ClaimState::Claimed {
-                tp: tp.clone(),
-                attempts: attempts.split(' ').map(str::to_owned).collect(),
-            },
-            outputs.as_ref().to_vec(),
-        ),
+            _,
+        )) => (claimed(tp, attempts), outputs.as_ref().to_vec(), None),
+        // The records in pages of their own (`claim_pages.rs`), read by the caller.
+        Some((
+            Some(AttributeValue::S(tp)),
+            Some(AttributeValue::S(attempts)),
+            None,
+            Some(AttributeValue::S(pages)),
+        )) => {
+            let pages = Pages::parse(pages)
+                .ok_or_else(|| corrupt(format!("{cg} is not a claim's pages: {pages:?}")))?;
+            (claimed(tp, attempts), Vec::new(), Some(pages))
+        }
         // A claim of the slot may still land while the item's version is the slot.
         Some(_) if i64::try_from(state.version).is_ok_and(|v| v <= slot) => {
-            (ClaimState::Open, Vec::new())
+            (ClaimState::Open, Vec::new(), None)
         }
-        _ => (ClaimState::Closed, Vec::new()),
+        _ => (ClaimState::Closed, Vec::new(), None),
     };
-    Ok(ClaimedWindow {
-        window: ClosedWindow {
-            key,
-            start: slot,
-            state,
+    Ok((
+        ClaimedWindow {
+            window: ClosedWindow {
+                key,
+                start: slot,
+                state,
+            },
+            claim,
+            outputs: Some(outputs),
         },
-        claim,
-        outputs: Some(outputs),
-    })
+        pages,
+    ))
 }
 
 /// A primary key (`pk`, `sk`) for `BatchGetItem`.
@@ -594,7 +611,7 @@ impl DynamoStore {
                         .iter()
                         .filter(|(name, _)| {
                             name.split_once(':').is_some_and(|(prefix, _)| {
-                                [CLAIM_PARTITION, CLAIM_ATTEMPTS, "cp"].contains(&prefix)
+                                [CLAIM_PARTITION, CLAIM_ATTEMPTS, "cp", "cg"].contains(&prefix)
                             })
                         })
                         .map(|(name, value)| cache::attribute_bytes(name, value))
@@ -1252,8 +1269,17 @@ impl Store for DynamoStore {
         let mut out = Vec::with_capacity(named.len());
         for (key, start, closing) in named {
             if closing {
-                let item = found.get(&(item_key(store, &key), 0));
-                out.push(closing_claim(store, key, start, item)?);
+                let pk = item_key(store, &key);
+                let item = found.get(&(pk.clone(), 0));
+                let (mut claimed, pages) = closing_claim(store, key, start, item)?;
+                if let Some(pages) = pages {
+                    let key = claimed.window.key.as_slice();
+                    let outputs = self
+                        .read_claim_pages((store, key, &pk), start, &pages, &mut stats)
+                        .await?;
+                    claimed.outputs = Some(outputs);
+                }
+                out.push(claimed);
                 continue;
             }
             let item = found.remove(&(item_key(store, &key), start));
@@ -1389,16 +1415,33 @@ impl Store for DynamoStore {
             .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
             .value(":read", Value::S(Cow::Borrowed(read.as_str())))
             .consumed_capacity();
-        // A closing pass's claim also drops the records it kept.
+        // A closing pass's claim also drops the records it kept, in the item or in pages
+        // of their own (named by the removed `cg:<slot>`, deleted next).
+        let cg = pages_attribute(window.window.start);
         let request = match window.outputs {
             Some(_) => request
-                .update_expression("REMOVE #ck, #ca, #cp")
-                .name("#cp", cp.as_str()),
+                .update_expression("REMOVE #ck, #ca, #cp, #cg")
+                .name("#cp", cp.as_str())
+                .name("#cg", cg.as_str())
+                .returned(Returned::UpdatedOld),
             None => request.update_expression("REMOVE #ck, #ca"),
         };
         stats.requests += 1;
         match self.update_item(request, &mut stats).await {
-            Ok(Ok(_)) => {}
+            Ok(Ok(old)) => {
+                if let Some(AttributeValue::S(pages)) = old.get(&cg)
+                    && let Some(pages) = Pages::parse(pages)
+                {
+                    let (key, pk) = (&window.window.key, item_key(store, &window.window.key));
+                    self.delete_claim_pages(
+                        (store, key, &pk),
+                        window.window.start,
+                        &pages,
+                        &mut stats,
+                    )
+                    .await?;
+                }
+            }
             Ok(Err(_)) => {
                 stats.conditional_failures += 1;
                 return Ok((false, stats));
@@ -1505,6 +1548,7 @@ impl Store for DynamoStore {
     ) -> Result<(Option<ItemState>, WriteStats), StateError> {
         let mut stats = WriteStats::default();
         let slot = i64::try_from(item.state.version).unwrap_or(i64::MAX);
+        let pk = item_key(store, &item.key);
         let entry = format!("c:{}:{slot}", URL_SAFE_NO_PAD.encode(&item.key));
         let intent = Update::new(
             &self.table,
@@ -1519,24 +1563,56 @@ impl Store for DynamoStore {
         if let Err(refused) = self.update_item(intent, &mut stats).await {
             return Err(StateError::new(store, &item.key, refused.kind));
         }
+        // The records in the item when they fit beside what it keeps (DynamoDB says), else
+        // in pages of their own (`claim_pages.rs`): never a rewrite refused on every retry.
+        if claim.outputs.len() <= claim_pages::PAGE_BYTES {
+            match self
+                .rewrite(store, item, aggregate, close_at, Some((claim, None)))
+                .await
+            {
+                Err(e) if matches!(e.kind, StateErrorKind::ItemTooLarge) => stats.requests += 1,
+                Ok((state, rewrite)) => {
+                    stats.add(&rewrite);
+                    return Ok((state, stats));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let place = (store, item.key.as_slice(), pk.as_str());
+        let pages = self
+            .put_claim_pages(place, slot, claim.attempt, claim.outputs, &mut stats)
+            .await?;
+        let reference = pages.attribute();
         let (state, rewrite) = self
-            .rewrite(store, item, aggregate, close_at, Some(claim))
+            .rewrite(
+                store,
+                item,
+                aggregate,
+                close_at,
+                Some((claim, Some(&reference))),
+            )
             .await?;
         stats.add(&rewrite);
+        if state.is_none() {
+            // Another writer changed the item first: these pages are no claim's.
+            self.delete_claim_pages(place, slot, &pages, &mut stats)
+                .await?;
+        }
         Ok((state, stats))
     }
 }
 
 impl DynamoStore {
     /// A closing pass's rewrite ([`Store::close_item`]), with `claim` kept in the slot of
-    /// the version read ([`Store::claim_closing_item`]).
+    /// the version read ([`Store::claim_closing_item`]): its records in the item, or with
+    /// `Some(pages)` the `cg:<slot>` naming the pages that hold them.
     async fn rewrite(
         &self,
         store: &str,
         item: &ClosingItem,
         aggregate: &[u8],
         close_at: Option<i64>,
-        claim: Option<ClosingClaim<'_>>,
+        claim: Option<(ClosingClaim<'_>, Option<&str>)>,
     ) -> Result<(Option<ItemState>, WriteStats), StateError> {
         let mut stats = WriteStats {
             requests: 1,
@@ -1545,7 +1621,8 @@ impl DynamoStore {
         let pk = item_key(store, &item.key);
         let slot = i64::try_from(item.state.version).unwrap_or(i64::MAX);
         let (ck, ca, cp) = slot_attributes(slot);
-        let tp = claim.map(|c| c.tp.to_string());
+        let tp = claim.map(|(c, _)| c.tp.to_string());
+        let cg = pages_attribute(slot);
         let request = Update::new(&self.table, pk.as_str(), 0)
             .condition_expression("#ver = :read")
             .name("#ver", "ver")
@@ -1559,16 +1636,27 @@ impl DynamoStore {
             .consumed_capacity();
         // Under exactly-once output, the claim of the slot in the same write.
         let (request, claimed) = match (claim, &tp) {
-            (Some(claim), Some(tp)) => (
-                request
+            (Some((claim, kept)), Some(tp)) => {
+                let request = request
                     .name("#ck", ck.as_str())
                     .name("#ca", ca.as_str())
-                    .name("#cp", cp.as_str())
                     .value(":tp", Value::S(Cow::Borrowed(tp.as_str())))
-                    .value(":at", Value::S(Cow::Borrowed(claim.attempt)))
-                    .value(":out", Value::B(Cow::Borrowed(claim.outputs))),
-                ", #ck = :tp, #ca = :at, #cp = :out",
-            ),
+                    .value(":at", Value::S(Cow::Borrowed(claim.attempt)));
+                match kept {
+                    None => (
+                        request
+                            .name("#cp", cp.as_str())
+                            .value(":out", Value::B(Cow::Borrowed(claim.outputs))),
+                        ", #ck = :tp, #ca = :at, #cp = :out",
+                    ),
+                    Some(pages) => (
+                        request
+                            .name("#cg", cg.as_str())
+                            .value(":pg", Value::S(Cow::Borrowed(pages))),
+                        ", #ck = :tp, #ca = :at, #cg = :pg",
+                    ),
+                }
+            }
             _ => (request, ""),
         };
         let request = match close_at {

@@ -53,6 +53,8 @@ pub(super) enum Returned {
     UpdatedNew,
     /// `ALL_NEW`: the whole item as it is now.
     AllNew,
+    /// `UPDATED_OLD`: the attributes the update set or removed, as they were.
+    UpdatedOld,
 }
 
 /// One `UpdateItem` of the store (see the module docs).
@@ -224,6 +226,7 @@ impl<'a> Update<'a> {
             request = request.return_values(match returned {
                 Returned::UpdatedNew => ReturnValue::UpdatedNew,
                 Returned::AllNew => ReturnValue::AllNew,
+                Returned::UpdatedOld => ReturnValue::UpdatedOld,
             });
         }
         if self.old_on_failure {
@@ -307,6 +310,7 @@ impl<'a> Update<'a> {
             out.extend_from_slice(match returned {
                 Returned::UpdatedNew => b",\"ReturnValues\":\"UPDATED_NEW\"".as_slice(),
                 Returned::AllNew => b",\"ReturnValues\":\"ALL_NEW\"".as_slice(),
+                Returned::UpdatedOld => b",\"ReturnValues\":\"UPDATED_OLD\"".as_slice(),
             });
         }
         if self.old_on_failure {
