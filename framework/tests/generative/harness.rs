@@ -12,7 +12,7 @@ use lambda_streams::state::Store;
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::{BatchOptions, PoisonPolicy, Topology};
 
-use super::plan::{Inputs, K, PARTITIONS, Plan, Rng, V, partition_of};
+use super::plan::{Inputs, K, Look, LookUpdates, PARTITIONS, Plan, Rng, V, partition_of};
 use super::reference::Expected;
 
 /// Which faults a schedule may inject.
@@ -527,7 +527,15 @@ pub fn compare(plan: &Plan, expected: &[Expected], run: &Run, faults: Fault) -> 
                 }
             }
             Expected::Table(want) => table_updates(&topic, &records, want, None, run)?,
-            Expected::Looked { finals, held } => looked_up(&topic, &records, finals, held, run)?,
+            Expected::Looked { finals, held, look } => looked_up(
+                &topic,
+                &run.outputs,
+                finals,
+                held.as_ref(),
+                *look,
+                faults,
+                run,
+            )?,
             Expected::TableAt(want, times) => {
                 table_updates(&topic, &records, want, Some(times), run)?
             }
@@ -598,52 +606,175 @@ fn table_updates(
     Ok(())
 }
 
-/// Checks a table's updates left-joined with another table on `topic`: every key of the
-/// table has updates, and the update of its highest version is the table's final value
-/// joined with a value the other table held for the key, or with none. At least once, the
-/// copies of one version may carry different lookups (a retry reads the other table
-/// again): each must be such a join. (Under exactly-once output, the caller checks one
-/// update per version.)
+/// Per key (prefix removed), per version, the values of the updates on `topic` whose key
+/// starts with `prefix` (`""`: all of them).
+type ByVersion = BTreeMap<String, BTreeMap<u64, Vec<V>>>;
+
+fn by_version(topic: &str, outputs: &[OutputRecord], prefix: &str) -> Result<ByVersion, String> {
+    let mut out = ByVersion::new();
+    for r in outputs.iter().filter(|r| r.topic == topic) {
+        let (key, value, _) = decode(r)?;
+        let key = key.ok_or_else(|| format!("topic {topic}: an update with a null key"))?;
+        let Some(key) = key.strip_prefix(prefix) else {
+            continue;
+        };
+        out.entry(key.to_owned())
+            .or_default()
+            .entry(version_of(r)?)
+            .or_default()
+            .push(value);
+    }
+    Ok(out)
+}
+
+/// Checks a table's updates joined with a table ([`Look`]) on `topic`.
+///
+/// - Every key of the table has joined updates (an inner join with a topic's table: only
+///   keys of the table), and those of its highest version are the table's final value
+///   joined with a value the other table held for the key, or with none (left join), or
+///   with the final value itself (the table's own key). An inner join with a topic's table
+///   may drop the final value's update, so its highest version is not compared.
+/// - When the table's plain updates are sent too, they end at its final values, and,
+///   with every batch delivered once (also under exactly-once output, where the caller
+///   gives [`Fault::None`]): each joined update's version is one of the plain updates',
+///   and its value is that update's value joined with a value the other table held (its
+///   own table: the value of that version or a later one); and a left join, or a join
+///   with the table's own key, joins every version. At least once, the copies of one
+///   version may carry different lookups (a retry reads the other table again): each
+///   must be such a join. (Under exactly-once output, the caller checks one update per
+///   version.)
 fn looked_up(
     topic: &str,
-    records: &[&OutputRecord],
+    outputs: &[OutputRecord],
     finals: &BTreeMap<String, i64>,
-    held: &BTreeMap<String, BTreeSet<Option<i64>>>,
+    held: Option<&BTreeMap<String, BTreeSet<Option<i64>>>>,
+    look: Look,
+    faults: Fault,
     run: &Run,
 ) -> Result<(), String> {
-    let mut latest: BTreeMap<String, (u64, Vec<V>)> = BTreeMap::new();
-    for r in records {
-        let (key, value, _) = decode(r)?;
-        let key = key.ok_or_else(|| format!("topic {topic}: a joined update with a null key"))?;
-        let version = version_of(r)?;
-        let entry = latest.entry(key).or_insert((version, Vec::new()));
-        if version > entry.0 {
-            *entry = (version, vec![value]);
-        } else if version == entry.0 {
-            entry.1.push(value);
-        }
-    }
-    let got: BTreeSet<&String> = latest.keys().collect();
-    let want: BTreeSet<&String> = finals.keys().collect();
-    if got != want {
-        return Err(format!(
-            "topic {topic}: joined updates of the keys {got:?}, the table's keys {want:?}\nfaults: {:?}",
-            run.log
+    let fail = |what: String| Err(format!("topic {topic}: {what}\nfaults: {:?}", run.log));
+    let (joined, updates) = match look.updates {
+        LookUpdates::None => (by_version(topic, outputs, "")?, None),
+        LookUpdates::Separate => (
+            by_version(topic, outputs, "")?,
+            Some(by_version(&format!("{topic}u"), outputs, "")?),
+        ),
+        LookUpdates::Merged => (
+            by_version(topic, outputs, "j:")?,
+            Some(by_version(topic, outputs, "u:")?),
+        ),
+    };
+    if look.updates == LookUpdates::Merged
+        && let Some(r) = outputs.iter().filter(|r| r.topic == topic).find(|r| {
+            let key = decode(r).ok().and_then(|(k, _, _)| k).unwrap_or_default();
+            !key.starts_with("j:") && !key.starts_with("u:")
+        })
+    {
+        return fail(format!(
+            "a merged update keyed neither j: nor u: ({:?})",
+            decode(r)
         ));
     }
     let none = BTreeSet::new();
+    // The values the other table may have held for `key` at the update of `version`.
+    let partners = |key: &str, version: u64| -> Option<BTreeSet<Option<i64>>> {
+        Some(match held {
+            Some(held) => {
+                let held = held.get(key).unwrap_or(&none);
+                let mut all: BTreeSet<Option<i64>> = held.iter().copied().collect();
+                if look.inner {
+                    all.remove(&None);
+                } else {
+                    all.insert(None);
+                }
+                all
+            }
+            None => updates
+                .as_ref()?
+                .get(key)?
+                .range(version..)
+                .flat_map(|(_, values)| values.iter().copied())
+                .collect(),
+        })
+    };
+    let got: BTreeSet<&String> = joined.keys().collect();
+    let want: BTreeSet<&String> = finals.keys().collect();
+    let partial = look.inner && held.is_some();
+    if got != want && !(partial && got.is_subset(&want)) {
+        return fail(format!(
+            "joined updates of the keys {got:?}, the table's keys {want:?}"
+        ));
+    }
     for (key, last) in finals {
-        let (version, values) = &latest[key];
-        let held = held.get(key).unwrap_or(&none);
-        for value in values {
-            let valid = std::iter::once(None)
-                .chain(held.iter().copied())
-                .any(|x| *value == super::plan::stream_joiner(Some(*last), x));
-            if !valid {
-                return Err(format!(
-                    "topic {topic}: key {key} version {version} is {value:?}, not the final \
-                     value {last} joined with one the table held ({held:?}) or none\nfaults: {:?}",
-                    run.log
+        let Some((version, values)) = joined.get(key).and_then(|v| v.last_key_value()) else {
+            continue;
+        };
+        if partial {
+            continue;
+        }
+        let mut valid: BTreeSet<V> = BTreeSet::new();
+        match held {
+            Some(held) => {
+                let held = held.get(key).unwrap_or(&none);
+                for x in std::iter::once(None).chain(held.iter().copied()) {
+                    valid.insert(super::plan::stream_joiner(Some(*last), x));
+                }
+            }
+            None => {
+                valid.insert(super::plan::stream_joiner(Some(*last), Some(*last)));
+            }
+        }
+        if let Some(value) = values.iter().find(|v| !valid.contains(v)) {
+            return fail(format!(
+                "key {key} version {version} is {value:?}, not the final value {last} joined \
+                 with one the table held ({:?}) or none",
+                held.map(|h| h.get(key))
+            ));
+        }
+    }
+    let Some(updates) = &updates else {
+        return Ok(());
+    };
+    for (key, last) in finals {
+        let latest = updates.get(key).and_then(|v| v.last_key_value());
+        if latest.is_none_or(|(_, values)| values.iter().any(|v| *v != Some(*last))) {
+            return fail(format!(
+                "key {key}: the table's last plain updates {latest:?}, its final value {last}"
+            ));
+        }
+    }
+    if faults != Fault::None {
+        return Ok(());
+    }
+    for (key, versions) in &joined {
+        let plain = updates.get(key).cloned().unwrap_or_default();
+        for (version, values) in versions {
+            let Some(value) = plain.get(version).and_then(|v| v.first()) else {
+                return fail(format!(
+                    "key {key}: a joined update of version {version}, which no plain update has \
+                     (versions {:?})",
+                    plain.keys().collect::<Vec<_>>()
+                ));
+            };
+            let partners = partners(key, *version).unwrap_or_default();
+            let valid: BTreeSet<V> = partners
+                .iter()
+                .map(|x| super::plan::stream_joiner(*value, *x))
+                .collect();
+            if let Some(bad) = values.iter().find(|v| !valid.contains(v)) {
+                return fail(format!(
+                    "key {key} version {version}: joined {bad:?}, not the update's {value:?} \
+                     joined with one of {partners:?}"
+                ));
+            }
+        }
+        if !partial {
+            let missing: Vec<&u64> = plain.keys().filter(|v| !versions.contains_key(v)).collect();
+            if !missing.is_empty() {
+                return fail(format!(
+                    "key {key}: the versions {missing:?} of the table's updates were never \
+                     joined (joined: {:?})",
+                    versions.keys().collect::<Vec<_>>()
                 ));
             }
         }

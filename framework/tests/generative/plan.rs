@@ -355,10 +355,36 @@ pub enum Out {
     Dyn(DynW),
     /// Two tables' change streams merged into one topic, keyed `a:<key>` and `b:<key>`.
     Merged(T, T),
-    /// A table's updates (`to_stream`) left-joined with the table of topic `t<j>`: each
-    /// update's value joined with the value that table held for the key when the batch
-    /// looked it up ([`stream_joiner`]).
-    Looked(T, usize),
+    /// A table's updates (`to_stream`) joined with a table ([`Look`]): each update's value
+    /// joined with the value that table held for the key when the batch looked it up
+    /// ([`stream_joiner`]).
+    Looked(T, Look),
+}
+
+/// How [`Out::Looked`] joins a table's updates, and what else it sends.
+#[derive(Debug, Clone, Copy)]
+pub struct Look {
+    /// The table of topic `t<j>`, or `None`: the updated table itself (each update looks
+    /// up its own key in the table it came from).
+    pub table: Option<usize>,
+    /// An inner join (`join`: an update whose key the table lacks is dropped) instead of
+    /// a left join.
+    pub inner: bool,
+    /// The same table's plain updates are sent too, so that each joined update can be
+    /// checked against the update of its version.
+    pub updates: LookUpdates,
+}
+
+/// Where [`Look::updates`] sends the table's plain updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookUpdates {
+    /// Not sent.
+    None,
+    /// To topic `o<i>u`.
+    Separate,
+    /// Merged with the joined updates into `o<i>`: joined ones keyed `j:<key>`, plain ones
+    /// `u:<key>`.
+    Merged,
 }
 
 /// A random topology.
@@ -490,7 +516,9 @@ impl Plan {
                 Out::Stream(s) => s.size(),
                 Out::Table(t) => t.size(),
                 Out::Merged(a, b) => 1 + a.size() + b.size(),
-                Out::Looked(t, _) => 2 + t.size(),
+                Out::Looked(t, look) => {
+                    2 + t.size() + usize::from(look.updates == LookUpdates::Merged)
+                }
                 Out::Windowed(w) => 1 + w.stream.size(),
                 Out::Dyn(w) => 1 + w.stream.size(),
             })
@@ -596,10 +624,21 @@ impl Plan {
                 vec![Out::Merged(a, b)]
             }
             "table_updates_lookup" => {
-                // An aggregation's updates left-joined with a topic's table, and a second
-                // output of the same aggregation (its plain updates), or another's.
+                // An aggregation's updates joined (left or inner) with a topic's table or
+                // with the aggregation's own table; the same table's plain updates sent
+                // beside them (another topic, or merged into theirs), and a second output
+                // of an aggregation of the same plan (another store).
                 let a = T::Agg(Box::new(stream(rng, 2, d)), group(rng, false), agg(rng));
-                let mut outputs = vec![Out::Looked(a.clone(), rng.below(2) as usize)];
+                let look = Look {
+                    table: (!rng.chance(30)).then(|| rng.below(2) as usize),
+                    inner: rng.chance(50),
+                    updates: match rng.below(3) {
+                        0 => LookUpdates::None,
+                        1 => LookUpdates::Separate,
+                        _ => LookUpdates::Merged,
+                    },
+                };
+                let mut outputs = vec![Out::Looked(a.clone(), look)];
                 if rng.chance(50) {
                     outputs.push(Out::Table(a));
                 }
@@ -1092,13 +1131,31 @@ impl Plan {
                         .to_change_stream()
                         .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
                 }
-                Out::Looked(t, j) => {
-                    let lookup = b.table(&T::Source(*j));
-                    b.table(t)
-                        .to_stream()
-                        .map_values(Some)
-                        .left_join(&lookup, |_, v, x| stream_joiner(v, x))
-                        .to(&topic, Nullable(Utf8), Nullable(DecimalI64))
+                Out::Looked(t, look) => {
+                    let table = b.table(t);
+                    let other = look.table.map(|j| b.table(&T::Source(j)));
+                    let lookup = other.as_ref().unwrap_or(&table);
+                    let updates = table.to_stream().map_values(Some);
+                    let joined = if look.inner {
+                        updates.join(lookup, |_, v, x| stream_joiner(v, Some(x)))
+                    } else {
+                        updates.left_join(lookup, |_, v, x| stream_joiner(v, x))
+                    };
+                    let prefixed = |s: KStream<K, V>, prefix: &'static str| {
+                        s.map(move |k, v| (Some(format!("{prefix}{}", k.unwrap_or_default())), v))
+                    };
+                    match look.updates {
+                        LookUpdates::None => {
+                            joined.to(&topic, Nullable(Utf8), Nullable(DecimalI64));
+                        }
+                        LookUpdates::Separate => {
+                            joined.to(&topic, Nullable(Utf8), Nullable(DecimalI64));
+                            updates.to(&format!("{topic}u"), Nullable(Utf8), Nullable(DecimalI64));
+                        }
+                        LookUpdates::Merged => prefixed(joined, "j:")
+                            .merge(&prefixed(updates, "u:"))
+                            .to(&topic, Nullable(Utf8), Nullable(DecimalI64)),
+                    }
                 }
                 Out::Merged(t, u) => {
                     let prefixed = |table: KTable<K, i64>, prefix: &'static str| {

@@ -49,12 +49,16 @@ pub enum Expected {
         values: BTreeMap<String, i64>,
         times: BTreeMap<String, i64>,
     },
-    /// A table's updates left-joined with another table: per key, the table's final value
-    /// (`finals`), which the update of the highest version holds joined with one of the
-    /// values the other table held for the key (`held`, besides none).
+    /// A table's updates joined with a table ([`Look`](super::plan::Look)): per key, the
+    /// table's final value (`finals`), which the update of the highest version holds
+    /// joined with one of the values the looked-up table held for the key (`held`, besides
+    /// none; `held` is `None` when the table looks up its own key, which holds the final
+    /// value then). An inner join's highest version may predate the final value (the
+    /// update of the final value found no partner).
     Looked {
         finals: BTreeMap<String, i64>,
-        held: BTreeMap<String, BTreeSet<Option<i64>>>,
+        held: Option<BTreeMap<String, BTreeSet<Option<i64>>>>,
+        look: super::plan::Look,
     },
     /// Sessions, keyed `<key>@<start>-<end>`: per key, the current sessions. `horizon`:
     /// per key, sessions that end before it are not compared (the framework drops them
@@ -80,16 +84,20 @@ pub fn evaluate(plan: &Plan, inputs: &Inputs) -> Vec<Expected> {
                 Expected::Records(records)
             }
             Out::Table(t) => Expected::TableAt(table(t, inputs), table_times(t, inputs)),
-            Out::Looked(t, j) => {
+            Out::Looked(t, look) => {
                 // Per key, every value the lookup table held (`None`: none yet, or deleted).
-                let mut held: BTreeMap<String, BTreeSet<Option<i64>>> = BTreeMap::new();
-                for r in log(inputs, &format!("t{j}")) {
-                    let Some(k) = &r.key else { continue };
-                    held.entry(k.clone()).or_default().insert(r.value);
-                }
+                let held = look.table.map(|j| {
+                    let mut held: BTreeMap<String, BTreeSet<Option<i64>>> = BTreeMap::new();
+                    for r in log(inputs, &format!("t{j}")) {
+                        let Some(k) = &r.key else { continue };
+                        held.entry(k.clone()).or_default().insert(r.value);
+                    }
+                    held
+                });
                 Expected::Looked {
                     finals: table(t, inputs),
                     held,
+                    look: *look,
                 }
             }
             Out::Merged(a, b) => {
