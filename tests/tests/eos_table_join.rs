@@ -56,6 +56,21 @@ fn at_least_once_topology(t: &Topics) -> Topology {
 
 /// [`topology`]'s joins on `builder`, as it is.
 fn joins(builder: StreamsBuilder, t: &Topics) -> Topology {
+    declare_joins(&builder, t);
+    builder.build()
+}
+
+/// The same joins, declared before the builder is asked for exactly-once output: they are
+/// built for it when the topology is built.
+fn joins_then_exactly_once(t: &Topics) -> Topology {
+    let builder = StreamsBuilder::new();
+    declare_joins(&builder, t);
+    builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    builder.build()
+}
+
+/// Declares [`topology`]'s joins on `builder`.
+fn declare_joins(builder: &StreamsBuilder, t: &Topics) {
     let names = builder.table(&t.names, Utf8, Utf8, "names");
     let cities = builder.table(&t.cities, Utf8, Utf8, "cities");
     let side = |v: Option<&String>| v.cloned().unwrap_or_else(|| "?".to_owned());
@@ -69,7 +84,6 @@ fn joins(builder: StreamsBuilder, t: &Topics) -> Topology {
         .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
         .to_change_stream()
         .to(&t.pairs, Utf8, Nullable(Utf8));
-    builder.build()
 }
 
 /// Per partition of topic `side` (0: names, 1: cities), 14 records: key `k<3j + p>`,
@@ -325,6 +339,28 @@ async fn crashes_after_state_writes_join_exactly_once() {
         assert_eq!(summary.failures, 1, "one injected crash (after {k} writes)");
         assert_exactly_once(&t);
     }
+}
+
+/// The joins declared before the builder is asked for exactly-once output, under every
+/// batch delivered twice, shifted retries and a crash: each `(key, version)` once, as when
+/// the builder is asked first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joins_declared_before_the_guarantee_is_asked_are_exactly_once() {
+    let faults = Faults {
+        duplicate_every: Some(1),
+        extend_retry_every: Some(3),
+        ..Faults::default()
+    };
+    let (t, summary) = run_built(
+        "eos-tjoin-after",
+        faults,
+        Some(9),
+        joins_then_exactly_once,
+        OutputGuarantee::ExactlyOnce,
+    )
+    .await;
+    assert_eq!(summary.failures, 1, "one injected crash");
+    assert_exactly_once(&t);
 }
 
 /// At least once, crashes after some state writes and every batch delivered twice: the

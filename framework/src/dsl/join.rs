@@ -12,7 +12,7 @@
 //! ([`StreamsBuilder::versioned_table`]) is read as of each stream record's timestamp
 //! instead, and [`KStream::join_with_grace`] waits a grace period for late table updates.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::table::Lookup;
 use super::{Downstream, KStream, KTable, StreamsBuilder, lock};
@@ -21,6 +21,7 @@ use crate::serdes::{Nullable, Serde, SerdeError};
 use crate::state::ItemState;
 use crate::topology::context::{Ctx, Origin};
 use crate::topology::describe::{NodeId, NodeKind};
+use crate::topology::{JoinWire, PendingTableJoin, Shared};
 
 /// Why a table without a lookup cannot be a join's side (a composition the DSL refuses
 /// when it is written, naming what to do instead).
@@ -372,8 +373,10 @@ where
     /// Each update carries as its version the sum of the two items' versions, which grows
     /// with every change of either side, so consumers can keep the highest version per
     /// key. Under exactly-once output (the builder's
-    /// [`output_guarantee`](StreamsBuilder::output_guarantee), asked before the join is
-    /// declared, or `LAMBDA_STREAMS_OUTPUT_GUARANTEE` when the builder is made) each key's joined update is decided once in a store of the join's own
+    /// [`output_guarantee`](StreamsBuilder::output_guarantee), asked before or after the
+    /// join is declared, or `LAMBDA_STREAMS_OUTPUT_GUARANTEE` when the builder is made: the
+    /// guarantee the builder holds at `build`) each key's joined update is decided once in a
+    /// store of the join's own
     /// (one more write per key a batch changes), and carries that item's version: each
     /// `(key, version)` once for a `read_committed` consumer, the highest one the join of
     /// the two tables' final values (docs/state.md, "Exactly-once output of table–table
@@ -516,13 +519,13 @@ where
         VR: Clone + Send + Sync + 'static,
     {
         // Under exactly-once output the two sides' changes go to the join's decision
-        // store instead of the output (see `Decision`).
-        let exactly_once = lock(&self.shared).output == crate::sink::OutputGuarantee::ExactlyOnce;
-        let decisions = exactly_once.then(Downstream::<K, Decision>::new);
+        // store instead of the output (see `Decision`): connected now when the builder
+        // already asks for that guarantee, otherwise when the topology is built for it.
+        let decisions = Arc::new(OnceLock::new());
         let out = Outputs {
             updates: Downstream::<K, VR>::new(),
             deletes: Downstream::<K, ()>::new(),
-            decisions: decisions.clone(),
+            decisions: Arc::clone(&decisions),
             flipped: false,
         };
         // `f` called only with the sides `kind` keeps.
@@ -534,6 +537,7 @@ where
             };
             if kept { f(k, v, o) } else { None }
         });
+        let (decided_this, decided_other) = (Arc::clone(&decisions), Arc::clone(&decisions));
         let (f1, f2, f3, f4) = (
             Arc::clone(&joined),
             Arc::clone(&joined),
@@ -550,7 +554,7 @@ where
                 Some(value) => Joined::Update(value),
                 None if kind == JoinKind::Inner
                     && o.is_none()
-                    && !seen.deletes_inner(exactly_once) =>
+                    && !seen.deletes_inner(decided_this.get().is_some()) =>
                 {
                     Joined::Nothing
                 }
@@ -572,109 +576,153 @@ where
                 // This table has the key (an inner join loses it) or, outer, neither has;
                 // or, inner, this table lost it too (see `OtherSide::deletes_inner`).
                 None if v.is_some() || kind == JoinKind::Outer => Joined::Delete,
-                None if kind == JoinKind::Inner && seen.lost && !exactly_once => Joined::Delete,
+                None if kind == JoinKind::Inner && seen.lost && decided_other.get().is_none() => {
+                    Joined::Delete
+                }
                 None => Joined::Nothing,
             },
         );
-        let Some(decisions) = decisions else {
-            return KTable::from_nodes(
-                self.shared.clone(),
-                out.updates,
-                vec![this_node, other_node],
-            )
-            .with_deletes(out.deletes);
-        };
-        self.decided(other, decisions, [this_node, other_node], out, joined)
-    }
-
-    /// Under exactly-once output, the joined table from the join's decisions (`decisions`,
-    /// from the nodes `sides`): a store of one item per key holding the latest decision
-    /// (the one made from the highest sum of the two sides' versions) with the two sides'
-    /// states it was made from, written attributed to the outbox entries of the updates
-    /// that caused it. The joined table's updates are that store's, from its outbox, each
-    /// value computed again from the states the decision keeps (`joined`).
-    fn decided<VO, VR>(
-        &self,
-        other: &KTable<K, VO>,
-        decisions: Downstream<K, Decision>,
-        sides: [NodeId; 2],
-        out: Outputs<K, VR>,
-        joined: Arc<JoinFn<K, V, VO, VR>>,
-    ) -> KTable<K, VR>
-    where
-        VO: Clone + Send + Sync + 'static,
-        VR: Clone + Send + Sync + 'static,
-    {
         let (Some(this_lookup), Some(other_lookup)) = (self.lookup.clone(), other.lookup.clone())
         else {
             panic!("{NOT_JOINABLE}");
         };
-        let (store, names) = {
-            let inner = lock(&self.shared);
-            let name = |i: usize| inner.stores[i].name.clone();
-            (
-                format!("{}.{}", inner.description.name(sides[0]), sides[1]),
-                (name(this_lookup.store), name(other_lookup.store)),
-            )
-        };
-        let decided = KStream::new(self.shared.clone(), decisions, &sides)
-            .group_by_key(Arc::clone(&this_lookup.key_serde))
-            .aggregate_closing(
-                &store,
-                Decision::none,
-                |_, mut decision: Decision, latest: Decision| {
-                    // The decision made from the newest states of the two sides wins: a
-                    // lookup overtaken by a later change of the key changes nothing. Of
-                    // two made from the same states (both sides changed in one batch),
-                    // one that emits wins over one that does not (a deletion of an inner
-                    // join is sent by the side that lost the key, not by the other).
-                    if decision.sum < latest.sum
-                        || (decision.sum == latest.sum && latest.outcome != Decision::NOTHING)
-                    {
-                        return latest;
-                    }
-                    // A join without a value where the last decision emitted one deletes
-                    // it, whatever the side that changed saw. Each side's change decides
-                    // "nothing" when it finds the other side gone (that side's change
-                    // would have sent the deletion), but when the two sides lose the key
-                    // in concurrent batches (two partitions, or a retry after the other
-                    // side's batch), each may find the other gone, and neither sends it.
-                    if decision.outcome == Decision::NOTHING && latest.outcome == Decision::UPDATE {
-                        decision.outcome = Decision::DELETE;
-                    }
-                    decision
-                },
-                DecisionSerde,
-                None,
-            );
-        {
-            let mut inner = lock(&self.shared);
-            for &node in &decided.nodes {
-                inner.roles.decides(node);
-            }
-        }
+        let sides = [this_node, other_node];
+        let shared = self.shared.clone();
         let (updates, deletes) = (out.updates.clone(), out.deletes.clone());
-        decided
-            .updates()
-            .add(Arc::new(move |ctx, key: K, decision: Decision| {
-                let forward = |ctx: &mut Ctx| match decision.outcome {
-                    Decision::UPDATE => {
-                        let this = this_lookup.find(&key, decision.this.as_ref(), &names.0)?;
-                        let other = other_lookup.find(&key, decision.other.as_ref(), &names.1)?;
-                        match joined(&key, this.as_ref(), other.as_ref()) {
-                            Some(value) => updates.forward(ctx, key.clone(), value),
-                            None => Ok(()),
-                        }
-                    }
-                    Decision::DELETE => deletes.forward(ctx, key.clone(), ()),
-                    _ => Ok(()),
-                };
-                ctx.with_update_timestamp(decision.timestamp, forward)
-            }));
-        KTable::from_nodes(self.shared.clone(), out.updates, decided.nodes.clone())
-            .with_deletes(out.deletes)
+        let wire: JoinWire = Box::new(move || {
+            let downstream = Downstream::<K, Decision>::new();
+            let _ = decisions.set(downstream.clone());
+            decide(
+                &shared,
+                (this_lookup, other_lookup),
+                downstream,
+                sides,
+                out,
+                joined,
+            )
+        });
+        let exactly_once = lock(&self.shared).output == crate::sink::OutputGuarantee::ExactlyOnce;
+        let nodes = if exactly_once {
+            wire()
+        } else {
+            lock(&self.shared)
+                .table_joins
+                .push(PendingTableJoin { sides, wire });
+            sides.to_vec()
+        };
+        KTable::from_nodes(self.shared.clone(), updates, nodes).with_deletes(deletes)
     }
 }
+
+/// Under exactly-once output, a table–table join's table from its decisions (`decisions`,
+/// from the nodes `sides`): a store of one item per key holding the latest decision (the
+/// one made from the highest sum of the two sides' versions) with the two sides' states it
+/// was made from, written attributed to the outbox entries of the updates that caused it.
+/// The joined table's updates are that store's, from its outbox, each value computed again
+/// from the states the decision keeps (`joined`). Returns the nodes that emit them.
+fn decide<K, V, VO, VR>(
+    shared: &Shared,
+    (this_lookup, other_lookup): Lookups<K, V, VO>,
+    decisions: Downstream<K, Decision>,
+    sides: [NodeId; 2],
+    out: Outputs<K, VR>,
+    joined: Arc<JoinFn<K, V, VO, VR>>,
+) -> Vec<NodeId>
+where
+    K: Clone + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    VO: Clone + Send + Sync + 'static,
+    VR: Clone + Send + Sync + 'static,
+{
+    let (store, names) = {
+        let inner = lock(shared);
+        let name = |i: usize| inner.stores[i].name.clone();
+        (
+            format!("{}.{}", inner.description.name(sides[0]), sides[1]),
+            (name(this_lookup.store), name(other_lookup.store)),
+        )
+    };
+    let decided = KStream::new(shared.clone(), decisions, &sides)
+        .group_by_key(Arc::clone(&this_lookup.key_serde))
+        .aggregate_closing(
+            &store,
+            Decision::none,
+            |_, mut decision: Decision, latest: Decision| {
+                // The decision made from the newest states of the two sides wins: a
+                // lookup overtaken by a later change of the key changes nothing. Of
+                // two made from the same states (both sides changed in one batch),
+                // one that emits wins over one that does not (a deletion of an inner
+                // join is sent by the side that lost the key, not by the other).
+                if decision.sum < latest.sum
+                    || (decision.sum == latest.sum && latest.outcome != Decision::NOTHING)
+                {
+                    return latest;
+                }
+                // A join without a value where the last decision emitted one deletes
+                // it, whatever the side that changed saw. Each side's change decides
+                // "nothing" when it finds the other side gone (that side's change
+                // would have sent the deletion), but when the two sides lose the key
+                // in concurrent batches (two partitions, or a retry after the other
+                // side's batch), each may find the other gone, and neither sends it.
+                if decision.outcome == Decision::NOTHING && latest.outcome == Decision::UPDATE {
+                    decision.outcome = Decision::DELETE;
+                }
+                decision
+            },
+            DecisionSerde,
+            None,
+        );
+    {
+        let mut inner = lock(shared);
+        for &node in &decided.nodes {
+            inner.roles.decides(node);
+        }
+    }
+    let (updates, deletes) = (out.updates.clone(), out.deletes.clone());
+    decided
+        .updates()
+        .add(Arc::new(move |ctx, key: K, decision: Decision| {
+            let forward = |ctx: &mut Ctx| match decision.outcome {
+                Decision::UPDATE => {
+                    let this = this_lookup.find(&key, decision.this.as_ref(), &names.0)?;
+                    let other = other_lookup.find(&key, decision.other.as_ref(), &names.1)?;
+                    match joined(&key, this.as_ref(), other.as_ref()) {
+                        Some(value) => updates.forward(ctx, key.clone(), value),
+                        None => Ok(()),
+                    }
+                }
+                Decision::DELETE => deletes.forward(ctx, key.clone(), ()),
+                _ => Ok(()),
+            };
+            ctx.with_update_timestamp(decision.timestamp, forward)
+        }));
+    decided.nodes.clone()
+}
+
+/// Under exactly-once output, connects the decision store of every table–table join
+/// declared while the builder's guarantee was at least once, and moves the operators
+/// reading the join's two sides to read the store's updates: the graph the join has when
+/// declared after the builder asks for exactly-once output.
+pub(crate) fn connect_decisions(shared: &Shared) {
+    let pending = {
+        let mut inner = lock(shared);
+        let pending = std::mem::take(&mut inner.table_joins);
+        if inner.output != crate::sink::OutputGuarantee::ExactlyOnce {
+            return;
+        }
+        pending
+    };
+    for join in pending {
+        let before = lock(shared).description.len();
+        let nodes = (join.wire)();
+        lock(shared)
+            .description
+            .reparent_all(&join.sides, &nodes, before);
+    }
+}
+
+/// How a table–table join reads its two tables (this one's, the other's).
+type Lookups<K, V, VO> = (Arc<Lookup<K, V>>, Arc<Lookup<K, VO>>);
 
 /// A table–table join's joiner, called with the sides its kind keeps.
 type JoinFn<K, V, VO, VR> = dyn Fn(&K, Option<&V>, Option<&VO>) -> Option<VR> + Send + Sync;
@@ -867,8 +915,10 @@ enum Joined<R> {
 struct Outputs<K, R> {
     updates: Downstream<K, R>,
     deletes: Downstream<K, ()>,
-    /// Under exactly-once output: where the decisions go instead (see [`Decision`]).
-    decisions: Option<Downstream<K, Decision>>,
+    /// Under exactly-once output: where the decisions go instead (see [`Decision`]); set
+    /// when the join's decision store is connected (the builder asks for exactly-once
+    /// output as the join is declared, or the topology is built for it).
+    decisions: Arc<OnceLock<Downstream<K, Decision>>>,
     /// Whether the changed side is the join's other table (the decision keeps the sides
     /// in the join's order).
     flipped: bool,
@@ -1035,7 +1085,7 @@ where
     // decision.
     let changed = out
         .decisions
-        .as_ref()
+        .get()
         .map(|_| (ctx.update_state.clone(), ctx.update_entry));
     ctx.defer(
         lookup.store,
@@ -1052,7 +1102,7 @@ where
                 lost: found.is_none() && state.is_some(),
             };
             let joined = decide(&key, found.as_ref(), seen);
-            match (&out.decisions, changed) {
+            match (out.decisions.get(), changed) {
                 (Some(decisions), Some((changed, entry))) => out.decide(
                     decisions,
                     ctx,

@@ -119,7 +119,8 @@ impl StreamsBuilder {
     /// when that is set to a valid value (the handler reads the same variable, and refuses
     /// an invalid one), so that the operators that are built differently under exactly-once
     /// output (a table–table join's decision store) are built for the guarantee the function
-    /// is deployed with; [`output_guarantee`](Self::output_guarantee) overrides it.
+    /// is deployed with; [`output_guarantee`](Self::output_guarantee) overrides it, at any
+    /// time before [`build`](Self::build), which builds them for the guarantee it holds.
     pub fn new() -> Self {
         let builder = StreamsBuilder {
             shared: Shared::default(),
@@ -257,6 +258,7 @@ impl StreamsBuilder {
     /// assert_eq!(refused.operator, "KSTREAM-AGGREGATE-0000000003");
     /// ```
     pub fn try_build(self) -> Result<Topology, TopologyError> {
+        join::connect_decisions(&self.shared);
         rekey::resolve_all(&self.shared);
         let mut inner = std::mem::take(&mut *lock(&self.shared));
         if let Some(refused) = inner.refused.drain(..).next() {
@@ -337,19 +339,31 @@ impl StreamsBuilder {
     ///     .to("named", Utf8, Utf8); // a table's updates through a join: fine (each outbox)
     /// assert!(builder.try_build().is_ok());
     ///
-    /// // A table–table join declared before the builder asks for exactly-once output emits
-    /// // straight from the two tables' writes: refused, naming the sink.
+    /// // A table–table join is built for the guarantee the builder holds at `build`, in
+    /// // whichever order it was asked: exactly once, its results are decided in a store.
+    /// let join = |builder: &StreamsBuilder| {
+    ///     let names = builder.table("names", Utf8, Utf8, "names");
+    ///     let cities = builder.table("cities", Utf8, Utf8, "cities");
+    ///     names
+    ///         .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
+    ///         .to_stream()
+    ///         .to("profiles", Utf8, Utf8);
+    /// };
     /// let builder = StreamsBuilder::new();
-    /// let names = builder.table("names", Utf8, Utf8, "names");
-    /// let cities = builder.table("cities", Utf8, Utf8, "cities");
-    /// names
-    ///     .join(&cities, |_, n: &String, c: &String| format!("{n}@{c}"))
-    ///     .to_stream()
-    ///     .to("profiles", Utf8, Utf8);
+    /// join(&builder);
     /// builder.output_guarantee(OutputGuarantee::ExactlyOnce);
-    /// let refused = builder.try_build().err().expect("refused");
+    /// assert!(builder.try_build().is_ok());
+    ///
+    /// // Built at least once, the join emits straight from the two tables' writes: a
+    /// // handler run exactly once refuses it, naming the sink.
+    /// let builder = StreamsBuilder::new();
+    /// join(&builder);
+    /// let topology = builder.try_build()?;
+    /// let refused = topology
+    ///     .check_output_guarantee(OutputGuarantee::ExactlyOnce)
+    ///     .expect_err("refused");
     /// assert!(refused.operator.starts_with("KSTREAM-SINK"), "{refused}");
-    /// assert!(refused.to_string().contains("output_guarantee"), "{refused}");
+    /// # Ok::<(), lambda_streams::TopologyError>(())
     /// ```
     pub fn output_guarantee(&self, guarantee: crate::OutputGuarantee) {
         lock(&self.shared).output = guarantee;

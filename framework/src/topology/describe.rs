@@ -174,6 +174,29 @@ impl Graph {
         }
     }
 
+    /// Moves the nodes before `before` (processors and sinks) that read from any of `from`
+    /// to read from `to` instead, each parent once.
+    pub(crate) fn reparent_all(&mut self, from: &[NodeId], to: &[NodeId], before: NodeId) {
+        for node in self.nodes.iter_mut().take(before) {
+            if node.parents.iter().any(|p| from.contains(p)) {
+                let mut parents: Vec<NodeId> = Vec::new();
+                for &parent in &node.parents {
+                    let moved: &[NodeId] = if from.contains(&parent) {
+                        to
+                    } else {
+                        &[parent]
+                    };
+                    for &p in moved {
+                        if !parents.contains(&p) {
+                            parents.push(p);
+                        }
+                    }
+                }
+                node.parents = parents;
+            }
+        }
+    }
+
     /// Records which node a grouped stream's aggregations will read from.
     pub(crate) fn set_grouped_parent(&mut self, node: NodeId) {
         self.grouped_parent = Some(node);

@@ -149,6 +149,10 @@ pub(crate) struct TopologyInner {
     pub(crate) extracted: BTreeSet<String>,
     /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
     pub(crate) rekeys: Vec<PendingRekey>,
+    /// The table–table joins declared while the builder's output guarantee was at least
+    /// once: built for exactly-once output at [`StreamsBuilder::build`] if the topology's
+    /// guarantee is then exactly once.
+    pub(crate) table_joins: Vec<PendingTableJoin>,
     /// What the graph's nodes do with state (which store a node writes, which stores its
     /// records wait at), from which the build derives [`write_order`](Self::write_order).
     pub(crate) roles: order::Roles,
@@ -305,8 +309,8 @@ impl Topology {
     /// refusal of the first sink that produces records with no source record that neither
     /// the outbox of updates nor the claims cover (a window's close through a join or merged
     /// with another store's records, a store's updates, sessions' and sliding windows' among
-    /// them, after a join or merged with another store's, a table–table join built before
-    /// the builder's guarantee was exactly once), naming the sink's node. A store's updates
+    /// them, after a join or merged with another store's, a table–table join of a topology
+    /// built for at-least-once output), naming the sink's node. A store's updates
     /// straight from its write are accepted (they go in the transaction of the record they
     /// are kept under), and so are closes straight from their store and the closing passes
     /// of left and outer stream–stream joins and grace joins (claimed by the batch's first
@@ -400,4 +404,18 @@ pub(crate) struct PendingRekey {
     pub(crate) rekeying: Rekeying,
     pub(crate) topic: Option<String>,
     pub(crate) wire: Wire,
+}
+
+/// Connects a table–table join's decision store (its exactly-once form, see
+/// `dsl::join::Decision`); returns the nodes that emit the joined table's updates.
+pub(crate) type JoinWire = Box<dyn FnOnce() -> Vec<NodeId> + Send + Sync>;
+
+/// A table–table join declared while the builder's output guarantee was at least once, so
+/// that the guarantee the topology is built with decides its form, whatever the order in
+/// which the builder was told.
+pub(crate) struct PendingTableJoin {
+    /// The join's two nodes (one per side), from which the joined table's operators read
+    /// until the decision store is connected between them.
+    pub(crate) sides: [NodeId; 2],
+    pub(crate) wire: JoinWire,
 }

@@ -149,8 +149,8 @@ pub(crate) struct WriteOrder {
     /// go in, neither kept in an outbox nor claimed: under `exactly_once`, the topology is
     /// refused with the first of these. Since stores' updates (also merged, also through
     /// stream–table joins), closes and closing passes are all covered, what is left is a
-    /// table–table join declared while the builder's guarantee was at least once (it
-    /// emits straight from the two tables' writes).
+    /// table–table join of a topology built for at-least-once output, checked under
+    /// exactly-once output (it emits straight from the two tables' writes).
     pub(crate) unsourced_sinks: Vec<TopologyError>,
     /// The stores whose updates reach a sink from their write (through stateless operators
     /// and stream–table joins): under exactly-once output they keep the outbox of updates
@@ -520,14 +520,13 @@ impl Walk<'_> {
                     )),
                     (Some(store), _) => Some(format!(
                         "the updates of the table in store {:?} through a table–table join \
-                         declared while the builder's output guarantee was at least once \
-                         (such a join emits straight from the two tables' writes; it is \
-                         exactly once when the builder asks for it before the join is \
-                         declared, by \
-                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` or \
-                         by LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once set when \
-                         `StreamsBuilder::new` runs: its results are then decided in a store \
-                         of their own)",
+                         of a topology built for at-least-once output (such a join emits \
+                         straight from the two tables' writes; a topology built for \
+                         exactly-once output, by \
+                         `StreamsBuilder::output_guarantee(OutputGuarantee::ExactlyOnce)` \
+                         before `build` or by LAMBDA_STREAMS_OUTPUT_GUARANTEE=exactly_once \
+                         set when `StreamsBuilder::new` runs, decides its results in a \
+                         store of their own)",
                         store_name(store)
                     )),
                     // The closing pass of a left or outer stream–stream join (its records

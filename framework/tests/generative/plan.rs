@@ -403,6 +403,9 @@ pub struct Plan {
     /// The table topics get more records, many of them tombstones (both tables of a join
     /// losing and regaining keys in turn).
     pub churn_tables: bool,
+    /// The builder is asked for its output guarantee after the topology is declared, not
+    /// before (a table–table join is then built for it when the topology is built).
+    pub guarantee_after: bool,
 }
 
 impl S {
@@ -1094,6 +1097,7 @@ impl Plan {
             }
             other => panic!("unknown family {other}"),
         };
+        let guarantee_after = rng.chance(50);
         Plan {
             outputs,
             time_base,
@@ -1101,6 +1105,7 @@ impl Plan {
             ignore_timestamps,
             interleave_tables,
             churn_tables,
+            guarantee_after,
         }
     }
 
@@ -1113,7 +1118,9 @@ impl Plan {
     /// a panic).
     pub fn build_with(&self, output: lambda_streams::OutputGuarantee) -> Topology {
         let builder = StreamsBuilder::new();
-        builder.output_guarantee(output);
+        if !self.guarantee_after {
+            builder.output_guarantee(output);
+        }
         let mut b = Builder {
             builder: &builder,
             streams: HashMap::new(),
@@ -1198,6 +1205,9 @@ impl Plan {
             }
         }
         drop(b);
+        if self.guarantee_after {
+            builder.output_guarantee(output);
+        }
         builder.build()
     }
 }
