@@ -554,6 +554,40 @@ fn a_table_join_is_built_for_the_guarantee_asked_before_build_in_either_order() 
     }
 }
 
+/// Asked for exactly-once output, then for at least once before `build`: the join is
+/// built at least once (no decision store) and runs, its updates Kafka Streams' (an inner
+/// join's update per change of either side where both have a value).
+#[test]
+fn a_table_join_asked_exactly_once_then_at_least_once_runs_at_least_once() {
+    use lambda_streams::driver::TestDriver;
+    let builder = StreamsBuilder::new();
+    builder.output_guarantee(OutputGuarantee::ExactlyOnce);
+    let names = builder.table("names", Utf8, Utf8, "names");
+    let cities = builder.table("cities", Utf8, Utf8, "cities");
+    names
+        .join(&cities, |_, n: &String, c: &String| format!("{n} in {c}"))
+        .to_stream()
+        .to("profiles", Utf8, Utf8);
+    builder.output_guarantee(OutputGuarantee::AtLeastOnce);
+    let topology = builder.build();
+    assert_eq!(topology.store_names(), ["names", "cities"]);
+    let driver = TestDriver::new(topology);
+    driver
+        .input_topic("names", Utf8, Utf8)
+        .pipe_input("u1", "Ada".to_owned())
+        .unwrap();
+    let mut city = driver.input_topic("cities", Utf8, Utf8);
+    city.pipe_input("u1", "London".to_owned()).unwrap();
+    city.pipe_input("u1", "Paris".to_owned()).unwrap();
+    assert_eq!(
+        driver
+            .output_topic("profiles", Utf8, Utf8)
+            .read_values()
+            .unwrap(),
+        ["Ada in London", "Ada in Paris"]
+    );
+}
+
 /// A topology description's lines with the nodes' numbers removed, sorted: what stays
 /// when the same operators are numbered in another order.
 fn shape(description: &str) -> Vec<String> {

@@ -519,8 +519,8 @@ where
         VR: Clone + Send + Sync + 'static,
     {
         // Under exactly-once output the two sides' changes go to the join's decision
-        // store instead of the output (see `Decision`): connected now when the builder
-        // already asks for that guarantee, otherwise when the topology is built for it.
+        // store instead of the output (see `Decision`), connected when the topology is
+        // built for that guarantee.
         let decisions = Arc::new(OnceLock::new());
         let out = Outputs {
             updates: Downstream::<K, VR>::new(),
@@ -601,15 +601,12 @@ where
                 joined,
             )
         });
-        let exactly_once = lock(&self.shared).output == crate::sink::OutputGuarantee::ExactlyOnce;
-        let nodes = if exactly_once {
-            wire()
-        } else {
-            lock(&self.shared)
-                .table_joins
-                .push(PendingTableJoin { sides, wire });
-            sides.to_vec()
-        };
+        // Connected when the topology is built, for the guarantee the builder holds then
+        // (asked before or after the join): `connect_decisions`.
+        lock(&self.shared)
+            .table_joins
+            .push(PendingTableJoin { sides, wire });
+        let nodes = sides.to_vec();
         KTable::from_nodes(self.shared.clone(), updates, nodes).with_deletes(deletes)
     }
 }
@@ -699,10 +696,10 @@ where
     decided.nodes.clone()
 }
 
-/// Under exactly-once output, connects the decision store of every table–table join
-/// declared while the builder's guarantee was at least once, and moves the operators
-/// reading the join's two sides to read the store's updates: the graph the join has when
-/// declared after the builder asks for exactly-once output.
+/// Under exactly-once output, connects the decision store of every table–table join and
+/// moves the operators reading the join's two sides to read the store's updates; at least
+/// once, the joins emit straight from the two tables' writes. Either way the form follows
+/// the guarantee the builder holds at `build`, whenever it was asked.
 pub(crate) fn connect_decisions(shared: &Shared) {
     let pending = {
         let mut inner = lock(shared);

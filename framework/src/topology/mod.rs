@@ -149,9 +149,8 @@ pub(crate) struct TopologyInner {
     pub(crate) extracted: BTreeSet<String>,
     /// The `group_by`s whose re-keying mode is chosen at [`StreamsBuilder::build`].
     pub(crate) rekeys: Vec<PendingRekey>,
-    /// The table–table joins declared while the builder's output guarantee was at least
-    /// once: built for exactly-once output at [`StreamsBuilder::build`] if the topology's
-    /// guarantee is then exactly once.
+    /// The table–table joins: built for exactly-once output at [`StreamsBuilder::build`]
+    /// if the topology's guarantee is then exactly once.
     pub(crate) table_joins: Vec<PendingTableJoin>,
     /// What the graph's nodes do with state (which store a node writes, which stores its
     /// records wait at), from which the build derives [`write_order`](Self::write_order).
@@ -410,9 +409,8 @@ pub(crate) struct PendingRekey {
 /// `dsl::join::Decision`); returns the nodes that emit the joined table's updates.
 pub(crate) type JoinWire = Box<dyn FnOnce() -> Vec<NodeId> + Send + Sync>;
 
-/// A table–table join declared while the builder's output guarantee was at least once, so
-/// that the guarantee the topology is built with decides its form, whatever the order in
-/// which the builder was told.
+/// A table–table join, whose form the guarantee the topology is built with decides, in
+/// whichever order the builder was told.
 pub(crate) struct PendingTableJoin {
     /// The join's two nodes (one per side), from which the joined table's operators read
     /// until the decision store is connected between them.
