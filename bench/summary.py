@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""One table of every goal of the benchmark suite (issue 7), from the results the four parts
-wrote: bench/results/{handler,cost,size,e2e}.json. Writes bench/results/summary.{json,md}.
+"""One table of every goal of the benchmark suite (issue 7), from the results the parts
+wrote: bench/results/{handler,cost,size,e2e,eos,eos-dynamodb}.json. Writes bench/results/summary.{json,md}.
 
     python3 bench/summary.py [--results bench/results] [--e2e NAME]
 
@@ -97,13 +97,47 @@ def size_rows(s):
     ]
 
 
+def eos_rows(e, name="eos"):
+    """The exactly-once output mode beside Kafka Streams' exactly_once_v2 (bench/run --eos):
+    each lambda-streams exactly-once contender's throughput and CPU over Kafka Streams', at
+    equal guarantees where the state is durable on both (stateless, or the count on DynamoDB),
+    and the price of exactly once over at least once on each side."""
+    if e is None:
+        return [row("5 exactly once", f"{name}: not run", "-", "-", None, "bench/run --eos")]
+    src = f"{name}.json ({e['date']}, {e['setup']['records']:,} records)"
+    med = e["medians"]
+    rows = []
+    for group in sorted({m["group"] for m in med}, reverse=True):
+        ks = next((m for m in med if m["group"] == group and m["contender"] == "kstreams-eosv2"), None)
+        if ks is None:
+            continue
+        for m in med:
+            if m["group"] != group or m["side"] != "lambda-streams" or m["guarantee"] != "exactly_once":
+                continue
+            equal = group == "stateless" or m["state"] == "dynamodb"
+            note = ("equal: exactly-once output on both" if equal else
+                    "in-memory state (not durable) vs RocksDB + changelog")
+            tput, cpu = m["records_per_s"] / ks["records_per_s"], m["cpu_s"] / ks["cpu_s"]
+            value = f"throughput {tput:.2f}x, CPU {cpu:.2f}x, batch p50 {m['batch_p50_ms']:.1f} ms"
+            if m.get("emulator_cpu_s"):
+                value += f", the emulator's CPU {m['emulator_cpu_s']:.1f} s apart"
+            goal = "ahead (> 1x)" if equal else "- (not equal guarantees)"
+            rows.append(row("5 exactly once", f"{group}: {m['contender']} / kstreams-eosv2 ({note})",
+                            value, goal, tput > 1 if equal else None, src))
+    for r in e["ratios"]:
+        rows.append(row("5 exactly once", f"{r['group']}: {r['eos']} / {r['alo']} (the price of exactly once)",
+                        f"throughput {r['throughput_eos_over_alo']:.2f}x", "-", None, src))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--e2e", default="e2e", help="the end-to-end results file's name (default e2e)")
     a = ap.parse_args()
     rows = (handler_rows(load(a.results, "handler")) + e2e_rows(load(a.results, a.e2e), a.e2e)
-            + cost_rows(load(a.results, "cost")) + size_rows(load(a.results, "size")))
+            + cost_rows(load(a.results, "cost")) + size_rows(load(a.results, "size"))
+            + eos_rows(load(a.results, "eos")) + eos_rows(load(a.results, "eos-dynamodb"), "eos-dynamodb"))
     out = {
         "benchmark": "summary of the suite (issue 7)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
