@@ -91,7 +91,12 @@ impl KafkaSink {
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
-            .set("linger.ms", "5")
+            // No linger: a batch's records are all enqueued before the handler waits for
+            // their acknowledgements, so librdkafka's default 5 ms linger only delayed the
+            // end of every invocation (billed), and the first one's. Large batches still go
+            // out in large requests, which fill while earlier ones are in flight
+            // (BENCHMARKS.md section 4, "No linger"). `LAMBDA_STREAMS_KAFKA_LINGER_MS` sets it.
+            .set("linger.ms", "0")
             // Connect to a broker as soon as the metadata names it, not when a send first
             // needs it (librdkafka's default throttles those connections to one per 50 ms,
             // which a cold start's first send waits for; BENCHMARKS.md section 4). A
