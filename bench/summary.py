@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """One table of every goal of the benchmark suite (issue 7), from the results the parts
-wrote: bench/results/{handler,cost,size,e2e,eos,eos-dynamodb}.json. Writes bench/results/summary.{json,md}.
+wrote: bench/results/{handler,handler-lambda-cpu,cost,size,e2e,eos,eos-dynamodb}.json. Writes bench/results/summary.{json,md}.
 
     python3 bench/summary.py [--results bench/results] [--e2e NAME]
 
@@ -28,11 +28,12 @@ def row(part, what, value, goal, met, source):
             "met": met, "source": source}
 
 
-def handler_rows(h):
+def handler_rows(h, name="handler"):
     if h is None:
-        return [row("1 handler", "not run", "-", "-", None, "bench/run")]
+        how = "bench/run --lambda-cpu" if name == "handler-lambda-cpu" else "bench/run"
+        return [row("1 handler", f"not run ({name})", "-", "-", None, how)]
     r, q = h["results"], h["ratios"]
-    src = f"handler.json ({h['date']}, load {h['machine']['loadavg_before']})"
+    src = f"{name}.json ({h['date']}, load {h['machine']['loadavg_before']}; {h.get('build', 'generic x86-64')})"
     dec, han = r["decode/lambda_streams"]["mb_per_s"], r["handler/lambda_streams"]["mb_per_s"]
     naive = q["decode: lambda_streams speed / naive_rust"]
     pt = q["decode: lambda_streams speed / powertools_python"]
@@ -42,6 +43,10 @@ def handler_rows(h):
         row("1 handler", "decode speed / naive Rust", f"{naive:.2f}x", "~8x", naive >= 8, src),
         row("1 handler", "decode speed / Powertools (Python)", f"{pt:.1f}x", "~35x", pt >= 35, src),
     ]
+    if "handler/lambda_streams_six" in r:
+        six = r["handler/lambda_streams_six"]["mb_per_s"]
+        rows.insert(2, row("1 handler", "decode + pipeline with Json<T> into six fields (the goal's struct), MB/s",
+                           f"{six:,.0f}", ">= 1,000", six >= 1000, src))
     ins = h.get("callgrind_instructions_per_run") or {}
     if "decode/lambda_streams" in ins:
         n = ins["decode/lambda_streams"] / h["event"]["bytes"]
@@ -135,7 +140,8 @@ def main():
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--e2e", default="e2e", help="the end-to-end results file's name (default e2e)")
     a = ap.parse_args()
-    rows = (handler_rows(load(a.results, "handler")) + e2e_rows(load(a.results, a.e2e), a.e2e)
+    rows = (handler_rows(load(a.results, "handler"))
+            + handler_rows(load(a.results, "handler-lambda-cpu"), "handler-lambda-cpu") + e2e_rows(load(a.results, a.e2e), a.e2e)
             + cost_rows(load(a.results, "cost")) + size_rows(load(a.results, "size"))
             + eos_rows(load(a.results, "eos")) + eos_rows(load(a.results, "eos-dynamodb"), "eos-dynamodb"))
     out = {
