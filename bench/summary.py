@@ -33,24 +33,25 @@ def handler_rows(h, name="handler"):
         how = "bench/run --lambda-cpu" if name == "handler-lambda-cpu" else "bench/run"
         return [row("1 handler", f"not run ({name})", "-", "-", None, how)]
     r, q = h["results"], h["ratios"]
+    part = "1 handler (cargo lambda's CPU)" if name == "handler-lambda-cpu" else "1 handler"
     src = f"{name}.json ({h['date']}, load {h['machine']['loadavg_before']}; {h.get('build', 'generic x86-64')})"
     dec, han = r["decode/lambda_streams"]["mb_per_s"], r["handler/lambda_streams"]["mb_per_s"]
     naive = q["decode: lambda_streams speed / naive_rust"]
     pt = q["decode: lambda_streams speed / powertools_python"]
     rows = [
-        row("1 handler", "decode, MB/s of event JSON", f"{dec:,.0f}", ">= 1,000", dec >= 1000, src),
-        row("1 handler", "decode + stateless pipeline, MB/s", f"{han:,.0f}", ">= 1,000", han >= 1000, src),
-        row("1 handler", "decode speed / naive Rust", f"{naive:.2f}x", "~8x", naive >= 8, src),
-        row("1 handler", "decode speed / Powertools (Python)", f"{pt:.1f}x", "~35x", pt >= 35, src),
+        row(part, "decode, MB/s of event JSON", f"{dec:,.0f}", ">= 1,000", dec >= 1000, src),
+        row(part, "decode + stateless pipeline, MB/s", f"{han:,.0f}", ">= 1,000", han >= 1000, src),
+        row(part, "decode speed / naive Rust", f"{naive:.2f}x", "~8x", naive >= 8, src),
+        row(part, "decode speed / Powertools (Python)", f"{pt:.1f}x", "~35x", pt >= 35, src),
     ]
     if "handler/lambda_streams_six" in r:
         six = r["handler/lambda_streams_six"]["mb_per_s"]
-        rows.insert(2, row("1 handler", "decode + pipeline with Json<T> into six fields (the goal's struct), MB/s",
+        rows.insert(2, row(part, "decode + pipeline with Json<T> into six fields (the goal's struct), MB/s",
                            f"{six:,.0f}", ">= 1,000", six >= 1000, src))
     ins = h.get("callgrind_instructions_per_run") or {}
     if "decode/lambda_streams" in ins:
         n = ins["decode/lambda_streams"] / h["event"]["bytes"]
-        rows.append(row("1 handler", "decode, instructions per byte (callgrind)", f"{n:.1f}", "-", None, src))
+        rows.append(row(part, "decode, instructions per byte (callgrind)", f"{n:.1f}", "-", None, src))
     return rows
 
 
