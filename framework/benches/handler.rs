@@ -12,6 +12,9 @@
 //!   `MemoryStore` and a `MemorySink`.
 //! - `handler/lambda_streams_six`: the same with the goal's "struct of six fields" (issue 16
 //!   goal 4): six of the value's ten fields (three of them text) read, four skipped.
+//! - `handler/lambda_streams_borrowed`: the ten-field values read into a view that borrows
+//!   its text (`Cow<str>`), by a serde of the bench's own that filters and maps in the source
+//!   (sonic-rs alone, without `Json<T>`'s serde_json arbitration): what borrowing gains.
 //! - `handler/naive_rust`: what a careful user writes without the framework:
 //!   `aws_lambda_events::event::kafka::KafkaEvent` through `serde_json`, base64 per record,
 //!   the value parsed into the same `PageView`, the same filter and map in plain Rust.
@@ -30,11 +33,12 @@
 //!   and exit;
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
 //!   `decode/lambda_streams`, `decode/naive_rust`, `handler/lambda_streams`,
-//!   `handler/lambda_streams_six`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
+//!   `handler/lambda_streams_six`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
 //!   which counts instructions reliably on a busy machine.
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
+use std::borrow::Cow;
 use std::hint::black_box;
 
 use base64::Engine as _;
@@ -44,7 +48,7 @@ use lambda_streams::StreamsBuilder;
 use lambda_streams::Topology;
 use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record};
 use lambda_streams::event::{TimestampType, TopicPartition};
-use lambda_streams::serdes::{Json, Serde, Utf8};
+use lambda_streams::serdes::{Json, Serde, SerdeError, Utf8};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::memory::MemoryStore;
 use serde::{Deserialize, Serialize};
@@ -89,6 +93,50 @@ struct PageViewSix {
 /// The six-field pipeline's summary line.
 fn summary_six(v: &PageViewSix) -> String {
     format!("{}|{}|{}", v.user_id, v.url, v.duration_ms)
+}
+
+/// The same values read into a view that borrows its text from the record's bytes
+/// (`Cow::Borrowed` unless a string has escapes): no allocation per text field.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct PageViewRef<'a> {
+    #[serde(borrow)]
+    event_id: Cow<'a, str>,
+    #[serde(borrow)]
+    user_id: Cow<'a, str>,
+    #[serde(borrow)]
+    session_id: Cow<'a, str>,
+    #[serde(borrow)]
+    url: Cow<'a, str>,
+    #[serde(borrow)]
+    referrer: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    device: Cow<'a, str>,
+    #[serde(borrow)]
+    country: Cow<'a, str>,
+    duration_ms: u32,
+    scroll_depth: f32,
+    ts: i64,
+}
+
+/// A borrowed parse as a user can write it today: a serde that reads each value into a
+/// [`PageViewRef`] with sonic-rs alone (without `Json<T>`'s arbitration by serde_json) and
+/// keeps only the summary of an engaged view. It measures what borrowing would gain
+/// (BENCHMARKS.md section 1, "A borrowed parse").
+struct EngagedSummary;
+
+impl Serde<Option<String>> for EngagedSummary {
+    fn serialize(&self, value: &Option<String>) -> Option<Vec<u8>> {
+        value.as_ref().map(|s| s.as_bytes().to_vec())
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<Option<String>, SerdeError> {
+        let bytes = data.ok_or_else(|| SerdeError("a null value".to_owned()))?;
+        let v: PageViewRef<'_> =
+            sonic_rs::from_slice(bytes).map_err(|e| SerdeError(e.to_string()))?;
+        Ok((v.duration_ms >= 30_000)
+            .then(|| format!("{}|{}|{}|{}", v.country, v.device, v.url, v.duration_ms)))
+    }
 }
 
 /// The filter: engaged views (at least 30 s on the page; about half of them).
@@ -245,6 +293,16 @@ fn topology_six() -> Topology {
         .stream(TOPIC, Utf8, Json::<PageViewSix>::new())
         .filter(|_, v| v.duration_ms >= 30_000)
         .map_values(|v| summary_six(&v))
+        .to(OUTPUT_TOPIC, Utf8, Utf8);
+    builder.build()
+}
+
+/// The ten-field pipeline with the borrowed parse: the source's serde filters and maps.
+fn topology_borrowed() -> Topology {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(TOPIC, Utf8, EngagedSummary)
+        .flat_map_values(|summary| summary)
         .to(OUTPUT_TOPIC, Utf8, Utf8);
     builder.build()
 }
@@ -424,9 +482,10 @@ fn check_six(json: &[u8], topology: &Topology, rt: &tokio::runtime::Runtime) {
 
 fn benches(c: &mut Criterion) {
     let json = event().to_json();
-    let (topology, six) = (topology(), topology_six());
+    let (topology, six, borrowed) = (topology(), topology_six(), topology_borrowed());
     let rt = runtime();
     check(&json, &topology, &rt);
+    check(&json, &borrowed, &rt);
     check_six(&json, &six, &rt);
     eprintln!(
         "event: {} bytes of JSON, {} records, {} partitions",
@@ -446,6 +505,9 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("lambda_streams_six", |b| {
         b.iter(|| lambda_streams_handler(&rt, &six, black_box(&json)))
+    });
+    group.bench_function("lambda_streams_borrowed", |b| {
+        b.iter(|| lambda_streams_handler(&rt, &borrowed, black_box(&json)))
     });
     group.bench_function("naive_rust", |b| {
         b.iter(|| naive_handler(black_box(&json)).unwrap())
@@ -604,6 +666,7 @@ fn main() {
         let what = std::env::var("LAMBDA_STREAMS_BENCH_WHAT").unwrap_or_else(|_| "decode".into());
         let json = event().to_json();
         let (topology, six, rt) = (topology(), topology_six(), runtime());
+        let borrowed = topology_borrowed();
         let values = values();
         let mut n = 0;
         for _ in 0..loops {
@@ -619,6 +682,9 @@ fn main() {
                 }
                 "handler/lambda_streams_six" => {
                     lambda_streams_handler(&rt, &six, black_box(&json)).1 as usize
+                }
+                "handler/lambda_streams_borrowed" => {
+                    lambda_streams_handler(&rt, &borrowed, black_box(&json)).1 as usize
                 }
                 "handler/naive_rust" => naive_handler(black_box(&json)).unwrap().len(),
                 "json/serde_json" => json_serde_json(black_box(&values)),
