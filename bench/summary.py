@@ -29,11 +29,11 @@ def row(part, what, value, goal, met, source):
 
 
 def handler_rows(h, name="handler"):
+    lambda_cpu = name == "handler-lambda-cpu"
+    part = "1 handler (cargo lambda's CPU)" if lambda_cpu else "1 handler"
     if h is None:
-        how = "bench/run --lambda-cpu" if name == "handler-lambda-cpu" else "bench/run"
-        return [row("1 handler", f"not run ({name})", "-", "-", None, how)]
+        return [row(part, "not run", "-", "-", None, "bench/run --lambda-cpu" if lambda_cpu else "bench/run")]
     r, q = h["results"], h["ratios"]
-    part = "1 handler (cargo lambda's CPU)" if name == "handler-lambda-cpu" else "1 handler"
     src = f"{name}.json ({h['date']}, load {h['machine']['loadavg_before']}; {h.get('build', 'generic x86-64')})"
     dec, han = r["decode/lambda_streams"]["mb_per_s"], r["handler/lambda_streams"]["mb_per_s"]
     naive = q["decode: lambda_streams speed / naive_rust"]
