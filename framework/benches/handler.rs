@@ -34,7 +34,9 @@
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
 //!   `decode/lambda_streams`, `decode/naive_rust`, `handler/lambda_streams`,
 //!   `handler/lambda_streams_six`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
-//!   which counts instructions reliably on a busy machine.
+//!   which counts instructions reliably on a busy machine; `LAMBDA_STREAMS_BENCH_EVENT=<file>`
+//!   runs it on that event JSON instead of the bench's own (to see what a part of the event
+//!   costs, e.g. the same records without headers).
 
 #![allow(missing_docs, clippy::unwrap_used)]
 
@@ -672,7 +674,10 @@ fn main() {
     if let Some(loops) = std::env::var_os("LAMBDA_STREAMS_BENCH_LOOPS") {
         let loops: usize = loops.to_string_lossy().parse().unwrap();
         let what = std::env::var("LAMBDA_STREAMS_BENCH_WHAT").unwrap_or_else(|_| "decode".into());
-        let json = event().to_json();
+        let json = match std::env::var_os("LAMBDA_STREAMS_BENCH_EVENT") {
+            Some(path) => std::fs::read(path).unwrap(),
+            None => event().to_json(),
+        };
         let (topology, six, rt) = (topology(), topology_six(), runtime());
         let borrowed = topology_borrowed();
         let values = values();

@@ -597,6 +597,44 @@ mod fast_path {
             prop_assert_eq!(fast::base64_decode(&text), STANDARD.decode(&text).ok());
         }
 
+        /// Header values built from number-like tokens, the edge cases of the compact
+        /// loop among them (leading zeros, `-0`, out of range, fractions, exponents,
+        /// whitespace, four digits): the fast path agrees with the full path wherever it
+        /// answers, and it answers for every compact array of bytes in range.
+        #[test]
+        fn fast_path_agrees_with_serde_path_on_header_values(
+            tokens in proptest::collection::vec(
+                prop_oneof![
+                    4 => (-128i32..=255).prop_map(|n| n.to_string()),
+                    1 => proptest::sample::select(vec![
+                        "-0", "00", "01", "-01", "256", "-129", "1000", "999", "-1000", "1.0",
+                        "1e2", "2E1", " 7", "7 ", "-", "", "+1", "0x1", "\"1\"",
+                    ]).prop_map(str::to_owned),
+                ],
+                0..12,
+            ),
+        ) {
+            let array = format!("[{}]", tokens.join(","));
+            let json = event_with("t-0", &[&record(0, &format!(r#","headers":[{{"h":{array}}}]"#))]);
+            agree(json.as_bytes());
+            let compact = tokens.iter().all(|t| {
+                t.parse::<i32>().is_ok_and(|n| (-128..=255).contains(&n))
+                    && t.trim() == t
+                    && !t.starts_with('+')
+                    && t != "-0"
+                    && !(t.len() > 1 && t.trim_start_matches('-').starts_with('0'))
+            });
+            if compact {
+                let event = fast::decode(json.as_bytes());
+                let expected: Vec<u8> = tokens.iter().map(|t| t.parse::<i32>().unwrap() as u8).collect();
+                prop_assert_eq!(
+                    event.map(|e| e.partitions[0].records[0].headers[0].value.to_vec()),
+                    Some(expected),
+                    "{}", array
+                );
+            }
+        }
+
         #[test]
         fn fast_path_agrees_with_serde_path_on_mutated_events(
             which in 0..5usize,

@@ -572,7 +572,7 @@ impl<'a> Parser<'a> {
                 loop {
                     let name = self.header_name()?;
                     let start = self.arena.len();
-                    if self.open(b'[', b']')? {
+                    if !self.compact_byte_array() && self.open(b'[', b']')? {
                         loop {
                             // Two's complement: -17 and 239 are both 0xEF.
                             let byte = self.int()?;
@@ -598,6 +598,64 @@ impl<'a> Parser<'a> {
             }
         }
         Some((first, self.headers.len()))
+    }
+
+    /// A header value in the usual layout, compact JSON (`[119,101,98]`, each integer one to
+    /// three digits, no whitespace), appended to the arena in one tight loop: `true` if the
+    /// whole array was read. Anything else (whitespace, a leading zero, `-0`, a fraction or
+    /// exponent, a number out of -128..=255) leaves the cursor and the arena as they were
+    /// and returns `false`, for the general loop in [`headers`](Self::headers) to read it or
+    /// give up, with the same result.
+    #[inline]
+    fn compact_byte_array(&mut self) -> bool {
+        let (s, start, arena_start) = (self.s, self.i, self.arena.len());
+        let mut i = start;
+        if s.get(i) != Some(&b'[') {
+            return false;
+        }
+        i += 1;
+        if s.get(i) == Some(&b']') {
+            self.i = i + 1;
+            return true;
+        }
+        loop {
+            let negative = s.get(i) == Some(&b'-');
+            i += usize::from(negative);
+            let Some(first) = s.get(i).map(|b| b.wrapping_sub(b'0')).filter(|d| *d <= 9) else {
+                break;
+            };
+            i += 1;
+            let mut n = u32::from(first);
+            // No leading zero: a `0` must be the whole number.
+            if first != 0 {
+                for _ in 0..2 {
+                    match s.get(i).map(|b| b.wrapping_sub(b'0')) {
+                        Some(d) if d <= 9 => {
+                            n = n * 10 + u32::from(d);
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+            }
+            // Two's complement: -17 and 239 are both 0xEF. `-0` is a float to serde_json.
+            let byte = match (negative, n) {
+                (false, 0..=255) => n as u8,
+                (true, 1..=128) => (n as u8).wrapping_neg(),
+                _ => break,
+            };
+            self.arena.push(byte);
+            match s.get(i) {
+                Some(b',') => i += 1,
+                Some(b']') => {
+                    self.i = i + 1;
+                    return true;
+                }
+                _ => break,
+            }
+        }
+        self.arena.truncate(arena_start);
+        false
     }
 
     /// `keySchemaMetadata` / `valueSchemaMetadata`: `null` or an object of optional strings.
@@ -703,10 +761,25 @@ pub(crate) fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
     Some(out[span.start..span.end].to_vec())
 }
 
+/// Texts shorter than this are decoded by [`base64_decode_short`]: `base64-simd` hands
+/// anything under 38 symbols to its scalar fallback anyway, after a dispatch and checks that
+/// cost more than the decoding of a 16-symbol key (BENCHMARKS.md section 1).
+const SHORT_BASE64: usize = 38;
+
 /// [`base64_decode`], appending the bytes to `arena`; returns where they are.
 #[inline]
 fn base64_decode_into(text: &[u8], arena: &mut Vec<u8>) -> Option<Span> {
     let start = arena.len();
+    if text.len() < SHORT_BASE64 {
+        if base64_decode_short(text, arena).is_none() {
+            arena.truncate(start);
+            return None;
+        }
+        return Some(Span {
+            start,
+            end: arena.len(),
+        });
+    }
     // At most 3 bytes per 4 symbols. `decode_append` reserves exactly what it needs,
     // which would reallocate on every call once the arena is full: grow it geometrically
     // first (the arena is sized for the whole event, so this does not happen in practice).
@@ -719,6 +792,60 @@ fn base64_decode_into(text: &[u8], arena: &mut Vec<u8>) -> Option<Span> {
         start,
         end: arena.len(),
     })
+}
+
+/// The value of each base64 symbol of the standard alphabet; `INVALID` for every other byte
+/// (`=` included: padding is handled apart, in the last group only).
+static SYMBOL: [u8; 256] = {
+    let mut t = [INVALID; 256];
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut i = 0;
+    while i < 64 {
+        t[alphabet[i] as usize] = i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Marks a byte that is not a base64 symbol in [`SYMBOL`] (its high bit is the test).
+const INVALID: u8 = 0xFF;
+
+/// A short text (under [`SHORT_BASE64`] symbols), four symbols at a time into a buffer on
+/// the stack, with the same rules as [`base64_decode`]: a length that is a multiple of four,
+/// `=` only as the padding of the last group (one or two), and no stray bits in the symbol
+/// before the padding.
+#[inline]
+fn base64_decode_short(text: &[u8], arena: &mut Vec<u8>) -> Option<()> {
+    let (groups, rest) = text.as_chunks::<4>();
+    let (&last, groups) = match (groups.split_last(), rest.is_empty()) {
+        (Some(split), true) => split,
+        (None, true) => return Some(()),
+        _ => return None,
+    };
+    // Three bytes per group, written four at a time (the fourth is overwritten or cut).
+    let mut out = [0u8; SHORT_BASE64 / 4 * 3 + 4];
+    let mut invalid = 0;
+    let mut at = 0;
+    for &[a, b, c, d] in groups {
+        let [a, b, c, d] = [a, b, c, d].map(|c| u32::from(SYMBOL[usize::from(c)]));
+        invalid |= a | b | c | d;
+        let n = a << 26 | b << 20 | c << 14 | d << 8;
+        out[at..at + 4].copy_from_slice(&n.to_be_bytes());
+        at += 3;
+    }
+    let [a, b, c, d] = last.map(|c| u32::from(SYMBOL[usize::from(c)]));
+    let n = (a << 26 | b << 20 | c << 14 | d << 8).to_be_bytes();
+    let (tail, len) = match (last[2], last[3]) {
+        (b'=', b'=') if b & 0x0F == 0 => (a | b, 1),
+        (_, b'=') if c & 0x03 == 0 => (a | b | c, 2),
+        _ => (a | b | c | d, 3),
+    };
+    if (invalid | tail) & 0x80 != 0 {
+        return None;
+    }
+    out[at..at + 4].copy_from_slice(&n);
+    arena.extend_from_slice(&out[..at + len]);
+    Some(())
 }
 
 #[cfg(test)]
