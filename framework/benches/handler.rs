@@ -13,8 +13,8 @@
 //! - `handler/lambda_streams_six`: the same with the goal's "struct of six fields" (issue 16
 //!   goal 4): six of the value's ten fields (three of them text) read, four skipped.
 //! - `handler/lambda_streams_borrowed`: the ten-field values read into a view that borrows
-//!   its text (`Cow<str>`), by a serde of the bench's own that filters and maps in the source
-//!   (sonic-rs alone, without `Json<T>`'s serde_json arbitration): what borrowing gains.
+//!   its text (`Cow<str>`) by `serdes::json::from_slice` (`Json<T>`'s arbitration), in a
+//!   `ReadWith` serde that filters and maps in the source: what borrowing gains.
 //! - `handler/naive_rust`: what a careful user writes without the framework:
 //!   `aws_lambda_events::event::kafka::KafkaEvent` through `serde_json`, base64 per record,
 //!   the value parsed into the same `PageView`, the same filter and map in plain Rust.
@@ -50,7 +50,7 @@ use lambda_streams::StreamsBuilder;
 use lambda_streams::Topology;
 use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record};
 use lambda_streams::event::{TimestampType, TopicPartition};
-use lambda_streams::serdes::{Json, Serde, SerdeError, Utf8};
+use lambda_streams::serdes::{Json, Nullable, ReadWith, Serde, Utf8, json};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::memory::MemoryStore;
 use serde::{Deserialize, Serialize};
@@ -122,23 +122,19 @@ struct PageViewRef<'a> {
     ts: i64,
 }
 
-/// A borrowed parse as a user can write it today: a serde that reads each value into a
-/// [`PageViewRef`] with sonic-rs alone (without `Json<T>`'s arbitration by serde_json) and
-/// keeps only the summary of an engaged view. It measures what borrowing would gain
-/// (BENCHMARKS.md section 1, "A borrowed parse").
-struct EngagedSummary;
-
-impl Serde<Option<String>> for EngagedSummary {
-    fn serialize(&self, value: &Option<String>) -> Option<Vec<u8>> {
-        value.as_ref().map(|s| s.as_bytes().to_vec())
-    }
-    fn deserialize(&self, data: Option<&[u8]>) -> Result<Option<String>, SerdeError> {
-        let bytes = data.ok_or_else(|| SerdeError("a null value".to_owned()))?;
-        let v: PageViewRef<'_> =
-            sonic_rs::from_slice(bytes).map_err(|e| SerdeError(e.to_string()))?;
-        Ok((v.duration_ms >= ENGAGED_MS)
-            .then(|| summary_line(&v.country, &v.device, &v.url, v.duration_ms)))
-    }
+/// The borrowed parse as the framework offers it: a [`ReadWith`] that reads each value into
+/// a [`PageViewRef`] with `serdes::json::from_slice` (`Json<T>`'s arbitration: the value or
+/// error `serde_json` gives) and keeps only the summary of an engaged view (BENCHMARKS.md
+/// section 1, "A borrowed parse").
+fn engaged_summary() -> impl Serde<Option<String>> {
+    ReadWith::new(
+        |bytes: &[u8]| {
+            let v: PageViewRef<'_> = json::from_slice(bytes)?;
+            Ok((v.duration_ms >= ENGAGED_MS)
+                .then(|| summary_line(&v.country, &v.device, &v.url, v.duration_ms)))
+        },
+        Nullable(Utf8),
+    )
 }
 
 /// How long an engaged view stays on the page: 30 s (about half of the views).
@@ -311,7 +307,7 @@ fn topology_six() -> Topology {
 fn topology_borrowed() -> Topology {
     let builder = StreamsBuilder::new();
     builder
-        .stream(TOPIC, Utf8, EngagedSummary)
+        .stream(TOPIC, Utf8, engaged_summary())
         .flat_map_values(|summary| summary)
         .to(OUTPUT_TOPIC, Utf8, Utf8);
     builder.build()

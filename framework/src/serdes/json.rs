@@ -28,8 +28,8 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::{Serde, SerdeError, non_null};
 
@@ -104,20 +104,61 @@ impl<T: Serialize + DeserializeOwned + 'static> Serde<T> for Json<T> {
         serde_json::to_vec(value).ok()
     }
     fn deserialize(&self, data: Option<&[u8]>) -> Result<T, SerdeError> {
-        let bytes = non_null(data, "Json")?;
-        if sonic_rs_reads_as_serde_json(bytes)
-            && let Ok(value) = sonic_rs::from_slice(bytes)
-        {
-            return Ok(value);
-        }
-        // The reference: its value, or its error's wording.
-        serde_json::from_slice(bytes).map_err(|e| SerdeError(format!("invalid JSON: {e}")))
+        from_slice(non_null(data, "Json")?)
     }
     fn try_serialize(&self, value: &T) -> Result<Option<Vec<u8>>, SerdeError> {
         serde_json::to_vec(value)
             .map(Some)
             .map_err(|e| SerdeError(format!("cannot encode as JSON: {e}")))
     }
+}
+
+/// Reads `bytes` as JSON into a `T` that may borrow from them: what [`Json<T>`] reads, for
+/// types with `&'a str` or `#[serde(borrow)] Cow<'a, str>` fields, which keep their text
+/// as views of `bytes` instead of allocating a `String` per field.
+///
+/// The same arbitration as [`Json<T>`]: `sonic-rs` where it reads exactly as `serde_json`
+/// does, `serde_json` elsewhere, so the value or the error is `serde_json::from_slice`'s. A
+/// `&'a str` field cannot hold a string with an escape (`\n`, `\u00e9`): both libraries
+/// refuse it ("expected a borrowed string"); a `Cow<'a, str>` field takes it as an owned
+/// string. Pair it with [`ReadWith`](super::ReadWith) to read a record's value through a
+/// borrowed view and keep only what the topology needs:
+///
+/// ```
+/// use std::borrow::Cow;
+/// use lambda_streams::serdes::{json, Nullable, ReadWith, Serde, Utf8};
+/// use serde::Deserialize;
+///
+/// #[derive(Deserialize)]
+/// struct View<'a> {
+///     #[serde(borrow)]
+///     url: Cow<'a, str>,
+///     #[serde(rename = "durationMs")]
+///     duration_ms: u32,
+/// }
+///
+/// // The URL of an engaged view, `None` for the others: one `String` per engaged record,
+/// // none for the fields the topology does not keep.
+/// let engaged = ReadWith::new(
+///     |bytes: &[u8]| {
+///         let view: View<'_> = json::from_slice(bytes)?;
+///         Ok((view.duration_ms >= 30_000).then(|| view.url.into_owned()))
+///     },
+///     Nullable(Utf8),
+/// );
+/// let value = br#"{"url":"/cart","durationMs":41000,"device":"mobile"}"#;
+/// assert_eq!(engaged.deserialize(Some(value)), Ok(Some("/cart".to_owned())));
+/// let err = engaged.deserialize(Some(br#"{"url":"/cart"}"#)).unwrap_err();
+/// assert_eq!(err.to_string(), "invalid JSON: missing field `durationMs` at line 1 column 15");
+/// ```
+pub fn from_slice<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, SerdeError> {
+    if sonic_rs_reads_as_serde_json(bytes)
+        && let Ok(value) = sonic_rs::from_slice(bytes)
+    {
+        return Ok(value);
+    }
+    // The reference: its value, or its error's wording.
+    serde_json::from_slice(bytes).map_err(|e| SerdeError(format!("invalid JSON: {e}")))
 }
 
 /// `[` and `{` from which a value may be nested deeply enough for `serde_json`'s recursion

@@ -545,6 +545,113 @@ proptest! {
     }
 }
 
+/// [`View`] read as a borrowed view: `&str` (refuses escaped text) and `Cow<str>` (borrows
+/// plain text, owns escaped text) fields.
+#[derive(Debug, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ViewRef<'a> {
+    user_id: &'a str,
+    #[serde(borrow)]
+    url: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    referrer: Option<std::borrow::Cow<'a, str>>,
+    duration_ms: u32,
+    scroll_depth: f32,
+    ts: i64,
+    #[serde(borrow)]
+    tags: Vec<std::borrow::Cow<'a, str>>,
+}
+
+/// `from_slice` into a borrowed type, and `serde_json`'s own answer, as text.
+fn borrowed_answers(bytes: &[u8]) -> (Result<String, String>, Result<String, String>) {
+    let ours = from_slice::<ViewRef<'_>>(bytes)
+        .map(|v| format!("{v:?}"))
+        .map_err(|e| e.0);
+    let reference = serde_json::from_slice::<ViewRef<'_>>(bytes)
+        .map(|v| format!("{v:?}"))
+        .map_err(|e| format!("invalid JSON: {e}"));
+    (ours, reference)
+}
+
+proptest! {
+    /// `from_slice` into a type that borrows gives what `serde_json` alone gives, on valid
+    /// values (escaped text among them) and on every corruption of one; where nothing is
+    /// escaped, the value is the owned one's, field for field.
+    #[test]
+    fn from_slice_borrows_what_serde_json_borrows(
+        user in "[a-z\"\\\\é]{0,12}",
+        url in "[a-z/\"\\\\\u{0}-\u{1f}é😀]{0,16}",
+        referrer in proptest::option::of("[a-z]{0,4}"),
+        duration_ms in any::<u32>(),
+        scroll_depth in any::<f32>().prop_filter("finite", |f| f.is_finite()),
+        ts in any::<i64>(),
+        tags in proptest::collection::vec("[a-z\n]{0,3}", 0..3),
+        cut in 0usize..200,
+        flip in proptest::option::of((0usize..200, any::<u8>())),
+    ) {
+        let view = View { user_id: user, url, referrer, duration_ms, scroll_depth, ts, tags };
+        let mut bytes = serde_json::to_vec(&view).unwrap();
+        let (ours, reference) = borrowed_answers(&bytes);
+        prop_assert_eq!(&ours, &reference);
+        if !view.user_id.contains(['"', '\\']) {
+            let read = from_slice::<ViewRef<'_>>(&bytes).unwrap();
+            prop_assert_eq!(read.user_id, view.user_id.as_str());
+            prop_assert_eq!(read.url.as_ref(), view.url.as_str());
+            prop_assert_eq!(read.referrer.as_deref(), view.referrer.as_deref());
+            prop_assert_eq!(
+                (read.duration_ms, read.scroll_depth, read.ts),
+                (view.duration_ms, view.scroll_depth, view.ts)
+            );
+            let tags: Vec<&str> = read.tags.iter().map(AsRef::as_ref).collect();
+            prop_assert_eq!(tags, view.tags.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        if let Some((at, byte)) = flip {
+            let at = at % bytes.len();
+            bytes[at] = byte;
+        }
+        bytes.truncate(bytes.len().saturating_sub(cut % 4 * (cut % 3)));
+        let (ours, reference) = borrowed_answers(&bytes);
+        prop_assert_eq!(ours, reference);
+    }
+}
+
+/// A `ReadWith` over `from_slice`: the function's value, its error, a null refused by name,
+/// and values written by the write serde.
+#[test]
+fn read_with_reads_by_its_function_and_writes_by_its_serde() {
+    use crate::serdes::{ReadWith, Utf8};
+    let urls = ReadWith::new(
+        |bytes: &[u8]| {
+            let view: ViewRef<'_> = from_slice(bytes)?;
+            Ok((view.duration_ms >= 30_000).then(|| view.url.into_owned()))
+        },
+        Nullable(Utf8),
+    );
+    let base = r#"{"userId":"u","url":"/a\/b","referrer":null,"durationMs":30000,"scrollDepth":0.5,"ts":-1,"tags":[]}"#;
+    assert_eq!(
+        urls.deserialize(Some(base.as_bytes())),
+        Ok(Some("/a/b".to_owned()))
+    );
+    let short = base.replace("30000", "29999");
+    assert_eq!(urls.deserialize(Some(short.as_bytes())), Ok(None));
+    let escaped_user = base.replace("\"u\"", "\"\\n\"");
+    assert_eq!(
+        urls.deserialize(Some(escaped_user.as_bytes()))
+            .map_err(|e| e.0),
+        Err(format!(
+            "invalid JSON: {}",
+            serde_json::from_str::<ViewRef<'_>>(&escaped_user).unwrap_err()
+        ))
+    );
+    assert_eq!(
+        urls.deserialize(None).unwrap_err().0,
+        "ReadWith serde got a null (use Nullable to accept nulls)"
+    );
+    assert_eq!(urls.serialize(&Some("/x".to_owned())), Some(b"/x".to_vec()));
+    assert_eq!(urls.try_serialize_owned(None), Ok(None));
+    assert!(urls.nulls().is_none(), "a value read is never a Kafka null");
+}
+
 #[test]
 fn json_reads_what_serde_json_reads_at_the_edges() {
     let ours = |b: &[u8]| Json::<View>::new().deserialize(Some(b)).map_err(|e| e.0);
