@@ -19,7 +19,9 @@
 //!   `aws_lambda_events::event::kafka::KafkaEvent` through `serde_json`, base64 per record,
 //!   the value parsed into the same `PageView`, the same filter and map in plain Rust.
 //! - `handler/limit_read_once`: summing the event's bytes once (the floor for any decoder).
-//! - `decode/lambda_streams`, `decode/naive_rust`: the decoding part alone.
+//! - `decode/lambda_streams`, `decode/naive_rust`: the decoding part alone;
+//!   `decode/lambda_streams_one_thread`: the same on one thread (`KafkaEvent::decode` splits a
+//!   large event's partitions across the cores available, as the handler rows do too).
 //! - `avro/lambda_streams`, `avro/naive_apache_avro` (with `--features avro`): 10,000 Avro
 //!   orders in the Confluent wire format decoded into a serde type, by `serdes::schema::Avro`
 //!   (writer schema parsed once per id) and by a per-record `apache_avro` reader (the
@@ -32,7 +34,7 @@
 //! - `LAMBDA_STREAMS_BENCH_WRITE_EVENT=<file>`: write the event JSON (for the Python anchor)
 //!   and exit;
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
-//!   `decode/lambda_streams`, `decode/naive_rust`, `handler/lambda_streams`,
+//!   `decode/lambda_streams`, `decode/lambda_streams_one_thread`, `decode/naive_rust`, `handler/lambda_streams`,
 //!   `handler/lambda_streams_six`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
 //!   which counts instructions reliably on a busy machine; `LAMBDA_STREAMS_BENCH_EVENT=<file>`
 //!   runs it on that event JSON instead of the bench's own (to see what a part of the event
@@ -532,6 +534,9 @@ fn benches(c: &mut Criterion) {
     group.bench_function("lambda_streams", |b| {
         b.iter(|| KafkaEvent::decode(black_box(&json)).unwrap())
     });
+    group.bench_function("lambda_streams_one_thread", |b| {
+        b.iter(|| KafkaEvent::decode_with_threads(black_box(&json), 1).unwrap())
+    });
     group.bench_function("naive_rust", |b| {
         b.iter(|| naive_decode(black_box(&json)).unwrap())
     });
@@ -682,6 +687,11 @@ fn main() {
             n += match what.as_str() {
                 "decode/lambda_streams" | "decode" => {
                     KafkaEvent::decode(black_box(&json)).unwrap().record_count()
+                }
+                "decode/lambda_streams_one_thread" => {
+                    KafkaEvent::decode_with_threads(black_box(&json), 1)
+                        .unwrap()
+                        .record_count()
                 }
                 "decode/naive_rust" => naive_decode(black_box(&json)).unwrap().len(),
                 "handler/lambda_streams" => {

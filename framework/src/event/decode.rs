@@ -75,11 +75,22 @@ impl Ctx {
     }
 }
 
-pub(super) fn decode(json: &[u8]) -> Result<KafkaEvent, DecodeError> {
-    match fast::decode(json) {
+pub(super) fn decode(json: &[u8], threads: usize) -> Result<KafkaEvent, DecodeError> {
+    match fast::decode(json, threads) {
         Some(event) => Ok(event),
         None => decode_full(json),
     }
+}
+
+/// How many threads decode a large event: the cores available to the process (read once),
+/// at most [`fast::MAX_THREADS`].
+pub(super) fn threads() -> usize {
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, std::num::NonZero::get)
+            .clamp(1, fast::MAX_THREADS)
+    })
 }
 
 /// The full path: `serde_json` with hand-written visitors; decides every error.

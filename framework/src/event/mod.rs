@@ -335,8 +335,23 @@ impl KafkaEvent {
     /// column) for malformed JSON, a wrong or unknown event source, a missing or mistyped
     /// field, invalid base64, a header byte outside `-128..=255`, a non-integer timestamp,
     /// a record listed under another partition's key, or offsets out of order.
+    ///
+    /// An event of a megabyte or more whose records span several partitions is decoded on
+    /// up to four threads, as many as the process has cores for
+    /// (`std::thread::available_parallelism`: Lambda gives 2 vCPUs from 1,769 MB of memory);
+    /// the result is the same as on one thread.
     pub fn decode(json: &[u8]) -> Result<KafkaEvent, DecodeError> {
-        decode::decode(json)
+        decode::decode(json, decode::threads())
+    }
+
+    /// [`decode`](Self::decode) on at most `threads` threads (1: on the caller's thread
+    /// only). The same event or the same error whatever the number.
+    ///
+    /// # Errors
+    ///
+    /// As [`decode`](Self::decode).
+    pub fn decode_with_threads(json: &[u8], threads: usize) -> Result<KafkaEvent, DecodeError> {
+        decode::decode(json, threads.clamp(1, decode::fast::MAX_THREADS))
     }
 
     /// Writes the event in the exact shape Lambda sends (compact JSON).

@@ -428,7 +428,7 @@ mod fast_path {
 
     /// The invariant: whenever the fast path decodes, the full path decodes the same event.
     fn agree(json: &[u8]) {
-        if let Some(event) = fast::decode(json) {
+        if let Some(event) = fast::decode(json, 1) {
             assert_eq!(
                 decode_full(json).as_ref(),
                 Ok(&event),
@@ -448,7 +448,7 @@ mod fast_path {
 "key":null,"value":null,"headers":[],"keySchemaMetadata":{"dataFormat":"AVRO","schemaId":"a1"},"valueSchemaMetadata":null},
 {"topic":"page-views","partition":0,"offset":43,"timestamp":0,"timestampType":"CREATE_TIME","value":"","headers":null}],
 "orders-eu-12":[]}}"#;
-        let event = fast::decode(json.as_bytes()).expect("the fast path takes the usual shape");
+        let event = fast::decode(json.as_bytes(), 1).expect("the fast path takes the usual shape");
         assert_eq!(decode_full(json.as_bytes()), Ok(event.clone()));
         event
     }
@@ -460,7 +460,7 @@ mod fast_path {
         let json = r#"{"eventSource":"SelfManagedKafka","bootstrapServers":"b:9092","records":{"t-0":[
 {"topic":"t","partition":0,"offset":1,"timestamp":1,"timestampType":"CREATE_TIME","key":"azE=","value":"djE=","headers":[{"h":[1,2]}]},
 {"topic":"t","partition":0,"offset":2,"timestamp":2,"timestampType":"CREATE_TIME","key":"azI=","value":"djI=","headers":[{"h":[3]}]}]}}"#;
-        let event = fast::decode(json.as_bytes()).expect("the usual shape");
+        let event = fast::decode(json.as_bytes(), 1).expect("the usual shape");
         let [a, b] = &event.partitions[0].records[..] else {
             panic!("two records")
         };
@@ -494,7 +494,7 @@ mod fast_path {
         );
         assert_eq!(records[2].value.as_deref(), Some(&b""[..]));
         // Its own output (to_json) takes the fast path too.
-        assert_eq!(fast::decode(&event.to_json()), Some(event));
+        assert_eq!(fast::decode(&event.to_json(), 1), Some(event));
         for fixture in FIXTURES {
             agree(fixture.as_bytes());
             // (Strings with escapes, as one header name there, go to the full path.)
@@ -518,8 +518,139 @@ mod fast_path {
             event_with("t-0", &[&record(1, ""), &record(1, "")]),
             event_with("u-0", &[&record(0, "")]),
         ] {
-            assert_eq!(fast::decode(json.as_bytes()), None, "{json}");
+            assert_eq!(fast::decode(json.as_bytes(), 1), None, "{json}");
             agree(json.as_bytes());
+        }
+    }
+
+    /// An event of about `bytes` bytes of JSON over `partitions` partitions of two topics
+    /// (every third partition empty), with headers whose names look like a partition
+    /// boundary (`],` and a key-like name), deterministic. (No escapes: the fast path would
+    /// leave the whole event to the full path.)
+    fn big_event(partitions: usize, bytes: usize) -> KafkaEvent {
+        let per_record = 420;
+        let records = bytes / per_record;
+        let filled = partitions - partitions / 3;
+        let mut seed = 7u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        let partitions = (0..partitions)
+            .map(|p| {
+                let topic = if p % 2 == 0 {
+                    "page-views"
+                } else {
+                    "orders-eu"
+                };
+                let count = if p % 3 == 2 { 0 } else { records / filled };
+                let records = (0..count)
+                    .map(|i| {
+                        let value: Vec<u8> =
+                            (0..200 + next() % 200).map(|_| next() as u8).collect();
+                        let headers = match next() % 3 {
+                            0 => vec![],
+                            1 => vec![Header::new("],", vec![next() as u8; 3])],
+                            _ => vec![
+                                Header::new("t-1],:[", vec![1, 2]),
+                                Header::new("source", b"web".to_vec()),
+                            ],
+                        };
+                        Record {
+                            offset: 1_000 + i as i64,
+                            timestamp: 1_764_460_800_000 + i as i64,
+                            timestamp_type: TimestampType::CreateTime,
+                            key: (next() % 5 != 0).then(|| bytes::Bytes::from(format!("user-{i}"))),
+                            value: (next() % 7 != 0).then(|| bytes::Bytes::from(value)),
+                            headers,
+                            key_schema_metadata: None,
+                            value_schema_metadata: None,
+                        }
+                    })
+                    .collect();
+                PartitionRecords {
+                    tp: TopicPartition::new(topic, p as i32),
+                    records,
+                }
+            })
+            .collect();
+        KafkaEvent {
+            source: EventSource::SelfManaged,
+            bootstrap_servers: "b-1:9092".to_owned(),
+            partitions,
+        }
+    }
+
+    /// A large event's `records` object read in chunks on 2–4 threads gives exactly the
+    /// partitions one pass gives (the chunks were really used: `records_in_parallel` is
+    /// called directly), for one to nine partitions; `decode` agrees on any thread count.
+    #[test]
+    fn chunks_on_threads_read_what_one_pass_reads() {
+        for partitions in [1, 2, 3, 4, 5, 9] {
+            let event = big_event(partitions, 1_600_000);
+            let json = event.to_json();
+            assert!(json.len() > 1 << 20, "{} bytes", json.len());
+            for threads in 1..=4 {
+                let decoded = KafkaEvent::decode_with_threads(&json, threads).unwrap();
+                assert!(
+                    decoded == event,
+                    "{partitions} partitions on {threads} threads"
+                );
+                let parallel = fast::records_in_parallel(&json, threads);
+                if threads == 1 || partitions == 1 {
+                    assert!(parallel.is_none(), "{partitions}/{threads}: one chunk");
+                } else {
+                    assert!(
+                        parallel.as_ref() == Some(&event.partitions),
+                        "{partitions} partitions in chunks on {threads} threads"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Edits anywhere in a large event (a partition's records out of order or under another
+    /// key, a broken byte, a duplicate partition): on any number of threads, the same event
+    /// or the same error as on one.
+    #[test]
+    fn chunks_on_threads_fail_as_one_pass_fails() {
+        let json = big_event(4, 1_200_000).to_json();
+        let mut edits: Vec<Vec<u8>> = Vec::new();
+        let text = String::from_utf8(json.clone()).unwrap();
+        edits.push(
+            text.replacen("\"offset\":1001", "\"offset\":999", 3)
+                .into_bytes(),
+        );
+        edits.push(
+            text.replacen("\"orders-eu-1\"", "\"orders-eu-3\"", 1)
+                .into_bytes(),
+        );
+        edits.push(
+            text.replacen("\"orders-eu-1\"", "\"page-views-0\"", 1)
+                .into_bytes(),
+        );
+        edits.push(text.replacen("],\"", "] ,\"", 2).into_bytes());
+        for k in 0..16u64 {
+            let edit = (
+                k.wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize,
+                k as u8,
+                b"]\",{0-"[k as usize % 6],
+            );
+            edits.push(mutate(&json, &[edit]));
+        }
+        for edited in edits {
+            let one = KafkaEvent::decode_with_threads(&edited, 1);
+            for threads in 2..=4 {
+                let many = KafkaEvent::decode_with_threads(&edited, threads);
+                assert!(
+                    many == one,
+                    "on {threads} threads: {:?} against {:?}",
+                    many.err(),
+                    one.as_ref().err()
+                );
+            }
         }
     }
 
@@ -625,7 +756,7 @@ mod fast_path {
                     && !(t.len() > 1 && t.trim_start_matches('-').starts_with('0'))
             });
             if compact {
-                let event = fast::decode(json.as_bytes());
+                let event = fast::decode(json.as_bytes(), 1);
                 let expected: Vec<u8> = tokens.iter().map(|t| t.parse::<i32>().unwrap() as u8).collect();
                 prop_assert_eq!(
                     event.map(|e| e.partitions[0].records[0].headers[0].value.to_vec()),
