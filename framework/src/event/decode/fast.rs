@@ -136,6 +136,7 @@ fn decode_chunk(
     end: Option<usize>,
 ) -> Option<(Vec<PartitionRecords>, usize)> {
     let mut p = Parser::new(s, from, end.unwrap_or(s.len()));
+    p.reserve_arena();
     let pending = p.partitions_until(end)?;
     let partitions = build(pending, std::mem::take(&mut p.arena), &p.headers);
     Some((partitions, p.i))
@@ -178,19 +179,26 @@ impl Seen {
 }
 
 impl<'a> Parser<'a> {
-    /// A parser of `s[at..limit]` (it may read on past `limit` to finish a value).
+    /// A parser of `s[at..limit]` (it may read on past `limit` to finish a value). Its
+    /// arena is sized when partitions are read ([`reserve_arena`](Self::reserve_arena)).
     fn new(s: &'a [u8], at: usize, limit: usize) -> Self {
         Parser {
             s,
             i: at,
             limit,
             threads: 1,
-            // Every decoded byte comes from at least 4/3 bytes of base64 or, for header
-            // values, from at least two bytes of JSON (`0,`): the arena never grows.
-            arena: Vec::with_capacity((limit - at) / 4 * 3 + 3),
+            arena: Vec::new(),
             headers: Vec::new(),
             names: Vec::new(),
         }
+    }
+
+    /// Sizes the arena for the partitions from the cursor to [`limit`](Self::limit): every
+    /// decoded byte comes from at least 4/3 bytes of base64 or, for header values, from at
+    /// least two bytes of JSON (`0,`), so the arena never grows.
+    fn reserve_arena(&mut self) {
+        self.arena
+            .reserve(self.limit.saturating_sub(self.i) / 4 * 3 + 3);
     }
 
     /// Skips JSON whitespace.
@@ -464,14 +472,16 @@ impl<'a> Parser<'a> {
     }
 
     /// The `records` object. A large one is split at partition boundaries into chunks of
-    /// about equal size, decoded on their own threads ([`records_in_parallel`]
-    /// (Self::records_in_parallel)); otherwise, or if that gives up, in one pass here.
+    /// about equal size, each decoded on a thread of its own
+    /// ([`records_in_parallel`](Self::records_in_parallel)); otherwise, or if that gives up,
+    /// in one pass here.
     fn records(&mut self) -> Option<Vec<PartitionRecords>> {
         let mut partitions = Vec::new();
         if self.open(b'{', b'}')? {
             partitions = match self.records_in_parallel() {
                 Some(partitions) => partitions,
                 None => {
+                    self.reserve_arena();
                     let pending = self.partitions_until(None)?;
                     build(pending, std::mem::take(&mut self.arena), &self.headers)
                 }
