@@ -290,7 +290,7 @@ impl<T: 'static, S: Serde<T>> Serde<Option<T>> for Nullable<S> {
 /// ([`json::from_slice`] into a type with `&str` or `Cow<str>` fields) and turned, in the
 /// same call, into what the topology keeps: the fields it drops are never allocated. On the
 /// handler benchmark's ten-field page views, reading a borrowed view and keeping a summary
-/// line of the engaged ones costs 10% fewer instructions per event than `Json<T>` into an
+/// line of the engaged ones costs 8% fewer instructions per event than `Json<T>` into an
 /// owned struct followed by `filter` and `map_values` (BENCHMARKS.md section 1).
 ///
 /// `read` gets the bytes of a non-null key or value; a Kafka null is an error, as for the
