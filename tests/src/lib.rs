@@ -188,6 +188,18 @@ pub fn sample_text(lines: usize, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// A deterministic generator (a 64-bit LCG with Knuth's MMIX constants): the same numbers on
+/// every machine and run; each call gives the new state's top 31 bits.
+pub fn lcg(seed: u64) -> impl FnMut() -> u64 {
+    let mut state = seed;
+    move || {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        state >> 33
+    }
+}
+
 /// The reference word count: lowercase words split on whitespace, counted.
 pub fn reference_counts<'a>(lines: impl IntoIterator<Item = &'a String>) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();

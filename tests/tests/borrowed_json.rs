@@ -77,13 +77,7 @@ fn views(n: usize, seed: u64) -> Vec<String> {
         "watch\nos",
         "désktop",
     ];
-    let mut state = seed;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        state >> 33
-    };
+    let mut next = lcg(seed);
     (0..n)
         .map(|i| {
             let view = PageView {

@@ -62,13 +62,7 @@ fn applied(topic: &str) -> (BTreeMap<String, String>, usize) {
 /// Keyed changes: for each of `keys` keys, a few values, some rejected by the filter
 /// (`~`), some tombstones; deterministic.
 fn changes(keys: usize, seed: u64) -> Vec<(String, Option<String>)> {
-    let mut state = seed;
-    let mut next = move || {
-        state = state
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        state >> 33
-    };
+    let mut next = lcg(seed);
     (0..keys * 4)
         .map(|i| {
             let key = format!("u{}", next() % keys as u64);
