@@ -1,5 +1,6 @@
 //! [`Json`]: JSON values read with `sonic-rs` where it reads exactly as `serde_json` does, and
-//! with `serde_json` everywhere else.
+//! with `serde_json` everywhere else; [`from_slice`]: the same reading, into types that borrow
+//! their text from the bytes.
 //!
 //! `serde_json` is the reference: every value `Json<T>` returns is the value `serde_json` returns
 //! for the same bytes, and every error is `serde_json`'s. `sonic-rs` (SIMD) reads the same bytes
@@ -20,7 +21,7 @@
 //! 4. **`\u` escapes in skipped values.** `sonic-rs` does not check the four hex digits of a
 //!    `\u` escape inside a value it skips (a field `T` does not have): `"\u00eo"` is accepted.
 //!
-//! One pass over the bytes ([`scan`]) finds any value where 2–4 could arise (a `-0` that can
+//! One pass over the bytes (`scan`) finds any value where 2–4 could arise (a `-0` that can
 //! start a number, 127 or more `[`/`{`, a backslash followed by a bad `\u` escape); such a value
 //! goes straight to `serde_json`. So does any value `sonic-rs` refuses, whose error is then
 //! `serde_json`'s own. The rest (the common case) is `sonic-rs`'s.
@@ -38,8 +39,8 @@ use super::{Serde, SerdeError, non_null};
 /// Values are read with `sonic-rs` (SIMD; 1.4x fewer instructions than `serde_json` into a
 /// struct of ten fields, BENCHMARKS.md section 1) through the type's own `Deserialize`, so the
 /// same derive decides both, and `serde_json` stays the reference: a value on which the two
-/// could differ (negative zero, nesting 127 deep or more, a bad `\u` escape: the module docs
-/// of `framework/src/serdes/json.rs` say why), and any value `sonic-rs` refuses, is read by
+/// could differ (negative zero, nesting 127 deep or more, a bad `\u` escape: the
+/// [module docs](self) say why), and any value `sonic-rs` refuses, is read by
 /// `serde_json`, whose result (a value, or its error) is the answer. So `Json<T>` returns what
 /// `serde_json::from_slice` returns, value for value and error for error, with the
 /// workspace's `serde_json` features (`float_roundtrip`: floats correctly rounded). Values

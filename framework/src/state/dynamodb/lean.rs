@@ -341,7 +341,7 @@ impl LeanClient {
     }
 
     /// Sends `body`, an `UpdateItem` request in DynamoDB's JSON 1.0 protocol, retried as
-    /// the module docs say; the attributes it returns read as an item ([`Read::Item`]).
+    /// the module docs say; the attributes it returns read as an item (`Read::Item`).
     pub async fn update_item(&self, body: Bytes) -> Result<LeanOutput, LeanError> {
         self.update_item_reading(&body, Read::Item).await
     }

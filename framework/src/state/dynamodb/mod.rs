@@ -1214,7 +1214,7 @@ impl Store for DynamoStore {
     }
 
     /// `tp`'s claim register (`pk = __claims#<store>@<topic>-<partition>`, its entries on
-    /// [`REGISTER_PAGES`] items, an attribute `w:<key in base64url>:<window start>` per
+    /// `REGISTER_PAGES` items, an attribute `w:<key in base64url>:<window start>` per
     /// window), read strongly consistent, then its windows (strongly consistent `BatchGetItem`): a window with
     /// `ck` (the claiming partition) and `ca` (the attempts, space-separated) is claimed,
     /// one with `cq` open, any other closed.
