@@ -12,6 +12,9 @@
 //!   `MemoryStore` and a `MemorySink`.
 //! - `handler/lambda_streams_six`: the same with the goal's "struct of six fields" (issue 16
 //!   goal 4): six of the value's ten fields (three of them text) read, four skipped.
+//!   `handler/lambda_streams_six_one_thread`: the same on one thread (the handler rows decode
+//!   a large event and deserialize its values on the cores available, up to 4: what a
+//!   function of less than 1,769 MB, one vCPU or less, gets is this row).
 //! - `handler/lambda_streams_borrowed`: the ten-field values read into a view that borrows
 //!   its text (`Cow<str>`) by `serdes::json::from_slice` (`Json<T>`'s arbitration), in a
 //!   `ReadWith` serde that filters and maps in the source: what borrowing gains.
@@ -35,7 +38,7 @@
 //!   and exit;
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
 //!   `decode/lambda_streams`, `decode/lambda_streams_one_thread`, `decode/naive_rust`, `handler/lambda_streams`,
-//!   `handler/lambda_streams_six`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
+//!   `handler/lambda_streams_six`, `handler/lambda_streams_six_one_thread`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
 //!   which counts instructions reliably on a busy machine; `LAMBDA_STREAMS_BENCH_EVENT=<file>`
 //!   runs it on that event JSON instead of the bench's own (to see what a part of the event
 //!   costs, e.g. the same records without headers).
@@ -48,13 +51,13 @@ use std::hint::black_box;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group};
-use lambda_streams::StreamsBuilder;
 use lambda_streams::Topology;
 use lambda_streams::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record};
 use lambda_streams::event::{TimestampType, TopicPartition};
 use lambda_streams::serdes::{Json, Nullable, ReadWith, Serde, Utf8, json};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::{BatchOptions, StreamsBuilder};
 use serde::{Deserialize, Serialize};
 
 /// Records in the event: the Lambda maximum per invocation.
@@ -403,6 +406,25 @@ fn lambda_streams_handler(
     (sink, report.records_out)
 }
 
+/// [`lambda_streams_handler`] on this thread alone: the event decoded and its values
+/// deserialized on one thread.
+fn lambda_streams_handler_one_thread(
+    rt: &tokio::runtime::Runtime,
+    topology: &Topology,
+    json: &[u8],
+) -> (MemorySink, u64) {
+    let event = KafkaEvent::decode_with_threads(json, 1).unwrap();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let options = BatchOptions {
+        deserialize_threads: 1,
+        ..BatchOptions::default()
+    };
+    let outcome = rt
+        .block_on(topology.process_with(&event, &store, &sink, &options))
+        .unwrap();
+    (sink, outcome.report.records_out)
+}
+
 /// The event's values, for the JSON parse alone.
 fn values() -> Vec<Vec<u8>> {
     event()
@@ -495,6 +517,13 @@ fn benches(c: &mut Criterion) {
     check(&json, &topology, &rt);
     check(&json, &borrowed, &rt);
     check_six(&json, &six, &rt);
+    assert_eq!(
+        lambda_streams_handler_one_thread(&rt, &six, &json)
+            .0
+            .records(),
+        lambda_streams_handler(&rt, &six, &json).0.records(),
+        "one thread and the cores available: the same outputs in the same order"
+    );
     eprintln!(
         "event: {} bytes of JSON, {} records, {} partitions",
         json.len(),
@@ -513,6 +542,9 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("lambda_streams_six", |b| {
         b.iter(|| lambda_streams_handler(&rt, &six, black_box(&json)))
+    });
+    group.bench_function("lambda_streams_six_one_thread", |b| {
+        b.iter(|| lambda_streams_handler_one_thread(&rt, &six, black_box(&json)))
     });
     group.bench_function("lambda_streams_borrowed", |b| {
         b.iter(|| lambda_streams_handler(&rt, &borrowed, black_box(&json)))
@@ -701,6 +733,9 @@ fn main() {
                 }
                 "handler/lambda_streams_six" => {
                     lambda_streams_handler(&rt, &six, black_box(&json)).1 as usize
+                }
+                "handler/lambda_streams_six_one_thread" => {
+                    lambda_streams_handler_one_thread(&rt, &six, black_box(&json)).1 as usize
                 }
                 "handler/lambda_streams_borrowed" => {
                     lambda_streams_handler(&rt, &borrowed, black_box(&json)).1 as usize

@@ -54,6 +54,7 @@ impl Config {
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
+    /// `LAMBDA_STREAMS_DESERIALIZE_THREADS`,
     /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS`,
     /// `LAMBDA_STREAMS_STATE_CACHE_BYTES`, `LAMBDA_STREAMS_OUTPUT_GUARANTEE`
     /// (`at_least_once` or `exactly_once`), `LAMBDA_STREAMS_APPLICATION_ID` (required with
@@ -98,6 +99,14 @@ impl Config {
                 ))
             })?),
             None => crate::runtime::DEFAULT_IDLE_PARTITION_TIMEOUT,
+        };
+        let deserialize_threads = match var("LAMBDA_STREAMS_DESERIALIZE_THREADS") {
+            Some(n) => n.trim().parse().map_err(|_| {
+                StreamError::Config(format!(
+                    "LAMBDA_STREAMS_DESERIALIZE_THREADS: {n:?} is not a number of threads (0: the cores available)"
+                ))
+            })?,
+            None => 0,
         };
         let mut source_partitions = std::collections::BTreeMap::new();
         for entry in var("LAMBDA_STREAMS_SOURCE_PARTITIONS")
@@ -193,6 +202,7 @@ impl Config {
                 idle_partition_timeout,
                 source_partitions,
                 output,
+                deserialize_threads,
             },
             metrics_function,
             kafka: KafkaSettings::from_vars(vars.clone())?,
@@ -261,6 +271,7 @@ mod tests {
             ("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE", "true"),
             ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "2500"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:3, b-c:12"),
+            ("LAMBDA_STREAMS_DESERIALIZE_THREADS", "1"),
             ("LAMBDA_STREAMS_METRICS", "off"),
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
         ])
@@ -270,6 +281,7 @@ mod tests {
         assert!(matches!(c.batch.poison, PoisonPolicy::Skip));
         assert!(c.batch.partial_batch_response);
         assert_eq!(c.batch.idle_partition_timeout, Duration::from_millis(2500));
+        assert_eq!(c.batch.deserialize_threads, 1);
         assert_eq!(
             c.batch.source_partitions.into_iter().collect::<Vec<_>>(),
             vec![("a".to_owned(), 3), ("b-c".to_owned(), 12)]
@@ -294,6 +306,7 @@ mod tests {
             ("LAMBDA_STREAMS_POISON_POLICY", "ignore"),
             ("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE", "yes"),
             ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "5s"),
+            ("LAMBDA_STREAMS_DESERIALIZE_THREADS", "two"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:0"),
             ("LAMBDA_STREAMS_METRICS", "prometheus"),

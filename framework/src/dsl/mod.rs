@@ -44,8 +44,9 @@ pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 use crate::error::{StreamError, TopologyError};
 use crate::event::Record;
 use crate::serdes::Serde;
+use crate::topology::ahead::{Read, ReadAheadFn, read_ahead};
 use crate::topology::context::Ctx;
-pub(crate) use crate::topology::{Downstream, Shared, SourceFn, StoreSpec, UpdateFn, lock};
+pub(crate) use crate::topology::{Downstream, Shared, Source, SourceFn, StoreSpec, UpdateFn, lock};
 
 /// A source record's key and value, or the error naming the record and the side that
 /// does not deserialize.
@@ -69,15 +70,25 @@ fn decode_record<K, V>(
     key_serde: &impl Serde<K>,
     value_serde: &impl Serde<V>,
 ) -> Result<(K, V), StreamError> {
+    read_record(record, key_serde, value_serde).map_err(|(side, e)| ctx.deserialize_error(side, e))
+}
+
+/// A source record's key and value, or the side that does not deserialize and why (the
+/// key first, as [`decode_record`] names it): what a source reads ahead.
+fn read_record<K, V>(
+    record: &Record,
+    key_serde: &impl Serde<K>,
+    value_serde: &impl Serde<V>,
+) -> Read<K, V> {
     let key = key_serde
         .deserialize_with_schema(record.key.as_deref(), record.key_schema_metadata.as_ref())
-        .map_err(|e| ctx.deserialize_error("key", e))?;
+        .map_err(|e| ("key", e))?;
     let value = value_serde
         .deserialize_with_schema(
             record.value.as_deref(),
             record.value_schema_metadata.as_ref(),
         )
-        .map_err(|e| ctx.deserialize_error("value", e))?;
+        .map_err(|e| ("value", e))?;
     Ok((key, value))
 }
 
@@ -215,13 +226,29 @@ impl StreamsBuilder {
         let out = downstream.clone();
         let extracted = extractor.is_some();
         lock(&self.shared).learn_nulls(value_serde.nulls());
-        let source: SourceFn = Arc::new(move |ctx, record| {
-            let (key, value) = decode_record(ctx, record, &key_serde, &value_serde)?;
+        let serdes = Arc::new((key_serde, value_serde));
+        let read = Arc::clone(&serdes);
+        let ahead: ReadAheadFn = Arc::new(move |partitions, threads| {
+            let read = |record: &Record| read_record(record, &read.0, &read.1);
+            read_ahead(partitions, threads, &read)
+                .into_iter()
+                .map(|slots| Box::new(slots) as Box<dyn std::any::Any + Send>)
+                .collect()
+        });
+        let read: SourceFn = Arc::new(move |ctx, record, ahead| {
+            let (key, value) = match ahead.take::<Read<K, V>>() {
+                Some(read) => read.map_err(|(side, e)| ctx.deserialize_error(side, e))?,
+                None => decode_record(ctx, record, &serdes.0, &serdes.1)?,
+            };
             if let Some(extract) = &extractor {
                 ctx.set_event_time(extract(&key, &value, record.timestamp));
             }
             out.forward(ctx, key, value)
         });
+        let source = Source {
+            read,
+            ahead: Some(ahead),
+        };
         let mut inner = lock(&self.shared);
         if extracted {
             inner.extracted.insert(topic.to_owned());

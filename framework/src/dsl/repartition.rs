@@ -65,7 +65,7 @@
 
 use std::sync::Arc;
 
-use super::{Downstream, KStream, SourceFn, decode_parts, lock};
+use super::{Downstream, KStream, Source, SourceFn, decode_parts, lock};
 use crate::error::StreamError;
 use crate::serdes::{Serde, SerdeError};
 use crate::sink::OutputRecord;
@@ -125,7 +125,7 @@ where
         self.produce_ranked(topic, Arc::clone(&key_serde), Arc::clone(&value_serde));
         let downstream = Downstream::<K, V>::new();
         let out = downstream.clone();
-        let source: SourceFn = Arc::new(move |ctx, record| {
+        let read: SourceFn = Arc::new(move |ctx, record, _| {
             let Some((tp, _)) = ctx.record_coordinates() else {
                 return Ok(());
             };
@@ -161,6 +161,9 @@ where
             out.forward(ctx, key, value)
         });
         let shared = self.shared();
+        // Its records are read where they stand: a repartition record's position decides
+        // whether it is read at all (a copy is not).
+        let source = Source { read, ahead: None };
         let node = lock(&shared).add_source(topic, source);
         KStream::from_node(shared, downstream, node)
     }

@@ -21,6 +21,7 @@ use crate::state::{
     Clock, ClockAdvance, ClosingItem, ItemState, ItemWrite, PartitionTime, StateError,
     StateErrorKind, Store, WriteStats,
 };
+use crate::topology::ahead::BatchAhead;
 use crate::topology::context::{Ctx, Deferred, Origin, PendingItem, PendingKey};
 use crate::topology::{StoreSpec, Topology};
 use crate::wire::HopHeaders;
@@ -169,6 +170,12 @@ impl Topology {
         let mut outcome = BatchOutcome::default();
         let mut dead_letters = Vec::new();
         let exactly_once = options.output == OutputGuarantee::ExactlyOnce;
+        // A large batch's records deserialized ahead, on the cores available.
+        let readers =
+            self.inner.sources.iter().map(|(topic, sources)| {
+                (topic, sources.iter().map(|s| s.ahead.as_ref()).collect())
+            });
+        let mut ahead = BatchAhead::read(event, options.read_ahead_threads(), readers);
         'partitions: for (index, batch) in event.partitions.iter().enumerate() {
             let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
                 return Err(StreamError::UnknownTopic {
@@ -179,7 +186,7 @@ impl Topology {
             let tp_index = u32::try_from(index).unwrap_or(u32::MAX);
             // A topic read with a timestamp extractor: its source sets the stream time.
             let record_time = !self.inner.extracted.contains(&batch.tp.topic);
-            for record in &batch.records {
+            for (position, record) in batch.records.iter().enumerate() {
                 // Records waiting at joins will produce repartition records below the ones
                 // held now, which must then be sorted with them (see `sort_hops`).
                 let may_send = !self.inner.sort_hops || ctx.deferred.is_empty();
@@ -205,9 +212,9 @@ impl Topology {
                     ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
                 }
                 let result = catch_unwind(AssertUnwindSafe(|| {
-                    sources
-                        .iter()
-                        .try_for_each(|source| source(&mut ctx, record))
+                    sources.iter().enumerate().try_for_each(|(s, source)| {
+                        (source.read)(&mut ctx, record, ahead.get(index, s, position))
+                    })
                 }));
                 let Some(error) = failure(result, &batch.tp, record.offset)? else {
                     if exactly_once {

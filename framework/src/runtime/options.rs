@@ -45,6 +45,23 @@ impl std::str::FromStr for PoisonPolicy {
 
 pub use crate::sink::OutputGuarantee;
 
+impl BatchOptions {
+    /// The threads that deserialize a large batch's records ahead:
+    /// [`deserialize_threads`](Self::deserialize_threads), or the cores available when it
+    /// is `0`, at most 4.
+    pub(crate) fn read_ahead_threads(&self) -> usize {
+        use crate::topology::ahead::MAX_THREADS;
+        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        match self.deserialize_threads {
+            0 => *CORES.get_or_init(|| {
+                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+            }),
+            n => n,
+        }
+        .min(MAX_THREADS)
+    }
+}
+
 /// How a batch is executed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchOptions {
@@ -70,6 +87,13 @@ pub struct BatchOptions {
     /// tagged with the event record that caused it, for the transactional output to route
     /// it into that partition's transaction (see [`crate::kafka::ExactlyOnceOutput`]).
     pub output: OutputGuarantee,
+    /// How many threads deserialize a large batch's source records ahead of the topology
+    /// (a topic's records in the batch holding 256 KiB of keys and values or more): `0`,
+    /// the default, for the cores available to the process (at most 4); `1` to deserialize
+    /// every record on the batch's own thread as the topology reaches it. Either way the
+    /// topology sees the same values and errors in the same order: only where the serdes
+    /// run changes (they are `Send + Sync`; see `serdes::Serde`).
+    pub deserialize_threads: usize,
 }
 
 /// The default [`BatchOptions::idle_partition_timeout`].
@@ -83,6 +107,7 @@ impl Default for BatchOptions {
             idle_partition_timeout: DEFAULT_IDLE_PARTITION_TIMEOUT,
             source_partitions: BTreeMap::new(),
             output: OutputGuarantee::AtLeastOnce,
+            deserialize_threads: 0,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! stores they declare, the node graph ([`describe`]) and the per-batch [`Ctx`](context::Ctx)
 //! processors touch. It imports neither the DSL nor the runtime.
 
+pub(crate) mod ahead;
 pub(crate) mod context;
 pub(crate) mod describe;
 pub(crate) mod order;
@@ -63,8 +64,16 @@ impl<K: Clone, V: Clone> Downstream<K, V> {
     }
 }
 
-/// Reads a source record into the topology.
-pub(crate) type SourceFn = Arc<dyn Fn(&mut Ctx, &Record) -> Result<(), StreamError> + Send + Sync>;
+/// Reads a source record into the topology, with what its source read of it ahead.
+pub(crate) type SourceFn =
+    Arc<dyn Fn(&mut Ctx, &Record, ahead::Ahead<'_>) -> Result<(), StreamError> + Send + Sync>;
+
+/// A reader of a source topic: how it reads a record into the topology, and how it
+/// deserializes a large batch's records ahead ([`ahead`]), if it can.
+pub(crate) struct Source {
+    pub(crate) read: SourceFn,
+    pub(crate) ahead: Option<ahead::ReadAheadFn>,
+}
 
 /// Turns a state item's new value back into a typed table update.
 pub(crate) type UpdateFn = Arc<
@@ -137,7 +146,7 @@ pub(crate) struct Closing {
 /// Everything a built topology holds.
 #[derive(Default)]
 pub(crate) struct TopologyInner {
-    pub(crate) sources: HashMap<String, Vec<SourceFn>>,
+    pub(crate) sources: HashMap<String, Vec<Source>>,
     pub(crate) stores: Vec<StoreSpec>,
     pub(crate) sink_topics: BTreeSet<String>,
     /// The node graph [`Topology::describe`] renders (one node per operator).
@@ -246,7 +255,7 @@ impl TopologyInner {
     }
 
     /// Registers `source` as a reader of `topic`, with its `KSTREAM-SOURCE` node.
-    pub(crate) fn add_source(&mut self, topic: &str, source: SourceFn) -> NodeId {
+    pub(crate) fn add_source(&mut self, topic: &str, source: Source) -> NodeId {
         self.sources
             .entry(topic.to_owned())
             .or_default()

@@ -1,0 +1,205 @@
+//! A large batch's source records deserialized ahead of the topology, on the cores
+//! available.
+//!
+//! What a source does with a record is two steps: deserialize its key and value with the
+//! source's serdes, then push them through the topology. The first is a function of the
+//! record's bytes alone (a [`Serde`](crate::serdes::Serde) is `Send + Sync` and sees
+//! nothing of the batch), and on a batch of JSON values it is most of the work; the second
+//! must run record by record in the event's order. So a batch whose records hold at least
+//! [`MIN_BYTES`] reads them ahead: its records are cut into runs of about equal bytes, one
+//! per thread, each run deserialized on its thread into a slot per record, and the topology
+//! then takes each record's slot in the event's order. It reads the same values and the same
+//! errors as deserializing the record where it stands, because an empty slot is read there:
+//!
+//! - a run stops at its first record that does not deserialize: that record's slot holds the
+//!   error (the batch names it as it would have), the slots after it stay empty, so a serde
+//!   that fails slowly (an unreachable schema registry) costs no more than without reading
+//!   ahead;
+//! - a panicking serde leaves its record's slot empty and stops its run: the record is read
+//!   where it stands and its panic is the batch's, handled as any user panic;
+//! - a thread that cannot be started leaves its run empty.
+//!
+//! Lambda gives a function 2 vCPUs from 1,769 MB of memory (up to 6 from 5,308 MB); below,
+//! a fraction of one, where the second thread's work is only moved, not added.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use crate::event::{KafkaEvent, Record};
+use crate::serdes::SerdeError;
+
+/// The bytes of keys and values of one topic in a batch from which its records are read
+/// ahead: below, the threads' start (tens of µs) is not worth it.
+pub(crate) const MIN_BYTES: usize = 256 * 1024;
+
+/// The most threads that read ahead, whatever the cores.
+pub(crate) const MAX_THREADS: usize = 4;
+
+/// One record read by a source's serdes: its key and value, or the side that does not
+/// deserialize and why.
+pub(crate) type Read<K, V> = Result<(K, V), (&'static str, SerdeError)>;
+
+/// A source's reading ahead: given the partitions of its topic in a batch and the threads
+/// to use, one type-erased [`Slots`] per partition.
+pub(crate) type ReadAheadFn =
+    Arc<dyn Fn(&[&[Record]], usize) -> Vec<Box<dyn Any + Send>> + Send + Sync>;
+
+/// A partition's records as a source read them ahead: one slot per record, empty where the
+/// record is to be read where it stands.
+pub(crate) struct Slots<T>(pub(crate) Vec<Option<T>>);
+
+/// What a source is handed with a record: the partition's slots, if it read them ahead,
+/// and the record's position in the partition.
+pub(crate) struct Ahead<'a> {
+    slots: Option<&'a mut (dyn Any + Send)>,
+    position: usize,
+}
+
+impl Ahead<'_> {
+    /// The record's slot, taken: `None` if it is to be read where it stands.
+    pub(crate) fn take<T: 'static>(self) -> Option<T> {
+        let slots = self.slots?.downcast_mut::<Slots<T>>()?;
+        slots.0.get_mut(self.position)?.take()
+    }
+}
+
+/// The slots a batch's sources read ahead, by partition (the event's order) and source
+/// (the order of the topic's sources).
+pub(crate) struct BatchAhead(Vec<Vec<Option<Box<dyn Any + Send>>>>);
+
+impl BatchAhead {
+    /// Reads ahead, on `threads` threads, the records of every topic of `event` whose keys
+    /// and values hold at least [`MIN_BYTES`], for each of its `sources` that can.
+    pub(crate) fn read<'s, S>(event: &KafkaEvent, threads: usize, sources: S) -> BatchAhead
+    where
+        S: IntoIterator<Item = (&'s String, Vec<Option<&'s ReadAheadFn>>)>,
+    {
+        let mut ahead: Vec<Vec<Option<Box<dyn Any + Send>>>> =
+            event.partitions.iter().map(|_| Vec::new()).collect();
+        if threads < 2 {
+            return BatchAhead(ahead);
+        }
+        for (topic, readers) in sources {
+            let indices: Vec<usize> = (0..event.partitions.len())
+                .filter(|&i| event.partitions[i].tp.topic == *topic)
+                .collect();
+            let records: Vec<&[Record]> = indices
+                .iter()
+                .map(|&i| event.partitions[i].records.as_slice())
+                .collect();
+            let bytes: usize = records.iter().flat_map(|r| r.iter()).map(weight).sum();
+            if bytes < MIN_BYTES {
+                continue;
+            }
+            for (s, reader) in readers.into_iter().enumerate() {
+                let Some(read) = reader else { continue };
+                for (&i, slots) in indices.iter().zip(read(&records, threads)) {
+                    let row = &mut ahead[i];
+                    if row.len() <= s {
+                        row.resize_with(s + 1, || None);
+                    }
+                    row[s] = Some(slots);
+                }
+            }
+        }
+        BatchAhead(ahead)
+    }
+
+    /// What source `source` is handed with the record at `position` of partition
+    /// `partition`.
+    pub(crate) fn get(&mut self, partition: usize, source: usize, position: usize) -> Ahead<'_> {
+        let slots = self
+            .0
+            .get_mut(partition)
+            .and_then(|row| row.get_mut(source))
+            .and_then(|slots| slots.as_deref_mut());
+        Ahead { slots, position }
+    }
+}
+
+/// A record's share of the work: its key's and value's bytes, and a constant for the rest.
+fn weight(record: &Record) -> usize {
+    64 + record.key.as_ref().map_or(0, |k| k.len()) + record.value.as_ref().map_or(0, |v| v.len())
+}
+
+/// A run of records and their slots, as one thread fills them.
+type Run<'a, T> = Vec<(&'a [Record], &'a mut [Option<T>])>;
+
+/// Reads `partitions` with `read` on up to `threads` threads (this one among them): one
+/// slot per record, filled as the [module](self) says.
+pub(crate) fn read_ahead<T, E>(
+    partitions: &[&[Record]],
+    threads: usize,
+    read: &(dyn Fn(&Record) -> Result<T, E> + Sync),
+) -> Vec<Slots<Result<T, E>>>
+where
+    T: Send,
+    E: Send,
+{
+    let mut slots: Vec<Vec<Option<Result<T, E>>>> = partitions
+        .iter()
+        .map(|records| records.iter().map(|_| None).collect())
+        .collect();
+    let total: usize = partitions.iter().flat_map(|r| r.iter()).map(weight).sum();
+    let share = total.div_ceil(threads.clamp(1, MAX_THREADS)).max(1);
+    let mut runs: Vec<Run<'_, Result<T, E>>> = Vec::new();
+    let (mut run, mut filled): (Run<'_, Result<T, E>>, usize) = (Vec::new(), 0);
+    for (records, partition) in partitions.iter().zip(slots.iter_mut()) {
+        let (mut records, mut partition) = (*records, partition.as_mut_slice());
+        while !records.is_empty() {
+            let mut taken = 0;
+            while taken < records.len() && filled < share {
+                filled += weight(&records[taken]);
+                taken += 1;
+            }
+            let (head, tail) = records.split_at(taken);
+            let (head_slots, tail_slots) = std::mem::take(&mut partition).split_at_mut(taken);
+            if !head.is_empty() {
+                run.push((head, head_slots));
+            }
+            (records, partition) = (tail, tail_slots);
+            if filled >= share {
+                runs.push(std::mem::take(&mut run));
+                filled = 0;
+            }
+        }
+    }
+    if !run.is_empty() {
+        runs.push(run);
+    }
+    std::thread::scope(|scope| {
+        let mut runs = runs.into_iter();
+        let here = runs.next();
+        for run in runs {
+            // A thread that cannot be started leaves its run to be read where it stands.
+            let _ = std::thread::Builder::new()
+                .name("lambda-streams-read".to_owned())
+                .spawn_scoped(scope, move || fill(run, read));
+        }
+        if let Some(run) = here {
+            fill(run, read);
+        }
+    });
+    slots.into_iter().map(Slots).collect()
+}
+
+/// Fills one run's slots in order, up to and including its first error; a panic leaves its
+/// record's slot empty. Either ends the run.
+fn fill<T, E>(run: Run<'_, Result<T, E>>, read: &(dyn Fn(&Record) -> Result<T, E> + Sync)) {
+    for (records, slots) in run {
+        for (record, slot) in records.iter().zip(slots.iter_mut()) {
+            let Ok(result) = catch_unwind(AssertUnwindSafe(|| read(record))) else {
+                return;
+            };
+            let failed = result.is_err();
+            *slot = Some(result);
+            if failed {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

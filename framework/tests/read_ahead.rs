@@ -1,0 +1,271 @@
+//! A large batch's records deserialized ahead on several threads
+//! (`BatchOptions::deserialize_threads`) give the batch exactly what reading each record
+//! where it stands gives: the same outputs in the same order, the same poison records named
+//! the same way under every policy, the same partial batch response, the same error.
+//!
+//! The batch (three partitions, ~0.6 MB of keys and values, above the 256 KiB from which a
+//! topic is read ahead) holds values that are not JSON, keys that are not UTF-8 and values
+//! on which the value serde panics, among valid records. Expected outputs come from
+//! `serde_json` and plain Rust over the same records, not from the framework.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lambda_streams::event::{
+    Bytes, EventSource, KafkaEvent, PartitionRecords, Record, TimestampType, TopicPartition,
+};
+use lambda_streams::serdes::{DecimalI64, Json, Serde, SerdeError, Utf8};
+use lambda_streams::sink::{MemorySink, OutputRecord};
+use lambda_streams::state::memory::MemoryStore;
+use lambda_streams::{BatchOptions, BatchOutcome, PoisonPolicy, StreamError, StreamsBuilder};
+
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+struct View {
+    user: String,
+    ms: i64,
+}
+
+/// Deserializations run on the framework's read-ahead threads, over the whole test binary.
+static ON_READ_THREADS: AtomicUsize = AtomicUsize::new(0);
+
+/// `Json<View>` that panics on a value containing `PANIC`, and counts where it runs.
+struct Panicky(Json<View>);
+
+impl Serde<View> for Panicky {
+    fn serialize(&self, value: &View) -> Option<Vec<u8>> {
+        Some(format!("{}:{}", value.user, value.ms).into_bytes())
+    }
+    fn deserialize(&self, data: Option<&[u8]>) -> Result<View, SerdeError> {
+        if std::thread::current().name() == Some("lambda-streams-read") {
+            ON_READ_THREADS.fetch_add(1, Ordering::Relaxed);
+        }
+        if data.is_some_and(|d| d.windows(5).any(|w| w == b"PANIC")) {
+            panic!("a value serde that panics");
+        }
+        self.0.deserialize(data)
+    }
+}
+
+/// The kinds of records, by offset: most valid, some bad in one way each.
+fn bytes_of(partition: i32, offset: i64) -> (Vec<u8>, Vec<u8>) {
+    let n = offset * 7 + i64::from(partition) * 13;
+    let key = if n % 97 == 5 {
+        vec![b'k', 0xfe, b'!'] // not UTF-8
+    } else {
+        format!("key-{}", n % 50).into_bytes()
+    };
+    let value = match n % 89 {
+        3 => b"{\"user\": \"u1\", \"ms\": ".to_vec(), // not JSON
+        11 => format!("{{\"user\":\"PANIC\",\"ms\":{n}}}").into_bytes(),
+        _ => format!(
+            "{{\"user\":\"u{}\",\"ms\":{},\"page\":\"/articles/{}/comments?sort=new&page={}\"}}",
+            n % 37,
+            (n * 31) % 3_000,
+            n * 1_000_003,
+            n % 9
+        )
+        .into_bytes(),
+    };
+    (key, value)
+}
+
+/// The batch: partitions 0–2 of `in`, 1,800 records each from offset 1,000.
+fn event() -> KafkaEvent {
+    let partitions = (0..3)
+        .map(|p| PartitionRecords {
+            tp: TopicPartition::new("in", p),
+            records: (1_000..2_800)
+                .map(|offset| {
+                    let (key, value) = bytes_of(p, offset);
+                    Record {
+                        offset,
+                        timestamp: 1_700_000_000_000 + offset,
+                        timestamp_type: TimestampType::CreateTime,
+                        key: Some(Bytes::from(key)),
+                        value: Some(Bytes::from(value)),
+                        headers: Vec::new(),
+                        key_schema_metadata: None,
+                        value_schema_metadata: None,
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    KafkaEvent {
+        source: EventSource::SelfManaged,
+        bootstrap_servers: "b:9092".to_owned(),
+        partitions,
+    }
+}
+
+/// A valid record as the reference reads it: key, user, duration.
+type Read = (String, String, i64);
+
+/// The reference's reading of a record: `None` for a poison record.
+fn reference(record: &Record) -> Option<Read> {
+    let key = std::str::from_utf8(record.key.as_deref()?).ok()?.to_owned();
+    let value: serde_json::Value = serde_json::from_slice(record.value.as_deref()?).ok()?;
+    let user = value["user"].as_str()?.to_owned();
+    (user != "PANIC").then_some(())?;
+    Some((key, user, value["ms"].as_i64()?))
+}
+
+/// Two readers of `in`: views of 1 s or more produced as `user:ms`, views counted per user;
+/// a third reader takes the raw values as text.
+fn topology() -> lambda_streams::Topology {
+    let builder = StreamsBuilder::new();
+    let views = builder.stream("in", Utf8, Panicky(Json::new()));
+    views
+        .filter(|_, v| v.ms >= 1_000)
+        .map_values(|v| format!("{}:{}", v.user, v.ms))
+        .to("long", Utf8, Utf8);
+    views
+        .group_by(
+            |_, v| v.user.clone(),
+            lambda_streams::dsl::Grouped::direct(Utf8),
+        )
+        .count("per-user")
+        .to_stream()
+        .to("counts", Utf8, DecimalI64);
+    builder
+        .stream("in", Utf8, Utf8)
+        .filter(|_, v| v.contains("page=0"))
+        .to("first-pages", Utf8, Utf8);
+    builder.build()
+}
+
+type Run = (Result<BatchOutcome, String>, Vec<OutputRecord>);
+
+fn run(poison: PoisonPolicy, partial: bool, threads: usize) -> Run {
+    let (topology, event) = (topology(), event());
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let options = BatchOptions {
+        poison,
+        partial_batch_response: partial,
+        deserialize_threads: threads,
+        ..BatchOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let outcome = runtime
+        .block_on(topology.process_with(&event, &store, &sink, &options))
+        .map(|mut o| {
+            o.report.duration = Duration::ZERO;
+            o
+        })
+        .map_err(|e: StreamError| e.to_string());
+    (outcome, sink.records())
+}
+
+fn values(records: &[OutputRecord], topic: &str) -> Vec<(String, Vec<u8>)> {
+    records
+        .iter()
+        .filter(|r| r.topic == topic)
+        .map(|r| {
+            let key = String::from_utf8(r.key.clone().unwrap_or_default()).expect("UTF-8");
+            (key, r.value.clone().unwrap_or_default())
+        })
+        .collect()
+}
+
+/// Every record of the batch as the reference reads it, in the event's order.
+fn read_all() -> Vec<(TopicPartition, i64, Option<Read>)> {
+    event()
+        .partitions
+        .iter()
+        .flat_map(|p| {
+            p.records
+                .iter()
+                .map(|r| (p.tp.clone(), r.offset, reference(r)))
+        })
+        .collect()
+}
+
+#[test]
+fn skipped_poison_records_and_every_output_as_on_one_thread_and_as_the_reference() {
+    let read = read_all();
+    let poison = read.iter().filter(|r| r.2.is_none()).count();
+    assert!(
+        poison > 40,
+        "the batch holds poison records of each kind: {poison}"
+    );
+    let long: Vec<(String, Vec<u8>)> = read
+        .iter()
+        .filter_map(|r| r.2.clone())
+        .filter(|(_, _, ms)| *ms >= 1_000)
+        .map(|(key, user, ms)| (key, format!("{user}:{ms}").into_bytes()))
+        .collect();
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for (_, user, _) in read.iter().filter_map(|r| r.2.clone()) {
+        *counts.entry(user).or_default() += 1;
+    }
+    let one = run(PoisonPolicy::Skip, false, 1);
+    let before = ON_READ_THREADS.load(Ordering::Relaxed);
+    for threads in [2, 3, 4] {
+        let many = run(PoisonPolicy::Skip, false, threads);
+        assert_eq!(many, one, "{threads} threads against one");
+    }
+    assert!(
+        ON_READ_THREADS.load(Ordering::Relaxed) > before,
+        "the values were read ahead on the read threads"
+    );
+    let (outcome, records) = one;
+    let outcome = outcome.expect("skipped poison records do not fail the batch");
+    assert_eq!(outcome.report.poison_records as usize, poison);
+    assert_eq!(values(&records, "long"), long);
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for (user, count) in values(&records, "counts") {
+        let count = DecimalI64.deserialize(Some(&count)).expect("a count");
+        last.insert(user, count);
+    }
+    assert_eq!(last, counts);
+}
+
+#[test]
+fn dead_letters_and_partial_failures_as_on_one_thread_and_as_the_reference() {
+    let read = read_all();
+    let dead = PoisonPolicy::DeadLetter {
+        topic: "dlq".to_owned(),
+    };
+    let one = run(dead.clone(), false, 1);
+    for threads in [2, 4] {
+        assert_eq!(run(dead.clone(), false, threads), one, "{threads} threads");
+    }
+    let poison = read.iter().filter(|r| r.2.is_none()).count();
+    assert_eq!(one.1.iter().filter(|r| r.topic == "dlq").count(), poison);
+
+    // Fail with a partial batch response: each partition stops at its first poison record.
+    let one = run(PoisonPolicy::Fail, true, 1);
+    for threads in [2, 3] {
+        assert_eq!(
+            run(PoisonPolicy::Fail, true, threads),
+            one,
+            "{threads} threads"
+        );
+    }
+    let mut first: Vec<(TopicPartition, i64)> = Vec::new();
+    for (tp, offset, read) in &read {
+        if read.is_none() && !first.iter().any(|(t, _)| t == tp) {
+            first.push((tp.clone(), *offset));
+        }
+    }
+    assert_eq!(one.0.expect("a partial batch response").failures, first);
+
+    // Fail without: the batch fails on the event's first poison record.
+    let one = run(PoisonPolicy::Fail, false, 1);
+    for threads in [2, 4] {
+        assert_eq!(
+            run(PoisonPolicy::Fail, false, threads),
+            one,
+            "{threads} threads"
+        );
+    }
+    let error = one.0.expect_err("the batch fails");
+    let (tp, offset) = &first[0];
+    assert!(
+        error.starts_with(&format!("record {tp} offset {offset}")),
+        "{error}"
+    );
+}
