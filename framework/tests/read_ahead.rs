@@ -3,8 +3,8 @@
 //! where it stands gives: the same outputs in the same order, the same poison records named
 //! the same way under every policy, the same partial batch response, the same error.
 //!
-//! The batch (three partitions, ~0.6 MB of keys and values, above the 256 KiB from which a
-//! topic is read ahead) holds values that are not JSON, keys that are not UTF-8 and values
+//! The batch (three partitions, ~2.6 MB of keys and values: above the 256 KiB from which a
+//! topic is read ahead, and read in two windows of 2 MiB, the first ending inside a partition) holds values that are not JSON, keys that are not UTF-8 and values
 //! on which the value serde panics, among valid records. Expected outputs come from
 //! `serde_json` and plain Rust over the same records, not from the framework.
 
@@ -70,12 +70,12 @@ fn bytes_of(partition: i32, offset: i64) -> (Vec<u8>, Vec<u8>) {
     (key, value)
 }
 
-/// The batch: partitions 0–2 of `in`, 1,800 records each from offset 1,000.
+/// The batch: partitions 0–2 of `in`, 6,000 records each from offset 1,000.
 fn event() -> KafkaEvent {
     let partitions = (0..3)
         .map(|p| PartitionRecords {
             tp: TopicPartition::new("in", p),
-            records: (1_000..2_800)
+            records: (1_000..7_000)
                 .map(|offset| {
                     let (key, value) = bytes_of(p, offset);
                     Record {
@@ -201,6 +201,13 @@ fn skipped_poison_records_and_every_output_as_on_one_thread_and_as_the_reference
     for (_, user, _) in read.iter().filter_map(|r| r.2.clone()) {
         *counts.entry(user).or_default() += 1;
     }
+    let weight: usize = event()
+        .partitions
+        .iter()
+        .flat_map(|p| p.records.iter())
+        .map(|r| 64 + r.key().map_or(0, <[u8]>::len) + r.value().map_or(0, <[u8]>::len))
+        .sum();
+    assert!(weight > 2 << 20, "read in two windows: {weight}");
     let one = run(PoisonPolicy::Skip, false, 1);
     let before = ON_READ_THREADS.load(Ordering::Relaxed);
     for threads in [2, 3, 4] {

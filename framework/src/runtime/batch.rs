@@ -170,12 +170,13 @@ impl Topology {
         let mut outcome = BatchOutcome::default();
         let mut dead_letters = Vec::new();
         let exactly_once = options.output == OutputGuarantee::ExactlyOnce;
-        // A large batch's records deserialized ahead, on the cores available.
+        // A large batch's records deserialized ahead, on the cores available, a window at a
+        // time.
         let readers =
             self.inner.sources.iter().map(|(topic, sources)| {
                 (topic, sources.iter().map(|s| s.ahead.as_ref()).collect())
             });
-        let mut ahead = BatchAhead::read(event, options.read_ahead_threads(), readers);
+        let mut ahead = BatchAhead::new(event, options.read_ahead_threads(), readers);
         'partitions: for (index, batch) in event.partitions.iter().enumerate() {
             let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
                 return Err(StreamError::UnknownTopic {

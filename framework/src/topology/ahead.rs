@@ -6,9 +6,10 @@
 //! record's bytes alone (a [`Serde`](crate::serdes::Serde) is `Send + Sync` and sees
 //! nothing of the batch), and on a batch of JSON values it is most of the work; the second
 //! must run record by record in the event's order. So a batch whose records hold at least
-//! [`MIN_BYTES`] reads them ahead: its records are cut into runs of about equal bytes, one
-//! per thread, each run deserialized on its thread into a slot per record, and the topology
-//! then takes each record's slot in the event's order. It reads the same values and the same
+//! [`MIN_BYTES`] reads them ahead, a window of [`WINDOW_BYTES`] at a time: the window's
+//! records are cut into runs of about equal bytes, one per thread, each run deserialized on
+//! its thread into a slot per record, and the topology then takes each record's slot in the
+//! event's order. It reads the same values and the same
 //! errors as deserializing the record where it stands, because an empty slot is read there:
 //!
 //! - a run stops at its first record that does not deserialize: that record's slot holds the
@@ -23,6 +24,7 @@
 //! a fraction of one, where the second thread's work is only moved, not added.
 
 use std::any::Any;
+use std::collections::{BTreeSet, HashMap};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
@@ -64,57 +66,149 @@ impl Ahead<'_> {
     }
 }
 
-/// The slots a batch's sources read ahead, by partition (the event's order) and source
-/// (the order of the topic's sources).
-pub(crate) struct BatchAhead(Vec<Vec<Option<Box<dyn Any + Send>>>>);
+/// A batch's reading ahead, one window of the event at a time: from the record the
+/// topology asks for, the next [`WINDOW_BYTES`] of the records of topics read ahead, so that
+/// the values read ahead and not yet taken stay bounded (a few MB on a 6 MB event).
+pub(crate) struct BatchAhead<'e> {
+    event: &'e KafkaEvent,
+    /// The topics read ahead (their records hold at least [`MIN_BYTES`] in the event), with
+    /// each of their sources' reading ahead, if it can.
+    readers: HashMap<&'e str, Vec<Option<&'e ReadAheadFn>>>,
+    threads: usize,
+    /// The window read: partition index, its first and end positions in it, and the
+    /// slots of each of its topic's sources.
+    window: Vec<Segment>,
+}
 
-impl BatchAhead {
-    /// Reads ahead, on `threads` threads, the records of every topic of `event` whose keys
-    /// and values hold at least [`MIN_BYTES`], for each of its `sources` that can.
-    pub(crate) fn read<'s, S>(event: &KafkaEvent, threads: usize, sources: S) -> BatchAhead
+/// A partition's records `start..end` in the window read, with each source's slots.
+struct Segment {
+    partition: usize,
+    start: usize,
+    end: usize,
+    slots: Vec<Option<Box<dyn Any + Send>>>,
+}
+
+/// The bytes of records (by [`weight`]) a window holds at most, beyond its first record.
+pub(crate) const WINDOW_BYTES: usize = 2 * 1024 * 1024;
+
+impl<'e> BatchAhead<'e> {
+    /// Reads `event` ahead on `threads` threads for the `sources` (by topic, each source's
+    /// reading ahead, if it can) of the topics whose keys and values hold at least
+    /// [`MIN_BYTES`]; nothing on one thread.
+    pub(crate) fn new<S>(event: &'e KafkaEvent, threads: usize, sources: S) -> BatchAhead<'e>
     where
-        S: IntoIterator<Item = (&'s String, Vec<Option<&'s ReadAheadFn>>)>,
+        S: IntoIterator<Item = (&'e String, Vec<Option<&'e ReadAheadFn>>)>,
     {
-        let mut ahead: Vec<Vec<Option<Box<dyn Any + Send>>>> =
-            event.partitions.iter().map(|_| Vec::new()).collect();
-        if threads < 2 {
-            return BatchAhead(ahead);
-        }
-        for (topic, readers) in sources {
-            let indices: Vec<usize> = (0..event.partitions.len())
-                .filter(|&i| event.partitions[i].tp.topic == *topic)
-                .collect();
-            let records: Vec<&[Record]> = indices
-                .iter()
-                .map(|&i| event.partitions[i].records.as_slice())
-                .collect();
-            let bytes: usize = records.iter().flat_map(|r| r.iter()).map(weight).sum();
-            if bytes < MIN_BYTES {
-                continue;
-            }
-            for (s, reader) in readers.into_iter().enumerate() {
-                let Some(read) = reader else { continue };
-                for (&i, slots) in indices.iter().zip(read(&records, threads)) {
-                    let row = &mut ahead[i];
-                    if row.len() <= s {
-                        row.resize_with(s + 1, || None);
-                    }
-                    row[s] = Some(slots);
+        let mut readers = HashMap::new();
+        if threads >= 2 {
+            for (topic, read) in sources {
+                let bytes: usize = event
+                    .partitions
+                    .iter()
+                    .filter(|p| p.tp.topic == *topic)
+                    .flat_map(|p| p.records.iter())
+                    .map(weight)
+                    .sum();
+                if bytes >= MIN_BYTES && read.iter().any(Option::is_some) {
+                    readers.insert(topic.as_str(), read);
                 }
             }
         }
-        BatchAhead(ahead)
+        BatchAhead {
+            event,
+            readers,
+            threads,
+            window: Vec::new(),
+        }
     }
 
     /// What source `source` is handed with the record at `position` of partition
-    /// `partition`.
+    /// `partition` (the topology asks in the event's order): its slot, the window from it
+    /// read first if it is not in the window read.
     pub(crate) fn get(&mut self, partition: usize, source: usize, position: usize) -> Ahead<'_> {
-        let slots = self
-            .0
-            .get_mut(partition)
-            .and_then(|row| row.get_mut(source))
-            .and_then(|slots| slots.as_deref_mut());
-        Ahead { slots, position }
+        let covers = |w: &Segment| w.partition == partition && (w.start..w.end).contains(&position);
+        if !self.window.iter().any(covers) {
+            let Some(topic) = self.event.partitions.get(partition).map(|p| &p.tp.topic) else {
+                return Ahead {
+                    slots: None,
+                    position,
+                };
+            };
+            if !self.readers.contains_key(topic.as_str()) {
+                return Ahead {
+                    slots: None,
+                    position,
+                };
+            }
+            self.read_window(partition, position);
+        }
+        match self.window.iter_mut().find(|w| covers(w)) {
+            Some(segment) => Ahead {
+                slots: segment.slots.get_mut(source).and_then(|s| s.as_deref_mut()),
+                position: position - segment.start,
+            },
+            None => Ahead {
+                slots: None,
+                position,
+            },
+        }
+    }
+
+    /// Reads the window that starts at `position` of partition `partition`.
+    fn read_window(&mut self, partition: usize, position: usize) {
+        self.window.clear();
+        let mut filled = 0;
+        for (index, batch) in self.event.partitions.iter().enumerate().skip(partition) {
+            if filled >= WINDOW_BYTES {
+                break;
+            }
+            if !self.readers.contains_key(batch.tp.topic.as_str()) {
+                continue;
+            }
+            let start = if index == partition { position } else { 0 };
+            let mut end = start;
+            while end < batch.records.len() && filled < WINDOW_BYTES {
+                filled += weight(&batch.records[end]);
+                end += 1;
+            }
+            if end > start {
+                let slots = Vec::new();
+                self.window.push(Segment {
+                    partition: index,
+                    start,
+                    end,
+                    slots,
+                });
+            }
+        }
+        let topics: BTreeSet<&str> = self
+            .window
+            .iter()
+            .map(|w| self.event.partitions[w.partition].tp.topic.as_str())
+            .collect();
+        for topic in topics {
+            let segments: Vec<usize> = (0..self.window.len())
+                .filter(|&i| self.event.partitions[self.window[i].partition].tp.topic == topic)
+                .collect();
+            let records: Vec<&[Record]> = segments
+                .iter()
+                .map(|&i| {
+                    let w = &self.window[i];
+                    &self.event.partitions[w.partition].records[w.start..w.end]
+                })
+                .collect();
+            let readers = self.readers.get(topic).map_or(&[][..], Vec::as_slice);
+            for (source, reader) in readers.iter().enumerate() {
+                let Some(read) = reader else { continue };
+                for (&i, slots) in segments.iter().zip(read(&records, self.threads)) {
+                    let row = &mut self.window[i].slots;
+                    if row.len() <= source {
+                        row.resize_with(source + 1, || None);
+                    }
+                    row[source] = Some(slots);
+                }
+            }
+        }
     }
 }
 
