@@ -50,7 +50,7 @@ def handler_rows(h, name="handler"):
                            f"{six:,.0f}", ">= 1,000", six >= 1000, src))
     if "handler/lambda_streams_six_one_thread" in r:
         one = r["handler/lambda_streams_six_one_thread"]["mb_per_s"]
-        rows.insert(3, row(part, "the same on one thread (a function under 1,769 MB: one vCPU or less), MB/s",
+        rows.insert(3, row(part, "the same on one thread (a function under 3,538 MB: less than two vCPUs of share), MB/s",
                            f"{one:,.0f}", "-", None, src))
     if "decode/lambda_streams_one_thread" in r:
         one = r["decode/lambda_streams_one_thread"]["mb_per_s"]

@@ -13,8 +13,8 @@
 //! - `handler/lambda_streams_six`: the same with the goal's "struct of six fields" (issue 16
 //!   goal 4): six of the value's ten fields (three of them text) read, four skipped.
 //!   `handler/lambda_streams_six_one_thread`: the same on one thread (the handler rows decode
-//!   a large event and deserialize its values on the cores available, up to 4: what a
-//!   function of less than 1,769 MB, one vCPU or less, gets is this row).
+//!   a large event and deserialize its values on the cores available, up to 4; in Lambda
+//!   one per 1,769 MB of memory: what a function under 3,538 MB gets is this row).
 //! - `handler/lambda_streams_borrowed`: the ten-field values read into a view that borrows
 //!   its text (`Cow<str>`) by `serdes::json::from_slice` (`Json<T>`'s arbitration), in a
 //!   `ReadWith` serde that filters and maps in the source: what borrowing gains.

@@ -82,15 +82,40 @@ pub(super) fn decode(json: &[u8], threads: usize) -> Result<KafkaEvent, DecodeEr
     }
 }
 
-/// How many threads decode a large event: the cores available to the process (read once),
-/// at most [`fast::MAX_THREADS`].
+/// How many threads decode a large event: [`cpus`], at most [`fast::MAX_THREADS`].
 pub(super) fn threads() -> usize {
-    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *THREADS.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(1, std::num::NonZero::get)
-            .clamp(1, fast::MAX_THREADS)
+    cpus().clamp(1, fast::MAX_THREADS)
+}
+
+/// Lambda's CPU share in whole vCPUs: one per 1,769 MB of memory (Lambda allocates CPU in
+/// proportion to memory; 1,769 MB is one vCPU-second of credits per second), whatever the
+/// vCPUs the function sees (2 up to 3,008 MB).
+const LAMBDA_MB_PER_VCPU: u64 = 1_769;
+
+/// The CPUs the process has to work in parallel, read once: the cores available
+/// (`std::thread::available_parallelism`), and in Lambda (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`
+/// set) no more than its whole vCPUs of CPU share, so that a function under 3,538 MB runs
+/// one thread: a second would split the same share and add its own work.
+pub(crate) fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| {
+        let memory = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE").ok();
+        cpus_of(
+            std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            memory.as_deref(),
+        )
     })
+}
+
+/// [`cpus`] of `cores` and a Lambda memory size in MB (`None`: not in Lambda; a value that
+/// is not a number of MB is not a limit).
+pub(crate) fn cpus_of(cores: usize, lambda_memory_mb: Option<&str>) -> usize {
+    let share = lambda_memory_mb
+        .and_then(|mb| mb.trim().parse::<u64>().ok())
+        .map_or(usize::MAX, |mb| {
+            usize::try_from(mb / LAMBDA_MB_PER_VCPU).unwrap_or(usize::MAX)
+        });
+    cores.min(share).max(1)
 }
 
 /// The full path: `serde_json` with hand-written visitors; decides every error.

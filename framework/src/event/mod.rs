@@ -77,6 +77,7 @@
 //! ```
 
 mod decode;
+pub(crate) use decode::cpus;
 pub(crate) mod encode;
 mod error;
 pub mod response;
@@ -337,9 +338,10 @@ impl KafkaEvent {
     /// a record listed under another partition's key, or offsets out of order.
     ///
     /// An event of a megabyte or more whose records span several partitions is decoded on
-    /// up to four threads, as many as the process has cores for
-    /// (`std::thread::available_parallelism`: Lambda gives 2 vCPUs from 1,769 MB of memory);
-    /// the result is the same as on one thread.
+    /// up to four threads, as many as the process has CPUs for: the cores available
+    /// (`std::thread::available_parallelism`), and in Lambda one per 1,769 MB of memory
+    /// (Lambda's CPU share: a function under 3,538 MB decodes on one thread); the result is
+    /// the same as on one thread.
     pub fn decode(json: &[u8]) -> Result<KafkaEvent, DecodeError> {
         decode::decode(json, decode::threads())
     }

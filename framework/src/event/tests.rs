@@ -779,3 +779,24 @@ mod fast_path {
         }
     }
 }
+
+/// Lambda's CPU share bounds the threads: one per 1,769 MB of memory (AWS's "at 1,769 MB a
+/// function has the equivalent of one vCPU"), whatever the vCPUs it sees; outside Lambda,
+/// the cores.
+#[test]
+fn the_threads_are_the_cores_and_in_lambda_its_whole_vcpus_of_share() {
+    use super::decode::cpus_of;
+    for (cores, memory, cpus) in [
+        (2, None, 2),
+        (4, None, 4),
+        (2, Some("128"), 1),
+        (2, Some("1769"), 1),
+        (2, Some("3008"), 1),
+        (3, Some("3538"), 2),
+        (6, Some("10240"), 5),
+        (1, Some("10240"), 1),
+        (2, Some("not a size"), 2),
+    ] {
+        assert_eq!(cpus_of(cores, memory), cpus, "{cores} cores, {memory:?} MB");
+    }
+}

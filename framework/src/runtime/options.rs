@@ -47,18 +47,14 @@ pub use crate::sink::OutputGuarantee;
 
 impl BatchOptions {
     /// The threads that deserialize a large batch's records ahead:
-    /// [`deserialize_threads`](Self::deserialize_threads), or the cores available when it
-    /// is `0`, at most 4.
+    /// [`deserialize_threads`](Self::deserialize_threads), or the process's CPUs when it is
+    /// `0` (in Lambda, its whole vCPUs of CPU share), at most 4.
     pub(crate) fn read_ahead_threads(&self) -> usize {
-        use crate::topology::ahead::MAX_THREADS;
-        static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         match self.deserialize_threads {
-            0 => *CORES.get_or_init(|| {
-                std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
-            }),
+            0 => crate::event::cpus(),
             n => n,
         }
-        .min(MAX_THREADS)
+        .min(crate::topology::ahead::MAX_THREADS)
     }
 }
 
@@ -89,8 +85,10 @@ pub struct BatchOptions {
     pub output: OutputGuarantee,
     /// How many threads deserialize a large batch's source records ahead of the topology
     /// (a topic's records in the batch holding 256 KiB of keys and values or more): `0`,
-    /// the default, for the cores available to the process (at most 4); `1` to deserialize
-    /// every record on the batch's own thread as the topology reaches it. Either way the
+    /// the default, for the process's CPUs (at most 4): the cores available, and in Lambda
+    /// no more than one per 1,769 MB of memory (its CPU share, so one thread under
+    /// 3,538 MB); `1` to deserialize every record on the batch's own thread as the topology
+    /// reaches it. Either way the
     /// topology sees the same values and errors in the same order: only where the serdes
     /// run changes (they are `Send + Sync`; see `serdes::Serde`).
     pub deserialize_threads: usize,

@@ -20,8 +20,10 @@
 //!   where it stands and its panic is the batch's, handled as any user panic;
 //! - a thread that cannot be started leaves its run empty.
 //!
-//! Lambda gives a function 2 vCPUs from 1,769 MB of memory (up to 6 from 5,308 MB); below,
-//! a fraction of one, where the second thread's work is only moved, not added.
+//! Lambda allocates CPU in proportion to memory: 1,769 MB is one vCPU of share, though a
+//! function sees 2 vCPUs up to 3,008 MB. A second thread pays off only with a second vCPU
+//! of share, from 3,538 MB; below, it would split the same share and add its own work, so
+//! the default threads are the whole vCPUs of share (`event::cpus`).
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
