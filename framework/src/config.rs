@@ -103,7 +103,7 @@ impl Config {
         let deserialize_threads = match var("LAMBDA_STREAMS_DESERIALIZE_THREADS") {
             Some(n) => n.trim().parse().map_err(|_| {
                 StreamError::Config(format!(
-                    "LAMBDA_STREAMS_DESERIALIZE_THREADS: {n:?} is not a number of threads (0: the cores available)"
+                    "LAMBDA_STREAMS_DESERIALIZE_THREADS: {n:?} is not a number of threads (0: the function's CPUs, in Lambda one per 1,769 MB of memory)"
                 ))
             })?,
             None => 0,

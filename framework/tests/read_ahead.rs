@@ -9,6 +9,7 @@
 //! `serde_json` and plain Rust over the same records, not from the framework.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -29,8 +30,9 @@ struct View {
 /// Deserializations run on the framework's read-ahead threads, over the whole test binary.
 static ON_READ_THREADS: AtomicUsize = AtomicUsize::new(0);
 
-/// `Json<View>` that panics on a value containing `PANIC`, and counts where it runs.
-struct Panicky(Json<View>);
+/// `Json<View>` that panics on a value containing `PANIC`, and counts where it runs and
+/// how often it panicked.
+struct Panicky(Json<View>, Arc<AtomicUsize>);
 
 impl Serde<View> for Panicky {
     fn serialize(&self, value: &View) -> Option<Vec<u8>> {
@@ -41,6 +43,7 @@ impl Serde<View> for Panicky {
             ON_READ_THREADS.fetch_add(1, Ordering::Relaxed);
         }
         if data.is_some_and(|d| d.windows(5).any(|w| w == b"PANIC")) {
+            self.1.fetch_add(1, Ordering::Relaxed);
             panic!("a value serde that panics");
         }
         self.0.deserialize(data)
@@ -112,10 +115,10 @@ fn reference(record: &Record) -> Option<Read> {
 }
 
 /// Two readers of `in`: views of 1 s or more produced as `user:ms`, views counted per user;
-/// a third reader takes the raw values as text.
-fn topology() -> lambda_streams::Topology {
+/// a third reader takes the raw values as text. `panics` counts the value serde's panics.
+fn topology(panics: &Arc<AtomicUsize>) -> lambda_streams::Topology {
     let builder = StreamsBuilder::new();
-    let views = builder.stream("in", Utf8, Panicky(Json::new()));
+    let views = builder.stream("in", Utf8, Panicky(Json::new(), Arc::clone(panics)));
     views
         .filter(|_, v| v.ms >= 1_000)
         .map_values(|v| format!("{}:{}", v.user, v.ms))
@@ -138,7 +141,13 @@ fn topology() -> lambda_streams::Topology {
 type Run = (Result<BatchOutcome, String>, Vec<OutputRecord>);
 
 fn run(poison: PoisonPolicy, partial: bool, threads: usize) -> Run {
-    let (topology, event) = (topology(), event());
+    run_counting_panics(poison, partial, threads).0
+}
+
+/// [`run`], and how many times the value serde panicked.
+fn run_counting_panics(poison: PoisonPolicy, partial: bool, threads: usize) -> (Run, usize) {
+    let panics = Arc::new(AtomicUsize::new(0));
+    let (topology, event) = (topology(&panics), event());
     let (store, sink) = (MemoryStore::new(), MemorySink::new());
     let options = BatchOptions {
         poison,
@@ -156,7 +165,7 @@ fn run(poison: PoisonPolicy, partial: bool, threads: usize) -> Run {
             o
         })
         .map_err(|e: StreamError| e.to_string());
-    (outcome, sink.records())
+    ((outcome, sink.records()), panics.load(Ordering::Relaxed))
 }
 
 fn values(records: &[OutputRecord], topic: &str) -> Vec<(String, Vec<u8>)> {
@@ -275,4 +284,27 @@ fn dead_letters_and_partial_failures_as_on_one_thread_and_as_the_reference() {
         error.starts_with(&format!("record {tp} offset {offset}")),
         "{error}"
     );
+}
+
+#[test]
+fn a_serde_that_panics_on_a_read_thread_runs_once_per_record() {
+    let panicking = event()
+        .partitions
+        .iter()
+        .flat_map(|p| p.records.iter())
+        // The key is read first: a record whose key is not UTF-8 does not reach its value.
+        .filter(|r| r.key().is_some_and(|k| std::str::from_utf8(k).is_ok()))
+        .filter(|r| {
+            r.value()
+                .is_some_and(|v| v.windows(5).any(|w| w == b"PANIC"))
+        })
+        .count();
+    assert!(
+        panicking > 10,
+        "the batch holds panicking values: {panicking}"
+    );
+    for threads in [1, 2, 4] {
+        let (_, panics) = run_counting_panics(PoisonPolicy::Skip, false, threads);
+        assert_eq!(panics, panicking, "{threads} threads: one panic per record");
+    }
 }

@@ -82,9 +82,13 @@ pub(super) fn decode(json: &[u8], threads: usize) -> Result<KafkaEvent, DecodeEr
     }
 }
 
-/// How many threads decode a large event: [`cpus`], at most [`fast::MAX_THREADS`].
+/// The most threads the framework runs on one batch's work, whatever the cores: the
+/// decoder's split of a large event and the read-ahead of its records.
+pub(crate) const MAX_THREADS: usize = 4;
+
+/// How many threads decode a large event: [`cpus`], at most [`MAX_THREADS`].
 pub(super) fn threads() -> usize {
-    cpus().clamp(1, fast::MAX_THREADS)
+    cpus().clamp(1, MAX_THREADS)
 }
 
 /// Lambda's CPU share in whole vCPUs: one per 1,769 MB of memory (Lambda allocates CPU in

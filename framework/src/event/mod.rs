@@ -77,7 +77,7 @@
 //! ```
 
 mod decode;
-pub(crate) use decode::cpus;
+pub(crate) use decode::{MAX_THREADS, cpus};
 pub(crate) mod encode;
 mod error;
 pub mod response;
@@ -353,7 +353,7 @@ impl KafkaEvent {
     ///
     /// As [`decode`](Self::decode).
     pub fn decode_with_threads(json: &[u8], threads: usize) -> Result<KafkaEvent, DecodeError> {
-        decode::decode(json, threads.clamp(1, decode::fast::MAX_THREADS))
+        decode::decode(json, threads.clamp(1, MAX_THREADS))
     }
 
     /// Writes the event in the exact shape Lambda sends (compact JSON).

@@ -54,7 +54,7 @@ impl BatchOptions {
             0 => crate::event::cpus(),
             n => n,
         }
-        .min(crate::topology::ahead::MAX_THREADS)
+        .min(crate::event::MAX_THREADS)
     }
 }
 

@@ -16,8 +16,10 @@
 //!   error (the batch names it as it would have), the slots after it stay empty, so a serde
 //!   that fails slowly (an unreachable schema registry) costs no more than without reading
 //!   ahead;
-//! - a panicking serde leaves its record's slot empty and stops its run: the record is read
-//!   where it stands and its panic is the batch's, handled as any user panic;
+//! - a panicking serde stops its run, its record's slot holding the panic: the panic goes on
+//!   where the topology takes the slot, so it is the batch's, handled as any user panic
+//!   (resumed there, not raised again: the panic hook reports it once, and the serde does
+//!   not run twice);
 //! - a thread that cannot be started leaves its run empty.
 //!
 //! Lambda allocates CPU in proportion to memory: 1,769 MB is one vCPU of share, though a
@@ -27,7 +29,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeSet, HashMap};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
 
 use crate::event::{KafkaEvent, Record};
@@ -36,9 +38,6 @@ use crate::serdes::SerdeError;
 /// The bytes of keys and values of one topic in a batch from which its records are read
 /// ahead: below, the threads' start (tens of µs) is not worth it.
 pub(crate) const MIN_BYTES: usize = 256 * 1024;
-
-/// The most threads that read ahead, whatever the cores.
-pub(crate) const MAX_THREADS: usize = 4;
 
 /// One record read by a source's serdes: its key and value, or the side that does not
 /// deserialize and why.
@@ -51,7 +50,15 @@ pub(crate) type ReadAheadFn =
 
 /// A partition's records as a source read them ahead: one slot per record, empty where the
 /// record is to be read where it stands.
-pub(crate) struct Slots<T>(pub(crate) Vec<Option<T>>);
+pub(crate) struct Slots<T>(pub(crate) Vec<Option<Slot<T>>>);
+
+/// A record read ahead: what the source's serdes gave, or their panic.
+pub(crate) enum Slot<T> {
+    /// The serdes returned.
+    Read(T),
+    /// The serdes panicked with this payload.
+    Panicked(Box<dyn Any + Send>),
+}
 
 /// What a source is handed with a record: the partition's slots, if it read them ahead,
 /// and the record's position in the partition.
@@ -61,10 +68,15 @@ pub(crate) struct Ahead<'a> {
 }
 
 impl Ahead<'_> {
-    /// The record's slot, taken: `None` if it is to be read where it stands.
+    /// The record's slot, taken: `None` if it is to be read where it stands. A slot that
+    /// holds a panic resumes it here, on the batch's thread, as if the record's serdes
+    /// panicked where it stands.
     pub(crate) fn take<T: 'static>(self) -> Option<T> {
         let slots = self.slots?.downcast_mut::<Slots<T>>()?;
-        slots.0.get_mut(self.position)?.take()
+        match slots.0.get_mut(self.position)?.take()? {
+            Slot::Read(read) => Some(read),
+            Slot::Panicked(payload) => resume_unwind(payload),
+        }
     }
 }
 
@@ -220,7 +232,7 @@ fn weight(record: &Record) -> usize {
 }
 
 /// A run of records and their slots, as one thread fills them.
-type Run<'a, T> = Vec<(&'a [Record], &'a mut [Option<T>])>;
+type Run<'a, T> = Vec<(&'a [Record], &'a mut [Option<Slot<T>>])>;
 
 /// Reads `partitions` with `read` on up to `threads` threads (this one among them): one
 /// slot per record, filled as the [module](self) says.
@@ -233,16 +245,18 @@ where
     T: Send,
     E: Send,
 {
-    let mut slots: Vec<Vec<Option<Result<T, E>>>> = partitions
+    let mut slots: Vec<Slots<Result<T, E>>> = partitions
         .iter()
-        .map(|records| records.iter().map(|_| None).collect())
+        .map(|records| Slots(records.iter().map(|_| None).collect()))
         .collect();
     let total: usize = partitions.iter().flat_map(|r| r.iter()).map(weight).sum();
-    let share = total.div_ceil(threads.clamp(1, MAX_THREADS)).max(1);
+    let share = total
+        .div_ceil(threads.clamp(1, crate::event::MAX_THREADS))
+        .max(1);
     let mut runs: Vec<Run<'_, Result<T, E>>> = Vec::new();
     let (mut run, mut filled): (Run<'_, Result<T, E>>, usize) = (Vec::new(), 0);
     for (records, partition) in partitions.iter().zip(slots.iter_mut()) {
-        let (mut records, mut partition) = (*records, partition.as_mut_slice());
+        let (mut records, mut partition) = (*records, partition.0.as_mut_slice());
         while !records.is_empty() {
             let mut taken = 0;
             while taken < records.len() && filled < share {
@@ -277,20 +291,22 @@ where
             fill(run, read);
         }
     });
-    slots.into_iter().map(Slots).collect()
+    slots
 }
 
-/// Fills one run's slots in order, up to and including its first error; a panic leaves its
-/// record's slot empty. Either ends the run.
+/// Fills one run's slots in order, up to and including its first error or panic.
 fn fill<T, E>(run: Run<'_, Result<T, E>>, read: &(dyn Fn(&Record) -> Result<T, E> + Sync)) {
     for (records, slots) in run {
         for (record, slot) in records.iter().zip(slots.iter_mut()) {
-            let Ok(result) = catch_unwind(AssertUnwindSafe(|| read(record))) else {
-                return;
+            let (filled, stop) = match catch_unwind(AssertUnwindSafe(|| read(record))) {
+                Ok(result) => {
+                    let failed = result.is_err();
+                    (Slot::Read(result), failed)
+                }
+                Err(payload) => (Slot::Panicked(payload), true),
             };
-            let failed = result.is_err();
-            *slot = Some(result);
-            if failed {
+            *slot = Some(filled);
+            if stop {
                 return;
             }
         }

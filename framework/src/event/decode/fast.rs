@@ -41,9 +41,6 @@ pub(crate) fn decode(json: &[u8], threads: usize) -> Option<KafkaEvent> {
 /// thread's start costs more than it saves (≈ 30 µs against ≈ 0.5 ms of decoding per MB).
 const PARALLEL_MIN_BYTES: usize = 1 << 20;
 
-/// At most this many threads decode one event.
-pub(crate) const MAX_THREADS: usize = 4;
-
 /// A decoded byte string: its place in the arena.
 #[derive(Clone, Copy)]
 struct Span {

@@ -1,11 +1,11 @@
 //! `read_ahead` against reading each record in turn: every slot it fills holds what the
 //! reader gives for that record; with no failure every slot is filled, on any number of
-//! threads; on one thread the slots are filled up to and including the first error, and up
-//! to (not including) the first panic.
+//! threads; on one thread the slots are filled up to and including the first error or panic,
+//! a panic's slot holding its payload.
 
 use proptest::prelude::*;
 
-use super::{Slots, read_ahead};
+use super::{Slot, Slots, read_ahead};
 use crate::event::{Bytes, Record, TimestampType};
 
 /// What a generated record's value is.
@@ -80,9 +80,29 @@ fn partitions(values: &[Vec<Value>]) -> Vec<Vec<Record>> {
         .collect()
 }
 
-fn run(records: &[Vec<Record>], threads: usize) -> Vec<Slots<Result<String, String>>> {
+/// What a slot holds: the reader's result, or `Err` with the message of its panic.
+type Seen = Result<Result<String, String>, String>;
+
+/// Each partition's slots as [`Seen`].
+fn run(records: &[Vec<Record>], threads: usize) -> Vec<Vec<Option<Seen>>> {
     let slices: Vec<&[Record]> = records.iter().map(Vec::as_slice).collect();
-    read_ahead(&slices, threads, &read)
+    let slots: Vec<Slots<Result<String, String>>> = read_ahead(&slices, threads, &read);
+    slots
+        .into_iter()
+        .map(|Slots(slots)| {
+            slots
+                .into_iter()
+                .map(|slot| {
+                    slot.map(|slot| match slot {
+                        Slot::Read(read) => Ok(read),
+                        Slot::Panicked(payload) => Err(payload
+                            .downcast_ref::<&str>()
+                            .map_or_else(|| "another payload".to_owned(), |m| (*m).to_owned())),
+                    })
+                })
+                .collect()
+        })
+        .collect()
 }
 
 proptest! {
@@ -97,12 +117,14 @@ proptest! {
         let slots = run(&records, threads);
         prop_assert_eq!(slots.len(), records.len());
         for (records, slots) in records.iter().zip(&slots) {
-            prop_assert_eq!(slots.0.len(), records.len());
-            for (record, slot) in records.iter().zip(&slots.0) {
+            prop_assert_eq!(slots.len(), records.len());
+            for (record, slot) in records.iter().zip(slots) {
                 if record.value.as_deref() == Some(b"panic".as_slice()) {
-                    prop_assert!(slot.is_none(), "a panic leaves its slot empty");
+                    if let Some(slot) = slot {
+                        prop_assert_eq!(slot, &Err(PANIC.to_owned()), "a panic's slot holds it");
+                    }
                 } else if let Some(slot) = slot {
-                    prop_assert_eq!(slot, &read(record));
+                    prop_assert_eq!(slot, &Ok(read(record)));
                 }
             }
         }
@@ -119,8 +141,8 @@ proptest! {
             .collect();
         let records = partitions(&values);
         for (records, slots) in records.iter().zip(run(&records, threads)) {
-            let read: Vec<_> = records.iter().map(|r| Some(read(r))).collect();
-            prop_assert_eq!(slots.0, read);
+            let read: Vec<_> = records.iter().map(|r| Some(Ok(read(r)))).collect();
+            prop_assert_eq!(slots, read);
         }
     }
 
@@ -132,15 +154,16 @@ proptest! {
         let slots = run(&records, 1);
         let mut stopped = false;
         for (records, slots) in records.iter().zip(&slots) {
-            for (record, slot) in records.iter().zip(&slots.0) {
-                let panics = record.value.as_deref() == Some(b"panic".as_slice());
-                stopped |= panics;
+            for (record, slot) in records.iter().zip(slots) {
                 if stopped {
                     prop_assert!(slot.is_none());
+                } else if record.value.as_deref() == Some(b"panic".as_slice()) {
+                    stopped = true;
+                    prop_assert_eq!(slot, &Some(Err(PANIC.to_owned())));
                 } else {
                     let read = read(record);
                     stopped = read.is_err();
-                    prop_assert_eq!(slot, &Some(read));
+                    prop_assert_eq!(slot, &Some(Ok(read)));
                 }
             }
         }
