@@ -303,6 +303,20 @@ pub fn dynamo_client() -> aws_sdk_dynamodb::Client {
     lambda_streams::state::dynamodb::emulator_client(&dynamo_endpoint())
 }
 
+/// A fresh state table on the emulator (named `unique(prefix)`), and an exactly-once
+/// [`DynamoStore`](lambda_streams::state::dynamodb::DynamoStore) on it: the state most
+/// end-to-end tests run on. Returns the table's name (for [`table_counts`]) and the store.
+pub async fn exactly_once_store(
+    prefix: &str,
+) -> (String, lambda_streams::state::dynamodb::DynamoStore) {
+    use lambda_streams::Guarantee;
+    use lambda_streams::state::dynamodb::{DynamoStore, create_table};
+    let (table, client) = (unique(prefix), dynamo_client());
+    create_table(&client, &table).await.expect("table");
+    let store = DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce);
+    (table, store)
+}
+
 /// Reads the counts of `store` in `table` straight from DynamoDB (a scan of the raw
 /// items: `k` is the key, `v` the count), not through the store under test.
 pub async fn table_counts(table: &str, store: &str) -> BTreeMap<String, i64> {

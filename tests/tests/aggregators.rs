@@ -17,10 +17,10 @@ use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::emulator_client;
 use lambda_streams::state::fault::FaultyStore;
 use lambda_streams::state::memory::MemoryStore;
-use lambda_streams::{BatchOptions, Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{BatchOptions, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -383,16 +383,10 @@ fn scenario_log(seed: u64) -> Log {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_on_the_aggregators_on_the_emulator_are_exact() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     let topology = topology(30);
     for seed in 0..seeds(20) {
-        let table = unique("aggregators");
-        create_table(&client, &table).await.expect("table");
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (table, store) = exactly_once_store("aggregators").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         let log = scenario_log(seed);
         let sink = faulty_run(seed, store, &topology, &log, 12).await;
         let truth = reference(&log);
@@ -428,7 +422,6 @@ async fn random_faults_on_the_aggregators_in_memory_are_exact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_exact_regimes_the_bounds_hold_under_faults() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     let capacity = 5;
     let topology = topology(capacity);
     let mut rng = StdRng::seed_from_u64(77);
@@ -467,13 +460,8 @@ async fn past_the_exact_regimes_the_bounds_hold_under_faults() {
         })
         .collect());
     let run = async |log: &Log, seed: Option<u64>| {
-        let table = unique("aggregators-big");
-        create_table(&client, &table).await.expect("table");
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (_, store) = exactly_once_store("aggregators-big").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         match seed {
             Some(seed) => faulty_run(seed, store, &topology, log, 200).await,
             None => {

@@ -14,8 +14,7 @@ use std::time::Duration;
 use lambda_streams::dsl::Grouped;
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Nullable, ReadWith, Unit, Utf8, json};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use serde::{Deserialize, Serialize};
 
@@ -119,14 +118,8 @@ async fn a_borrowed_view_in_the_source_counts_exactly_once() {
         "both escaped (owned) and plain (borrowed) devices are counted: {expected:?}"
     );
 
-    let table = unique("borrowed-json");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("borrowed-json").await;
+    let store = Arc::new(store);
     let handler = Handler::with_kafka_output(topology(&input, &output), store, None);
     run_with_redeliveries(
         handler,

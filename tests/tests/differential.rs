@@ -16,8 +16,7 @@ use lambda_streams::event::{
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Json, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, OutputRecord, VERSION_HEADER};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use local_runner::{InProcess, Runner, RunnerConfig, admin};
 
@@ -199,13 +198,7 @@ async fn handler_run(
     longest_out: &str,
     rekeying: Rekeying<'_>,
 ) -> Outputs {
-    let table = unique("diff-handler");
-    create_table(&dynamo_client(), &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        dynamo_client(),
-        table,
-        Guarantee::ExactlyOnce,
-    ));
+    let store = Arc::new(exactly_once_store("diff-handler").await.1);
     let sink = Arc::new(MemorySink::new());
     let handler = Handler::new(
         topology(input, counts_out, longest_out, rekeying),
@@ -317,13 +310,7 @@ async fn runner_run(
             .expect("topic");
     }
     produce_across_partitions(input, lines, PARTITIONS).await;
-    let table = unique("diff-runner");
-    create_table(&dynamo_client(), &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        dynamo_client(),
-        table,
-        Guarantee::ExactlyOnce,
-    ));
+    let store = Arc::new(exactly_once_store("diff-runner").await.1);
     let handler = Handler::with_kafka_output(
         topology(input, counts_out, longest_out, rekeying),
         store,

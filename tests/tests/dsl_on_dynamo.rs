@@ -15,9 +15,9 @@ use lambda_streams::event::{
 use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::sink::{MemorySink, OutputRecord};
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::emulator_client;
 use lambda_streams::state::memory::MemoryStore;
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -203,9 +203,7 @@ async fn newer_operators_agree_on_dynamodb_and_in_memory() {
                 inputs.iter_mut().for_each(|input| input.0 = true);
             }
             let events = events(&inputs, seed);
-            let table = unique("newer-ops");
-            create_table(&client, &table).await.expect("table");
-            let dynamo = DynamoStore::new(client.clone(), table.clone(), Guarantee::ExactlyOnce);
+            let (table, dynamo) = exactly_once_store("newer-ops").await;
             let memory = MemoryStore::new();
             let on_dynamo = outputs(&topology, &events, &dynamo).await;
             let in_memory = outputs(&topology, &events, &memory).await;
@@ -267,7 +265,6 @@ async fn newer_operators_agree_on_dynamodb_and_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_records_of_sessions_and_sliding_windows_are_counted_on_dynamodb() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     let sessions = {
         let b = StreamsBuilder::new();
         b.stream("left", Utf8, DecimalI64)
@@ -328,9 +325,7 @@ async fn late_records_of_sessions_and_sliding_windows_are_counted_on_dynamodb() 
             };
             assert!(expected > 0, "{name}, seed {seed}: some late records");
             let events = events(&inputs, seed);
-            let table = unique("late-records");
-            create_table(&client, &table).await.expect("table");
-            let dynamo = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+            let (_, dynamo) = exactly_once_store("late-records").await;
             let memory = MemoryStore::new();
             let (mut counted, sink) = (0, MemorySink::new());
             for event in &events {
@@ -436,10 +431,7 @@ async fn a_sliding_window_parked_for_a_retry_is_emitted_by_it_on_dynamodb() {
         .map(|w, n| (format!("{}@{}..={}", w.key, w.start, w.end - 1), n))
         .to("out", Utf8, DecimalI64);
     let topology = builder.build();
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("sliding-parked");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("sliding-parked").await;
     let on = |p: i32, offset: i64, timestamp: i64| KafkaEvent {
         source: EventSource::SelfManaged,
         bootstrap_servers: "127.0.0.1:9092".into(),

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use enrich_orders::{Customer, EnrichedOrder, Order};
-use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams_e2e::*;
 use local_runner::{Faults, InProcess, Runner, RunnerConfig, admin};
 
@@ -61,10 +59,8 @@ async fn orders_are_enriched_with_the_customer_of_their_time() {
     admin::create_topic(&servers, &output, 3)
         .await
         .expect("topic");
-    let table = unique("enrich");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(client, table, Guarantee::ExactlyOnce));
+    let (_, store) = exactly_once_store("enrich").await;
+    let store = Arc::new(store);
     let handler = Arc::new(Handler::with_kafka_output(
         enrich_orders::topology(&customers, &orders, &output),
         store,

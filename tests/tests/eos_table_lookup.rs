@@ -20,9 +20,8 @@ use std::sync::Arc;
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::Utf8;
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams::state::fault::FaultyStore;
-use lambda_streams::{BatchOptions, Guarantee, OutputGuarantee, StreamsBuilder, Topology};
+use lambda_streams::{BatchOptions, OutputGuarantee, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use local_runner::{Faults, admin};
 
@@ -134,9 +133,7 @@ async fn run_under(
             produce_keyed(topic, records, Some(p as i32)).await;
         }
     }
-    let table = unique(name);
-    create_table(&dynamo_client(), &table).await.expect("table");
-    let dynamo = DynamoStore::new(dynamo_client(), table, Guarantee::ExactlyOnce);
+    let (_, dynamo) = exactly_once_store(name).await;
     let store: Arc<dyn Store> = match fail_after_writes {
         Some(n) => Arc::new(FaultyStore::fail_once_after(dynamo, n)),
         None => Arc::new(dynamo),

@@ -11,8 +11,7 @@ use std::time::Duration;
 use lambda_streams::dsl::{Grouped, TimeWindows};
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 use lambda_streams::sink::{MemorySink, VERSION_HEADER};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 const SIZE: i64 = 1_000;
@@ -53,10 +52,7 @@ fn reading(partition: usize, offset: usize) -> (String, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn windows_on_dynamodb_follow_the_extracted_time() {
     require_services();
-    let table = unique("event-time");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client, table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("event-time").await;
     let sink = MemorySink::new();
     let topology = topology();
     // (partition, first offset, end offset) per batch; record timestamps are the offsets

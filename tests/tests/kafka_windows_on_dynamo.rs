@@ -16,8 +16,7 @@ use lambda_streams::event::{
 };
 use lambda_streams::serdes::Utf8;
 use lambda_streams::sink::MemorySink;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 /// (window key, value, timestamp).
@@ -55,10 +54,7 @@ fn events(inputs: &[(&str, &str, i64)], size: usize) -> Vec<KafkaEvent> {
 /// Runs `events` on a new table, each batch delivered twice (the second delivery must emit
 /// what the first did); returns the records of the first deliveries.
 async fn run(topology: &Topology, events: &[KafkaEvent]) -> Vec<Out> {
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("kafka-windows");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client, table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("kafka-windows").await;
     let mut out = Vec::new();
     for event in events {
         let sink = MemorySink::new();
@@ -231,10 +227,7 @@ async fn a_quiet_keys_final_session_is_emitted_once_on_dynamodb() {
         inputs.push(("busy", "x", 4 * t));
     }
     for size in [1, 3, inputs.len()] {
-        let client = emulator_client(&dynamo_endpoint());
-        let table = unique("final-sessions");
-        create_table(&client, &table).await.expect("table");
-        let store = DynamoStore::new(client, table, Guarantee::ExactlyOnce);
+        let (_, store) = exactly_once_store("final-sessions").await;
         let all = events(&inputs, size);
         let mut out: Vec<Out> = Vec::new();
         for event in all.iter().chain(all.iter()) {

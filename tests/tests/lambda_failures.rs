@@ -13,10 +13,7 @@ use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 use lambda_streams::sink::{KafkaSink, MemorySink, Sink};
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
-use lambda_streams::{
-    BatchOptions, Guarantee, PoisonPolicy, StreamError, StreamsBuilder, Topology,
-};
+use lambda_streams::{BatchOptions, PoisonPolicy, StreamError, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 const TOPIC: &str = "events";
@@ -76,14 +73,8 @@ fn counts(pairs: &[(&str, i64)]) -> BTreeMap<String, i64> {
 
 async fn handler(options: BatchOptions, sink: Arc<dyn Sink>) -> (Handler, String) {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("failures");
-    create_table(&client, &table).await.expect("table");
-    let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("failures").await;
+    let store: Arc<dyn Store> = Arc::new(store);
     (
         Handler::new(topology(), store, sink).with_options(options),
         table,
@@ -204,14 +195,8 @@ async fn dead_letter_policy_produces_the_record_with_its_error_and_source() {
     };
     let sink: Arc<dyn Sink> = Arc::new(KafkaSink::new(&bootstrap(), &[]).expect("producer"));
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("failures");
-    create_table(&client, &table).await.expect("table");
-    let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("failures").await;
+    let store: Arc<dyn Store> = Arc::new(store);
     let builder = StreamsBuilder::new();
     builder
         .stream(TOPIC, Unit, Utf8)

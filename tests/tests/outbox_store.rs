@@ -7,22 +7,16 @@
 
 use std::collections::HashMap;
 
-use lambda_streams::Guarantee;
 use lambda_streams::event::TopicPartition;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::DynamoStore;
 use lambda_streams::state::outbox::{Emission, Outbox};
 use lambda_streams::state::{Contribution, Fold, ItemWrite, StateErrorKind, Store, WriteStats};
 use lambda_streams_e2e::*;
 
 async fn store() -> (DynamoStore, String) {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("outbox");
-    create_table(&client, &table).await.expect("table");
-    (
-        DynamoStore::new(client, table.clone(), Guarantee::ExactlyOnce),
-        table,
-    )
+    let (table, store) = exactly_once_store("outbox").await;
+    (store, table)
 }
 
 fn partitions() -> Vec<TopicPartition> {

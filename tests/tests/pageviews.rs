@@ -7,9 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use lambda_streams::BatchOptions;
 use lambda_streams::lambda::Handler;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{BatchOptions, Guarantee};
 use lambda_streams_e2e::*;
 use local_runner::{InProcess, Runner, RunnerConfig, admin};
 use pageviews::{PageCount, PageView, PageViews, TopPages, Topics, UniqueUsers};
@@ -184,10 +183,8 @@ async fn pageviews_through_the_runner_equal_the_reference() {
     let input = input(11, 300);
     produce(&topics.input, &input).await;
 
-    let table = unique("pageviews");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(client, table, Guarantee::ExactlyOnce));
+    let (_, store) = exactly_once_store("pageviews").await;
+    let store = Arc::new(store);
     // As LAMBDA_STREAMS_SOURCE_PARTITIONS=<input>:2 does in Lambda; a long idle timeout so
     // that a partition read later than the other never lets windows close early.
     let options = BatchOptions {

@@ -14,8 +14,7 @@ use std::time::Duration;
 use lambda_streams::dsl::Grouped;
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{DecimalI64, Json, ReadWith, Unit, Utf8, json};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{BatchOptions, Guarantee, PoisonPolicy, StreamsBuilder, Topology};
+use lambda_streams::{BatchOptions, PoisonPolicy, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use serde::{Deserialize, Serialize};
 
@@ -103,14 +102,8 @@ async fn large_batches_read_ahead_on_two_threads_count_exactly_once() {
     produce_across_partitions(&input, &values, PARTITIONS).await;
     let expected = reference(&values);
 
-    let table = unique("read-ahead");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("read-ahead").await;
+    let store = Arc::new(store);
     let handler = Handler::with_kafka_output(topology(&input, &output), store, None).with_options(
         BatchOptions {
             poison: PoisonPolicy::Skip,

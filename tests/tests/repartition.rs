@@ -9,10 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lambda_streams::Guarantee;
 use lambda_streams::lambda::Handler;
 use lambda_streams::sink::VERSION_HEADER;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
 use lambda_streams_e2e::*;
 use local_runner::admin;
 
@@ -29,14 +27,8 @@ async fn wordcount_in_repartition_mode_is_exact_and_ordered_per_word() {
     }
     let lines = sample_text(200, 31);
     produce_across_partitions(&input, &lines, 3).await;
-    let table = unique("repartition");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("repartition").await;
+    let store = Arc::new(store);
     let handler = Handler::with_kafka_output(
         wordcount::topology_repartitioned(&input, &repartition, &output),
         store,

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{Unit, Utf8};
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use local_runner::admin;
 
@@ -61,14 +60,8 @@ async fn two_hops_and_merged_channels_are_exact_under_faults_on_every_hop() {
     }
     let lines = sample_text(150, 47);
     produce_across_partitions(&input, &lines, 3).await;
-    let table = unique("hops");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("hops").await;
+    let store = Arc::new(store);
     let handler =
         Handler::with_kafka_output(topology(&input, &words, &letters, &copy), store, None);
     run_with_redeliveries(
@@ -144,14 +137,8 @@ async fn null_key_records_cross_a_hop_exactly_once_under_faults() {
     }
     let lines = sample_text(120, 53);
     produce_across_partitions(&input, &lines, 3).await;
-    let table = unique("nullkey");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(
-        client,
-        table.clone(),
-        Guarantee::ExactlyOnce,
-    ));
+    let (table, store) = exactly_once_store("nullkey").await;
+    let store = Arc::new(store);
     let handler = Handler::with_kafka_output(null_keys_topology(&input, &hop), store, None);
     run_with_redeliveries(
         handler,

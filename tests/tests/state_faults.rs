@@ -163,17 +163,11 @@ fn latest_seen(sink: &MemorySink) -> BTreeMap<String, Vec<String>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_on_a_general_aggregate_on_the_emulator_are_exact() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     for seed in 0..seeds(30) {
-        let table = unique("seen");
-        create_table(&client, &table).await.expect("table");
         // One store per run, as one container's: its cache of written items is exercised
         // by the zombies and retries, and refused when stale.
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (table, store) = exactly_once_store("seen").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         let (log, sink) = faulty_run(seed, store, seen_topology(), true).await;
         let truth = seen_truth(&log);
         assert_eq!(
@@ -374,15 +368,9 @@ async fn table_windowed(table: &str, written_from: i64) -> BTreeMap<String, i64>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_on_a_windowed_count_on_the_emulator_are_exact() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     for seed in 0..seeds(20) {
-        let table = unique("windowed");
-        create_table(&client, &table).await.expect("table");
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (table, store) = exactly_once_store("windowed").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         let written_from = now_ms();
         let (log, sink) = faulty_run(seed, store, windowed_topology(), false).await;
         let truth = windowed_truth(&log);
@@ -645,15 +633,9 @@ fn seeds(default: u64) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_on_the_emulator_are_exact() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     for seed in 0..seeds(30) {
-        let table = unique("faults");
-        create_table(&client, &table).await.expect("table");
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (table, store) = exactly_once_store("faults").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         scenario(seed, store, async || table_counts(&table, STORE).await).await;
     }
 }
@@ -921,15 +903,9 @@ async fn closing_scenario(seed: u64, store: Arc<dyn Store>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_faults_on_emit_on_close_windows_on_the_emulator_are_exact() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     for seed in 0..seeds(15) {
-        let table = unique("closing");
-        create_table(&client, &table).await.expect("table");
-        let store: Arc<dyn Store> = Arc::new(DynamoStore::new(
-            client.clone(),
-            table.clone(),
-            Guarantee::ExactlyOnce,
-        ));
+        let (_, store) = exactly_once_store("closing").await;
+        let store: Arc<dyn Store> = Arc::new(store);
         closing_scenario(seed, store).await;
     }
 }

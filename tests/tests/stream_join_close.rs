@@ -15,9 +15,9 @@ use lambda_streams::event::{
 use lambda_streams::serdes::{DecimalI64, Utf8};
 use lambda_streams::sink::{MemorySink, OutputRecord};
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::DynamoStore;
 use lambda_streams::state::fault::FaultyStore;
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 /// `left` left-joined with `right` within 10 ms, no grace: `<l>+<r or none>`.
@@ -98,7 +98,6 @@ async fn assert_closed(store: &DynamoStore) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_key_s_unjoined_record_is_emitted_alone_once_under_redelivery() {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
     let topology = topology();
     let first = event(&[("left", &[(0, "quiet", 1, 0), (1, "k", 2, 5)])]);
     let second = event(&[("right", &[(0, "k", 3, 6)])]);
@@ -110,9 +109,7 @@ async fn a_quiet_key_s_unjoined_record_is_emitted_alone_once_under_redelivery() 
 
     // Every batch once: "1+none" once, by the closing pass of the third batch (the left
     // topic was at 5 after the second one, which does not pass 10).
-    let table = unique("ssj-close");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("ssj-close").await;
     assert_eq!(
         values(&process(&topology, &first, &store).await),
         Vec::<String>::new()
@@ -132,9 +129,7 @@ async fn a_quiet_key_s_unjoined_record_is_emitted_alone_once_under_redelivery() 
     // A crash after the batch's state writes, before the closing pass rewrote the quiet
     // key's item (its emission may have gone out): the retry emits "1+none" again, the
     // same record, and the state holds it once.
-    let table = unique("ssj-close-crash");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("ssj-close-crash").await;
     process(&topology, &first, &store).await;
     process(&topology, &second, &store).await;
     // The third batch writes two items (k3's) — one join item — then the closing rewrite.
@@ -152,9 +147,7 @@ async fn a_quiet_key_s_unjoined_record_is_emitted_alone_once_under_redelivery() 
 
     // Two deliveries of the third batch at once (a zombie and its retry): each record at
     // least once, "1+none" at most once per delivery, identical; the state closed once.
-    let table = unique("ssj-close-race");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client.clone(), table, Guarantee::ExactlyOnce);
+    let (_, store) = exactly_once_store("ssj-close-race").await;
     process(&topology, &first, &store).await;
     process(&topology, &second, &store).await;
     let (a, b) = tokio::join!(

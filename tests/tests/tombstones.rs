@@ -12,8 +12,7 @@ use std::time::Duration;
 use lambda_streams::lambda::Handler;
 use lambda_streams::serdes::{Nullable, Utf8};
 use lambda_streams::sink::VERSION_HEADER;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 use local_runner::admin;
 
@@ -109,10 +108,8 @@ async fn deletions_reach_the_changelog_topics_as_tombstones() {
     produce_keyed(&users, &user_changes, None).await;
     produce_keyed(&plans, &plan_changes, None).await;
 
-    let table = unique("tombstones");
-    let client = dynamo_client();
-    create_table(&client, &table).await.expect("table");
-    let store = Arc::new(DynamoStore::new(client, table, Guarantee::ExactlyOnce));
+    let (_, store) = exactly_once_store("tombstones").await;
+    let store = Arc::new(store);
     let handler =
         Handler::with_kafka_output(topology(&users, &plans, &active, &joined), store, None);
     run_with_redeliveries(

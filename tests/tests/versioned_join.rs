@@ -19,9 +19,9 @@ use lambda_streams::event::{
 use lambda_streams::serdes::Utf8;
 use lambda_streams::sink::{MemorySink, OutputRecord};
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
+use lambda_streams::state::dynamodb::DynamoStore;
 use lambda_streams::state::fault::FaultyStore;
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 const GRACE_MS: u64 = 150;
@@ -160,10 +160,7 @@ async fn process(topology: &Topology, event: &KafkaEvent, store: &dyn Store) -> 
 }
 
 async fn fresh_store(name: &str) -> DynamoStore {
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique(name);
-    create_table(&client, &table).await.expect("table");
-    DynamoStore::new(client, table, Guarantee::ExactlyOnce)
+    exactly_once_store(name).await.1
 }
 
 /// No record waits any more but the far-ahead one, and the closing index holds only its key.

@@ -16,10 +16,8 @@ use lambda_streams::event::{
 use lambda_streams::serdes::{DecimalI64, Unit, Utf8};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{
-    DynamoStore, TTL_ATTRIBUTE, create_table, emulator_client, item_key,
-};
-use lambda_streams::{Guarantee, StreamsBuilder, Topology};
+use lambda_streams::state::dynamodb::{TTL_ATTRIBUTE, emulator_client, item_key};
+use lambda_streams::{StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 const SECOND: i64 = 1_000;
@@ -82,9 +80,7 @@ fn event(records: &[(i64, i64, &str)]) -> KafkaEvent {
 async fn window_items_of_month_old_data_are_readable_exact_and_not_born_expired() {
     require_services();
     let client = emulator_client(&dynamo_endpoint());
-    let table = unique("window-ttl");
-    create_table(&client, &table).await.expect("table");
-    let store = DynamoStore::new(client.clone(), table.clone(), Guarantee::ExactlyOnce);
+    let (table, store) = exactly_once_store("window-ttl").await;
     let topology = topology();
     let base = (wall_clock_ms() - 30 * DAY).div_euclid(MINUTE) * MINUTE;
     // Three batches, in timestamp order (none is late), a month behind the wall clock.

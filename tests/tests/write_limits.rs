@@ -14,8 +14,8 @@ use lambda_streams::event::KafkaEvent;
 use lambda_streams::serdes::{DecimalI64, Serde, Utf8};
 use lambda_streams::sink::MemorySink;
 use lambda_streams::state::Store;
-use lambda_streams::state::dynamodb::{DynamoStore, create_table, emulator_client};
-use lambda_streams::{BatchOptions, Guarantee, PoisonPolicy, StreamsBuilder, Topology};
+use lambda_streams::state::dynamodb::DynamoStore;
+use lambda_streams::{BatchOptions, PoisonPolicy, StreamsBuilder, Topology};
 use lambda_streams_e2e::*;
 
 /// An event of topic `in`: `(partition, offset, key, value)` per record.
@@ -56,10 +56,7 @@ fn skip() -> BatchOptions {
 
 async fn store() -> DynamoStore {
     require_services();
-    let client = emulator_client(&dynamo_endpoint());
-    let table = unique("write-limits");
-    create_table(&client, &table).await.expect("table");
-    DynamoStore::new(client, table, Guarantee::ExactlyOnce)
+    exactly_once_store("write-limits").await.1
 }
 
 fn counts() -> Topology {
