@@ -611,6 +611,54 @@ mod fast_path {
         }
     }
 
+    /// A large event's chunks start at partition boundaries, each the nearest one to the end
+    /// of an equal share of the `records` object: within half the largest partition of it.
+    /// (The first boundary at or after the share's end gave three quarters of an event of
+    /// four equal partitions to one of two threads.)
+    #[test]
+    fn chunks_on_threads_start_at_the_boundary_nearest_an_equal_share() {
+        for partitions in [2, 3, 4, 5, 8, 9] {
+            let event = big_event(partitions, 1_600_000);
+            let json = event.to_json();
+            let text = std::str::from_utf8(&json).unwrap();
+            let object = text.find("\"records\":{").unwrap() + "\"records\":{".len();
+            let keys: Vec<usize> = event
+                .partitions
+                .iter()
+                .map(|p| {
+                    text.find(&format!("\"{}-{}\":[", p.tp.topic, p.tp.partition))
+                        .unwrap()
+                })
+                .collect();
+            let mut edges = keys.clone();
+            edges.push(json.len());
+            let largest = edges.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+            for threads in 2..=4 {
+                let starts = fast::chunk_starts(&json, threads).unwrap();
+                assert_eq!(starts[0], object, "{partitions}/{threads}");
+                assert!(
+                    starts[1..].iter().all(|s| keys[1..].contains(s)),
+                    "{partitions}/{threads}: {starts:?} not all at {keys:?}"
+                );
+                assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
+                let share = (json.len() - object) / threads;
+                if share < largest {
+                    continue;
+                }
+                assert_eq!(starts.len(), threads, "{partitions}/{threads}: {starts:?}");
+                for (k, &start) in starts.iter().enumerate().skip(1) {
+                    let target = object + share * k;
+                    assert!(
+                        start.abs_diff(target) <= largest / 2,
+                        "{partitions} partitions on {threads} threads: chunk {k} starts at \
+                         {start}, {} from its share's end {target} (largest partition {largest})",
+                        start.abs_diff(target)
+                    );
+                }
+            }
+        }
+    }
+
     /// Edits anywhere in a large event (a partition's records out of order or under another
     /// key, a broken byte, a duplicate partition): on any number of threads, the same event
     /// or the same error as on one.

@@ -102,27 +102,38 @@ fn build(
         .collect()
 }
 
-/// Where a partition other than the first may start at or after `from`: the `"` of a key
-/// that follows `],` (the end of the previous partition's list) and is itself followed by
-/// `:[`, the key a topic-partition. Only a guess: a split is kept only if the partitions
-/// before it end exactly there ([`Parser::partitions_until`]).
-fn partition_start(s: &[u8], from: usize) -> Option<usize> {
-    let mut at = from;
-    while let Some(found) = memchr::memmem::find(s.get(at..)?, b"],\"") {
-        let key_start = at + found + 2;
-        let key_len = memchr::memchr(b'"', s.get(key_start + 1..)?)?;
-        let key_end = key_start + 1 + key_len;
-        let is_partition = s.get(key_end + 1..key_end + 3) == Some(b":[")
-            && std::str::from_utf8(&s[key_start + 1..key_end])
-                .ok()
-                .and_then(TopicPartition::from_key)
-                .is_some();
-        if is_partition {
-            return Some(key_start);
-        }
-        at = key_start;
+/// Where a partition other than the first starts nearest to `target`, after `after`: the
+/// `"` of a key that follows `],` (the end of the previous partition's list) and is itself
+/// followed by `:[`, the key a topic-partition. Only a guess: a split is kept only if the
+/// partitions before it end exactly there ([`Parser::partitions_until`]).
+///
+/// The nearest, not the first at or after `target`: with the usual partitions of about equal
+/// size, the first after the middle of an event of four is the third (75%), and the
+/// two threads' shares would be three to one.
+fn partition_start(s: &[u8], after: usize, target: usize) -> Option<usize> {
+    let from = (after + 1).min(s.len());
+    let target = target.clamp(from, s.len());
+    let before = memchr::memmem::rfind_iter(&s[from..target], b"],\"")
+        .find_map(|found| partition_key_at(s, from + found));
+    let at_or_after = memchr::memmem::find_iter(&s[target..], b"],\"")
+        .find_map(|found| partition_key_at(s, target + found));
+    match (before, at_or_after) {
+        (Some(b), Some(a)) => Some(if target - b <= a - target { b } else { a }),
+        (b, a) => b.or(a),
     }
-    None
+}
+
+/// The start of a topic-partition key (its `"`) if the `],"` at `found` is followed by one.
+fn partition_key_at(s: &[u8], found: usize) -> Option<usize> {
+    let key_start = found + 2;
+    let key_len = memchr::memchr(b'"', s.get(key_start + 1..)?)?;
+    let key_end = key_start + 1 + key_len;
+    let is_partition = s.get(key_end + 1..key_end + 3) == Some(b":[")
+        && std::str::from_utf8(&s[key_start + 1..key_end])
+            .ok()
+            .and_then(TopicPartition::from_key)
+            .is_some();
+    is_partition.then_some(key_start)
 }
 
 /// Decodes the partitions from `from` up to `end` (the start of the next chunk), or to the
@@ -504,21 +515,8 @@ impl<'a> Parser<'a> {
     /// second starts where the sequential parse would too, and so on: the chunks together
     /// read exactly what one pass reads, and build the same partitions.
     fn records_in_parallel(&mut self) -> Option<Vec<PartitionRecords>> {
-        let (s, start) = (self.s, self.i);
-        let len = s.len() - start;
-        if self.threads < 2 || len < PARALLEL_MIN_BYTES {
-            return None;
-        }
-        let mut starts = vec![start];
-        for k in 1..self.threads {
-            let from = (start + len / self.threads * k).max(starts[starts.len() - 1] + 1);
-            if let Some(next) = partition_start(s, from) {
-                starts.push(next);
-            }
-        }
-        if starts.len() < 2 {
-            return None;
-        }
+        let s = self.s;
+        let starts = self.chunk_starts()?;
         let chunks: Vec<(usize, Option<usize>)> = starts
             .iter()
             .enumerate()
@@ -545,6 +543,25 @@ impl<'a> Parser<'a> {
             self.i = end;
         }
         Some(partitions)
+    }
+
+    /// Where the chunks of the `records` object start (the first at the cursor, after its
+    /// `{`): at the partition boundaries nearest to equal shares of the rest of the input,
+    /// one per thread; `None` when it is too small to split or no boundary splits it.
+    fn chunk_starts(&self) -> Option<Vec<usize>> {
+        let (s, start) = (self.s, self.i);
+        let len = s.len() - start;
+        if self.threads < 2 || len < PARALLEL_MIN_BYTES {
+            return None;
+        }
+        let mut starts = vec![start];
+        for k in 1..self.threads {
+            let after = starts[starts.len() - 1];
+            if let Some(next) = partition_start(s, after, start + len / self.threads * k) {
+                starts.push(next);
+            }
+        }
+        (starts.len() >= 2).then_some(starts)
     }
 
     /// Partitions (`"key":[records]`, separated by `,`) from the cursor: up to the `}` that
@@ -992,10 +1009,23 @@ fn base64_decode_short(text: &[u8], arena: &mut Vec<u8>) -> Option<()> {
 /// threads (for the tests: `None` also when the object is not found).
 #[cfg(test)]
 pub(crate) fn records_in_parallel(json: &[u8], threads: usize) -> Option<Vec<PartitionRecords>> {
+    records_parser(json, threads)?.records_in_parallel()
+}
+
+/// Where [`Parser::records_in_parallel`] starts its chunks of the `records` object of `json`
+/// on `threads` threads (for the tests).
+#[cfg(test)]
+pub(crate) fn chunk_starts(json: &[u8], threads: usize) -> Option<Vec<usize>> {
+    records_parser(json, threads)?.chunk_starts()
+}
+
+/// A parser at the start of the `records` object of `json` (after its `{`).
+#[cfg(test)]
+fn records_parser(json: &[u8], threads: usize) -> Option<Parser<'_>> {
     let at = memchr::memmem::find(json, b"\"records\":{")? + b"\"records\":{".len();
     let mut p = Parser::new(json, at, json.len());
     p.threads = threads;
-    p.records_in_parallel()
+    Some(p)
 }
 
 #[cfg(test)]
