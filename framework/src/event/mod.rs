@@ -337,8 +337,9 @@ impl KafkaEvent {
     /// field, invalid base64, a header byte outside `-128..=255`, a non-integer timestamp,
     /// a record listed under another partition's key, or offsets out of order.
     ///
-    /// An event of a megabyte or more whose records span several partitions is decoded on
-    /// up to four threads, as many as the process has CPUs for: the cores available
+    /// An event of a megabyte or more is decoded in chunks of about equal size (split
+    /// between partitions or between the records of one) on up to four threads, as many
+    /// as the process has CPUs for: the cores available
     /// (`std::thread::available_parallelism`), and in Lambda one per 1,769 MB of memory
     /// (Lambda's CPU share: a function under 3,538 MB decodes on one thread); the result is
     /// the same as on one thread.

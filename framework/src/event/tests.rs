@@ -585,7 +585,8 @@ mod fast_path {
 
     /// A large event's `records` object read in chunks on 2–4 threads gives exactly the
     /// partitions one pass gives (the chunks were really used: `records_in_parallel` is
-    /// called directly), for one to nine partitions; `decode` agrees on any thread count.
+    /// called directly), for one to nine partitions (one partition split inside its list);
+    /// `decode` agrees on any thread count.
     #[test]
     fn chunks_on_threads_read_what_one_pass_reads() {
         for partitions in [1, 2, 3, 4, 5, 9] {
@@ -599,7 +600,7 @@ mod fast_path {
                     "{partitions} partitions on {threads} threads"
                 );
                 let parallel = fast::records_in_parallel(&json, threads);
-                if threads == 1 || partitions == 1 {
+                if threads == 1 {
                     assert!(parallel.is_none(), "{partitions}/{threads}: one chunk");
                 } else {
                     assert!(
@@ -611,17 +612,22 @@ mod fast_path {
         }
     }
 
-    /// A large event's chunks start at partition boundaries, each the nearest one to the end
-    /// of an equal share of the `records` object: within half the largest partition of it.
-    /// (The first boundary at or after the share's end gave three quarters of an event of
-    /// four equal partitions to one of two threads.)
+    /// A large event's chunks start at boundaries, each the nearest one to the end of an
+    /// equal share of the `records` object: a partition's key or a record inside a list,
+    /// within half the largest record of that share's end (one partition splits too), but a
+    /// partition's key within `PARTITION_REACH` first. (The first partition boundary at or
+    /// after the share's end gave three quarters of an event of four equal partitions to one
+    /// of two threads, and an event of one partition to one.)
     #[test]
     fn chunks_on_threads_start_at_the_boundary_nearest_an_equal_share() {
-        for partitions in [2, 3, 4, 5, 8, 9] {
+        const REACH: usize = fast::PARTITION_REACH;
+        for partitions in [1, 2, 3, 4, 5, 8, 9] {
             let event = big_event(partitions, 1_600_000);
             let json = event.to_json();
             let text = std::str::from_utf8(&json).unwrap();
             let object = text.find("\"records\":{").unwrap() + "\"records\":{".len();
+            // Where a chunk may start: a partition's key, or a record that is not its
+            // partition's first (the encoder writes `topic` first).
             let keys: Vec<usize> = event
                 .partitions
                 .iter()
@@ -630,28 +636,34 @@ mod fast_path {
                         .unwrap()
                 })
                 .collect();
-            let mut edges = keys.clone();
+            let records: Vec<usize> = text
+                .match_indices("},{\"topic\":")
+                .map(|(at, _)| at + 2)
+                .collect();
+            let mut bounds: Vec<usize> = keys[1..].iter().chain(&records).copied().collect();
+            bounds.sort_unstable();
+            let mut edges = vec![object];
+            edges.extend(&bounds);
             edges.push(json.len());
             let largest = edges.windows(2).map(|w| w[1] - w[0]).max().unwrap();
             for threads in 2..=4 {
                 let starts = fast::chunk_starts(&json, threads).unwrap();
                 assert_eq!(starts[0], object, "{partitions}/{threads}");
-                assert!(
-                    starts[1..].iter().all(|s| keys[1..].contains(s)),
-                    "{partitions}/{threads}: {starts:?} not all at {keys:?}"
-                );
-                assert!(starts.windows(2).all(|w| w[0] < w[1]), "{starts:?}");
-                let share = (json.len() - object) / threads;
-                if share < largest {
-                    continue;
-                }
                 assert_eq!(starts.len(), threads, "{partitions}/{threads}: {starts:?}");
                 for (k, &start) in starts.iter().enumerate().skip(1) {
-                    let target = object + share * k;
+                    assert!(bounds.contains(&start), "{partitions}/{threads}: {start}");
+                    let target = object + (json.len() - object) / threads * k;
+                    let key_near = keys.iter().any(|&key| key.abs_diff(target) <= REACH);
+                    let near = if keys.contains(&start) {
+                        // A partition boundary that near is taken before a nearer record.
+                        start.abs_diff(target) <= REACH.max(largest / 2)
+                    } else {
+                        start.abs_diff(target) <= largest / 2 && !key_near
+                    };
                     assert!(
-                        start.abs_diff(target) <= largest / 2,
+                        near,
                         "{partitions} partitions on {threads} threads: chunk {k} starts at \
-                         {start}, {} from its share's end {target} (largest partition {largest})",
+                         {start}, {} from its share's end {target} (largest record {largest})",
                         start.abs_diff(target)
                     );
                 }
@@ -664,7 +676,14 @@ mod fast_path {
     /// or the same error as on one.
     #[test]
     fn chunks_on_threads_fail_as_one_pass_fails() {
-        let json = big_event(4, 1_200_000).to_json();
+        for partitions in [4, 1] {
+            edits_on_threads_fail_as_one_pass_fails(&big_event(partitions, 1_200_000).to_json());
+        }
+    }
+
+    /// [`chunks_on_threads_fail_as_one_pass_fails`] on one event.
+    fn edits_on_threads_fail_as_one_pass_fails(json: &[u8]) {
+        let json = json.to_vec();
         let mut edits: Vec<Vec<u8>> = Vec::new();
         let text = String::from_utf8(json.clone()).unwrap();
         edits.push(
@@ -680,6 +699,42 @@ mod fast_path {
                 .into_bytes(),
         );
         edits.push(text.replacen("],\"", "] ,\"", 2).into_bytes());
+        // Where a chunk starts inside a list: the record there in another partition, out of
+        // order, or the list broken or spaced just before it.
+        for threads in 2..=4 {
+            for &at in &fast::chunk_starts(&json, threads).unwrap()[1..] {
+                if json[at] != b'{' {
+                    continue;
+                }
+                let (head, record) = text.split_at(at);
+                let (head, comma) = head.split_at(at - 1);
+                let partition = record.find("\"partition\":").unwrap() + "\"partition\":".len();
+                let offset = record.find("\"offset\":").unwrap() + "\"offset\":".len();
+                let digits = record[offset..].find(',').unwrap();
+                let number = &record[partition..partition + record[partition..].find(',').unwrap()];
+                let named = format!("\"partition\":{number},");
+                let renamed = format!("\"partition\":{},", number.parse::<i32>().unwrap() + 100);
+                for edited in [
+                    // The rest of the event (of the list, for one partition) in another
+                    // partition, every record consistent with it.
+                    format!("{head},{}", record.replace(&named, &renamed)),
+                    format!("{head},{}9{}", &record[..partition], &record[partition..]),
+                    format!(
+                        "{head},{}0{}",
+                        &record[..offset],
+                        &record[offset + digits..]
+                    ),
+                    format!("{head},{}-{}", &record[..offset], &record[offset..]),
+                    format!("{head}{record}"),
+                    format!("{head}]{record}"),
+                    format!("{head}]]{record}"),
+                    format!("{head}{comma} {record}"),
+                    format!("{head}{comma}\n{record}"),
+                ] {
+                    edits.push(edited.into_bytes());
+                }
+            }
+        }
         for k in 0..16u64 {
             let edit = (
                 k.wrapping_mul(0x9E37_79B9_7F4A_7C15) as usize,

@@ -28,7 +28,7 @@ use crate::event::{EventSource, Header, KafkaEvent, PartitionRecords, Record, Sc
 use crate::event::{TimestampType, TopicPartition};
 
 /// Decodes `json` if it is a well-formed event of the usual shape; `None` otherwise. A
-/// large event's partitions are decoded on up to `threads` threads ([`Parser::records`]).
+/// large event is decoded in chunks on up to `threads` threads ([`Parser::records`]).
 pub(crate) fn decode(json: &[u8], threads: usize) -> Option<KafkaEvent> {
     let mut p = Parser::new(json, 0, json.len());
     p.threads = threads;
@@ -110,13 +110,37 @@ fn build(
 /// The nearest, not the first at or after `target`: with the usual partitions of about equal
 /// size, the first after the middle of an event of four is the third (75%), and the
 /// two threads' shares would be three to one.
-fn partition_start(s: &[u8], after: usize, target: usize) -> Option<usize> {
+fn partition_start(s: &[u8], after: usize, target: usize, within: usize) -> Option<usize> {
+    nearest(s, after, target, within, b"],\"", |found| {
+        partition_key_at(s, found)
+    })
+}
+
+/// The place nearest to `target` (the one before on a tie), after `after` and no further
+/// than about `within` from `target`, of those that `place` gives for the matches of
+/// `pattern` in `s` (from a match's start; `None` to pass it over). A place lies within
+/// its match or just after it, so the searches overlap at `target` by the pattern's length:
+/// a match across `target` is seen.
+fn nearest(
+    s: &[u8],
+    after: usize,
+    target: usize,
+    within: usize,
+    pattern: &[u8],
+    place: impl Fn(usize) -> Option<usize>,
+) -> Option<usize> {
     let from = (after + 1).min(s.len());
     let target = target.clamp(from, s.len());
-    let before = memchr::memmem::rfind_iter(&s[from..target], b"],\"")
-        .find_map(|found| partition_key_at(s, from + found));
-    let at_or_after = memchr::memmem::find_iter(&s[target..], b"],\"")
-        .find_map(|found| partition_key_at(s, target + found));
+    let head_from = target.saturating_sub(within).max(from);
+    let head = &s[head_from..(target + pattern.len()).min(s.len())];
+    let before = memchr::memmem::rfind_iter(head, pattern)
+        .filter_map(|found| place(head_from + found))
+        .find(|&at| at > after && at <= target);
+    let tail_from = target.saturating_sub(pattern.len()).max(from);
+    let tail = &s[tail_from..target.saturating_add(within).min(s.len())];
+    let at_or_after = memchr::memmem::find_iter(tail, pattern)
+        .filter_map(|found| place(tail_from + found))
+        .find(|&at| at > target);
     match (before, at_or_after) {
         (Some(b), Some(a)) => Some(if target - b <= a - target { b } else { a }),
         (b, a) => b.or(a),
@@ -136,16 +160,69 @@ fn partition_key_at(s: &[u8], found: usize) -> Option<usize> {
     is_partition.then_some(key_start)
 }
 
+/// Where a record other than a partition's first starts nearest to `target`, after
+/// `after`: the `{` of `},{"topic":"`, a record that follows another in a partition's list
+/// (the ESM writes `topic` first; a record whose fields come in another order is never a
+/// guess, and its partition splits only at its boundaries). Only a guess, as
+/// [`partition_start`] is: the chunk before must end exactly there, inside a list.
+fn record_start(s: &[u8], after: usize, target: usize) -> Option<usize> {
+    nearest(
+        s,
+        after,
+        target,
+        RECORD_REACH,
+        b"},{\"topic\":\"",
+        |found| Some(found + 2),
+    )
+}
+
+/// How far from a share's end a partition boundary is taken before a nearer record start:
+/// 64 KiB of imbalance costs the threads ≈ 25 µs, the copy of a partition's records onto
+/// another more.
+pub(crate) const PARTITION_REACH: usize = 64 * 1024;
+
+/// How far from a share's end a record start is looked for: records are at most a few
+/// hundred KB; with none that near (the fields in another order), only a partition
+/// boundary splits.
+const RECORD_REACH: usize = 256 * 1024;
+
+/// The topic-partition a record at `at` names (`{"topic":"…","partition":N`, the ESM's
+/// order): what a chunk that starts inside a partition's list takes for its partition. The
+/// chunk before must end in that same partition ([`Parser::records_in_parallel`] checks).
+fn record_tp(s: &[u8], at: usize) -> Option<TopicPartition> {
+    let mut p = Parser::new(s, at, s.len());
+    p.eat(b'{')?;
+    if !p.literal(b"\"topic\":") {
+        return None;
+    }
+    let topic = std::str::from_utf8(p.raw_str()?).ok()?;
+    p.eat(b',')?;
+    if !p.literal(b"\"partition\":") {
+        return None;
+    }
+    let partition = i32::try_from(p.int()?).ok()?;
+    Some(TopicPartition::new(topic, partition))
+}
+
 /// Decodes the partitions from `from` up to `end` (the start of the next chunk), or to the
 /// end of the `records` object when `end` is `None`: the partitions, and where it stopped.
+/// A chunk `inside` a partition's list starts at a record: its first partition is the one
+/// its first record names ([`record_tp`]), the rest of a list the chunk before holds the
+/// start of.
 fn decode_chunk(
     s: &[u8],
     from: usize,
     end: Option<usize>,
+    inside: bool,
 ) -> Option<(Vec<PartitionRecords>, usize)> {
+    let inside = if inside {
+        Some(record_tp(s, from)?)
+    } else {
+        None
+    };
     let mut p = Parser::new(s, from, end.unwrap_or(s.len()));
     p.reserve_arena();
-    let pending = p.partitions_until(end)?;
+    let pending = p.partitions_until(end, inside)?;
     let partitions = build(pending, std::mem::take(&mut p.arena), &p.headers);
     Some((partitions, p.i))
 }
@@ -479,8 +556,8 @@ impl<'a> Parser<'a> {
         })
     }
 
-    /// The `records` object. A large one is split at partition boundaries into chunks of
-    /// about equal size, each decoded on a thread of its own
+    /// The `records` object. A large one is split at partition or record boundaries into
+    /// chunks of about equal size, each decoded on a thread of its own
     /// ([`records_in_parallel`](Self::records_in_parallel)); otherwise, or if that gives up,
     /// in one pass here.
     fn records(&mut self) -> Option<Vec<PartitionRecords>> {
@@ -490,7 +567,7 @@ impl<'a> Parser<'a> {
                 Some(partitions) => partitions,
                 None => {
                     self.reserve_arena();
-                    let pending = self.partitions_until(None)?;
+                    let pending = self.partitions_until(None, None)?;
                     build(pending, std::mem::take(&mut self.arena), &self.headers)
                 }
             };
@@ -509,36 +586,50 @@ impl<'a> Parser<'a> {
     /// is too small, no boundary splits it, a thread cannot be started, or a chunk gives up
     /// (the caller then decodes it in one pass, which decides).
     ///
-    /// A chunk starts at a guessed partition boundary ([`partition_start`]) and must end
-    /// exactly at the next chunk's start. The first chunk starts where the sequential parse
-    /// would, so if it ends exactly at the second's start, on a `,` between partitions, the
-    /// second starts where the sequential parse would too, and so on: the chunks together
-    /// read exactly what one pass reads, and build the same partitions.
+    /// A chunk starts at a guessed boundary ([`chunk_starts`](Self::chunk_starts)) and must
+    /// end exactly at the next chunk's start. The first chunk starts where the sequential
+    /// parse would, so if it ends exactly at the second's start, on a `,` between partitions
+    /// (the second starting at a key) or between two records of a list (the second starting
+    /// at a record, and taking the partition the first ended in), the second starts where
+    /// the sequential parse would too, and so on: the chunks together read exactly what one
+    /// pass reads, and build the same partitions.
     fn records_in_parallel(&mut self) -> Option<Vec<PartitionRecords>> {
         let s = self.s;
         let starts = self.chunk_starts()?;
-        let chunks: Vec<(usize, Option<usize>)> = starts
+        // Each chunk's start, end, and whether it starts inside a list (at a record's `{`).
+        let chunks: Vec<(usize, Option<usize>, bool)> = starts
             .iter()
             .enumerate()
-            .map(|(j, &from)| (from, starts.get(j + 1).copied()))
+            .map(|(j, &from)| (from, starts.get(j + 1).copied(), j > 0 && s[from] == b'{'))
             .collect();
         let results: Vec<Option<(Vec<PartitionRecords>, usize)>> = std::thread::scope(|scope| {
             let spawned: Vec<_> = chunks[1..]
                 .iter()
-                .map(|&(from, end)| {
+                .map(|&(from, end, inside)| {
                     std::thread::Builder::new()
                         .name("lambda-streams-decode".into())
-                        .spawn_scoped(scope, move || decode_chunk(s, from, end))
+                        .spawn_scoped(scope, move || decode_chunk(s, from, end, inside))
                 })
                 .collect();
-            let first = decode_chunk(s, chunks[0].0, chunks[0].1);
+            let first = decode_chunk(s, chunks[0].0, chunks[0].1, false);
             std::iter::once(first)
                 .chain(spawned.into_iter().map(|thread| thread.ok()?.join().ok()?))
                 .collect()
         });
-        let mut partitions = Vec::new();
-        for result in results {
+        let mut partitions: Vec<PartitionRecords> = Vec::new();
+        for (result, &(_, _, inside)) in results.into_iter().zip(&chunks) {
             let (chunk, end) = result?;
+            let mut chunk = chunk.into_iter();
+            if inside {
+                // The chunk went on with the list the one before stopped in: the same
+                // partition, its offsets still increasing (as one pass checks).
+                let (last, first) = (partitions.last_mut()?, chunk.next()?);
+                let (before, after) = (last.records.last()?, first.records.first()?);
+                if last.tp != first.tp || after.offset <= before.offset {
+                    return None;
+                }
+                last.records.extend(first.records);
+            }
             partitions.extend(chunk);
             self.i = end;
         }
@@ -546,8 +637,10 @@ impl<'a> Parser<'a> {
     }
 
     /// Where the chunks of the `records` object start (the first at the cursor, after its
-    /// `{`): at the partition boundaries nearest to equal shares of the rest of the input,
-    /// one per thread; `None` when it is too small to split or no boundary splits it.
+    /// `{`): at the boundaries nearest to equal shares of the rest of the input, one per
+    /// thread, a partition's ([`partition_start`]) or a record's inside a partition
+    /// ([`record_start`]: an event of one partition splits too, and unequal partitions
+    /// split evenly); `None` when it is too small to split or no boundary splits it.
     fn chunk_starts(&self) -> Option<Vec<usize>> {
         let (s, start) = (self.s, self.i);
         let len = s.len() - start;
@@ -556,31 +649,62 @@ impl<'a> Parser<'a> {
         }
         let mut starts = vec![start];
         for k in 1..self.threads {
-            let after = starts[starts.len() - 1];
-            if let Some(next) = partition_start(s, after, start + len / self.threads * k) {
-                starts.push(next);
-            }
+            let (after, target) = (starts[starts.len() - 1], start + len / self.threads * k);
+            // A record start is near (a record away at most). A partition boundary is
+            // looked for only that near, or as near as [`PARTITION_REACH`] (a search across
+            // megabytes costs milliseconds), and taken if it is that near: a chunk that
+            // starts at a record costs a copy of its first list onto the one before.
+            let record = record_start(s, after, target);
+            let reach = record.map_or(usize::MAX, |r| r.abs_diff(target));
+            let partition = partition_start(s, after, target, reach.max(PARTITION_REACH));
+            let next = match (partition, record) {
+                (Some(p), Some(r))
+                    if p.abs_diff(target) > PARTITION_REACH
+                        && r.abs_diff(target) < p.abs_diff(target) =>
+                {
+                    Some(r)
+                }
+                (p, r) => p.or(r),
+            };
+            starts.extend(next);
         }
         (starts.len() >= 2).then_some(starts)
     }
 
     /// Partitions (`"key":[records]`, separated by `,`) from the cursor: up to the `}` that
     /// closes the `records` object (consumed) when `end` is `None`; else up to `end`, the
-    /// next chunk's start, which must come right after a `,` that follows a partition (the
-    /// cursor is left at `end`). `None` for anything else, e.g. the object closing before
-    /// `end`, or a partition running past it.
+    /// next chunk's start, which must come right after a `,` that follows a partition, if
+    /// `end` is a key, or a record, if `end` is a record's `{` (the cursor is left at
+    /// `end`). With `inside`, the cursor is at a record inside that partition's list, the
+    /// first partition read from there. `None` for anything else, e.g. the object closing
+    /// before `end`, or a partition running past it.
     fn partitions_until(
         &mut self,
         end: Option<usize>,
+        mut inside: Option<TopicPartition>,
     ) -> Option<Vec<(TopicPartition, Vec<Pending>)>> {
         let mut partitions = Vec::new();
+        let stop = end.map(|end| (end, self.s.get(end).copied()));
         loop {
-            let key = std::str::from_utf8(self.key()?).ok()?;
-            let tp = TopicPartition::from_key(key)?;
-            let records = self.record_list(&tp)?;
+            let (tp, (records, stopped)) = match inside.take() {
+                Some(tp) => {
+                    let records = self.records_until(&tp, stop)?;
+                    (tp, records)
+                }
+                None => {
+                    let key = std::str::from_utf8(self.key()?).ok()?;
+                    let tp = TopicPartition::from_key(key)?;
+                    let records = self.record_list(&tp, stop)?;
+                    (tp, records)
+                }
+            };
             partitions.push((tp, records));
-            if let Some(end) = end {
-                if self.peek()? == b',' && self.i + 1 == end {
+            if stopped {
+                // Inside the list, before the next chunk's first record.
+                return Some(partitions);
+            }
+            if let Some((end, at)) = stop {
+                if at == Some(b'"') && self.peek()? == b',' && self.i + 1 == end {
                     self.i = end;
                     return Some(partitions);
                 }
@@ -594,11 +718,29 @@ impl<'a> Parser<'a> {
         }
     }
 
-    fn record_list(&mut self, tp: &TopicPartition) -> Option<Vec<Pending>> {
-        let mut records: Vec<Pending> = Vec::new();
+    /// A partition's list (`[records]`), up to its `]` (consumed), or up to `stop` as
+    /// [`records_until`](Self::records_until) says.
+    fn record_list(
+        &mut self,
+        tp: &TopicPartition,
+        stop: Option<(usize, Option<u8>)>,
+    ) -> Option<(Vec<Pending>, bool)> {
         if !self.open(b'[', b']')? {
-            return Some(records);
+            return Some((Vec::new(), false));
         }
+        self.records_until(tp, stop)
+    }
+
+    /// The records of `tp`'s list from the cursor (at a record), up to the list's `]`
+    /// (consumed); or, when `stop` is the next chunk's start at a record's `{`, up to it
+    /// if it comes right after a `,` that follows a record here (the cursor is left there,
+    /// and `true` says so).
+    fn records_until(
+        &mut self,
+        tp: &TopicPartition,
+        stop: Option<(usize, Option<u8>)>,
+    ) -> Option<(Vec<Pending>, bool)> {
+        let mut records: Vec<Pending> = Vec::new();
         loop {
             let start = self.i;
             let record = self.record(tp)?;
@@ -613,11 +755,20 @@ impl<'a> Parser<'a> {
                 }
             }
             records.push(record);
+            if let Some((end, Some(b'{'))) = stop {
+                if self.peek()? == b',' && self.i + 1 == end {
+                    self.i = end;
+                    return Some((records, true));
+                }
+                if self.i >= end {
+                    return None;
+                }
+            }
             if !self.more(b']')? {
                 break;
             }
         }
-        Some(records)
+        Some((records, false))
     }
 
     fn record(&mut self, tp: &TopicPartition) -> Option<Pending> {
