@@ -4,7 +4,8 @@
 //! longer retries injected, the engaged views counted per user in DynamoDB on the emulator
 //! with the poison records skipped. The counts in the table and on the output topic equal
 //! those computed here with `serde_json`, and the values were read on the framework's
-//! read-ahead threads.
+//! read-ahead threads. Twice: on three partitions, and on one (each large event then one
+//! partition, decoded in chunks split between its records).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -93,16 +94,30 @@ fn reference(values: &[String]) -> BTreeMap<String, i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_batches_read_ahead_on_two_threads_count_exactly_once() {
+    count_exactly_once(PARTITIONS, "ra").await;
+}
+
+/// The same on a topic of one partition: each event of a megabyte or more holds one
+/// partition, decoded in chunks split between its records (on the machine's cores, two in
+/// CI) as well as read ahead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_batches_of_one_partition_count_exactly_once() {
+    count_exactly_once(1, "ra1").await;
+}
+
+/// Produces 6,000 views (≈ 2 MB) to a new topic of `partitions`, counts them through the
+/// runner with redeliveries, and checks the table and the output against the reference.
+async fn count_exactly_once(partitions: i32, name: &str) {
     require_services();
-    let input = new_topic("ra-views", PARTITIONS).await;
-    let output = new_topic("ra-counts", PARTITIONS).await;
+    let input = new_topic(&format!("{name}-views"), partitions).await;
+    let output = new_topic(&format!("{name}-counts"), partitions).await;
     let values = views(6_000, 29);
     let bytes: usize = values.iter().map(String::len).sum();
     assert!(bytes > 1_500_000, "{bytes} bytes: batches above 256 KiB");
-    produce_across_partitions(&input, &values, PARTITIONS).await;
+    produce_across_partitions(&input, &values, partitions).await;
     let expected = reference(&values);
 
-    let (table, store) = exactly_once_store("read-ahead").await;
+    let (table, store) = exactly_once_store(&format!("{name}-read-ahead")).await;
     let store = Arc::new(store);
     let handler = Handler::with_kafka_output(topology(&input, &output), store, None).with_options(
         BatchOptions {
@@ -114,7 +129,7 @@ async fn large_batches_read_ahead_on_two_threads_count_exactly_once() {
     run_with_redeliveries(
         handler,
         vec![input.clone()],
-        "ra-group",
+        &format!("{name}-group"),
         4_000,
         Duration::from_secs(240),
     )
