@@ -204,23 +204,44 @@ fn record_tp(s: &[u8], at: usize) -> Option<TopicPartition> {
     Some(TopicPartition::new(topic, partition))
 }
 
+/// Where a chunk of the `records` object ends: the next chunk's start, and what starts there.
+#[derive(Clone, Copy)]
+enum Seam {
+    /// A partition's key: the chunk ends at the `,` after a partition.
+    Partition(usize),
+    /// A record inside a partition's list: the chunk ends at the `,` after a record of it.
+    Record(usize),
+}
+
+impl Seam {
+    /// The seam at `at`, a chunk's start: a record's `{` or a partition's key.
+    fn at(s: &[u8], at: usize) -> Seam {
+        if s[at] == b'{' {
+            Seam::Record(at)
+        } else {
+            Seam::Partition(at)
+        }
+    }
+
+    /// Where the next chunk starts.
+    fn start(self) -> usize {
+        match self {
+            Seam::Partition(at) | Seam::Record(at) => at,
+        }
+    }
+}
+
 /// Decodes the partitions from `from` up to `end` (the start of the next chunk), or to the
 /// end of the `records` object when `end` is `None`: the partitions, and where it stopped.
-/// A chunk `inside` a partition's list starts at a record: its first partition is the one
-/// its first record names ([`record_tp`]), the rest of a list the chunk before holds the
-/// start of.
-fn decode_chunk(
-    s: &[u8],
-    from: usize,
-    end: Option<usize>,
-    inside: bool,
-) -> Option<(Vec<PartitionRecords>, usize)> {
-    let inside = if inside {
-        Some(record_tp(s, from)?)
-    } else {
-        None
+/// A chunk that starts at a [`Seam::Record`] starts inside a partition's list: its first
+/// partition is the one its first record names ([`record_tp`]), the rest of a list the
+/// chunk before holds the start of.
+fn decode_chunk(s: &[u8], from: Seam, end: Option<Seam>) -> Option<(Vec<PartitionRecords>, usize)> {
+    let (at, inside) = match from {
+        Seam::Partition(at) => (at, None),
+        Seam::Record(at) => (at, Some(record_tp(s, at)?)),
     };
-    let mut p = Parser::new(s, from, end.unwrap_or(s.len()));
+    let mut p = Parser::new(s, at, end.map_or(s.len(), Seam::start));
     p.reserve_arena();
     let pending = p.partitions_until(end, inside)?;
     let partitions = build(pending, std::mem::take(&mut p.arena), &p.headers);
@@ -596,31 +617,32 @@ impl<'a> Parser<'a> {
     fn records_in_parallel(&mut self) -> Option<Vec<PartitionRecords>> {
         let s = self.s;
         let starts = self.chunk_starts()?;
-        // Each chunk's start, end, and whether it starts inside a list (at a record's `{`).
-        let chunks: Vec<(usize, Option<usize>, bool)> = starts
-            .iter()
-            .enumerate()
-            .map(|(j, &from)| (from, starts.get(j + 1).copied(), j > 0 && s[from] == b'{'))
+        // Each chunk's start and end; the first starts at the first partition's key.
+        let seams: Vec<Seam> = std::iter::once(Seam::Partition(starts[0]))
+            .chain(starts[1..].iter().map(|&at| Seam::at(s, at)))
+            .collect();
+        let chunks: Vec<(Seam, Option<Seam>)> = (0..seams.len())
+            .map(|j| (seams[j], seams.get(j + 1).copied()))
             .collect();
         let results: Vec<Option<(Vec<PartitionRecords>, usize)>> = std::thread::scope(|scope| {
             let spawned: Vec<_> = chunks[1..]
                 .iter()
-                .map(|&(from, end, inside)| {
+                .map(|&(from, end)| {
                     std::thread::Builder::new()
                         .name("lambda-streams-decode".into())
-                        .spawn_scoped(scope, move || decode_chunk(s, from, end, inside))
+                        .spawn_scoped(scope, move || decode_chunk(s, from, end))
                 })
                 .collect();
-            let first = decode_chunk(s, chunks[0].0, chunks[0].1, false);
+            let first = decode_chunk(s, chunks[0].0, chunks[0].1);
             std::iter::once(first)
                 .chain(spawned.into_iter().map(|thread| thread.ok()?.join().ok()?))
                 .collect()
         });
         let mut partitions: Vec<PartitionRecords> = Vec::new();
-        for (result, &(_, _, inside)) in results.into_iter().zip(&chunks) {
+        for (result, &(from, _)) in results.into_iter().zip(&chunks) {
             let (chunk, end) = result?;
             let mut chunk = chunk.into_iter();
-            if inside {
+            if let Seam::Record(_) = from {
                 // The chunk went on with the list the one before stopped in: the same
                 // partition, its offsets still increasing (as one pass checks).
                 let (last, first) = (partitions.last_mut()?, chunk.next()?);
@@ -673,28 +695,27 @@ impl<'a> Parser<'a> {
 
     /// Partitions (`"key":[records]`, separated by `,`) from the cursor: up to the `}` that
     /// closes the `records` object (consumed) when `end` is `None`; else up to `end`, the
-    /// next chunk's start, which must come right after a `,` that follows a partition, if
-    /// `end` is a key, or a record, if `end` is a record's `{` (the cursor is left at
-    /// `end`). With `inside`, the cursor is at a record inside that partition's list, the
-    /// first partition read from there. `None` for anything else, e.g. the object closing
-    /// before `end`, or a partition running past it.
+    /// next chunk's start, which must come right after a `,` that follows a partition, for a
+    /// [`Seam::Partition`], or a record, for a [`Seam::Record`] (the cursor is left there).
+    /// With `inside`, the cursor is at a record inside that partition's list, the first
+    /// partition read from there. `None` for anything else, e.g. the object closing before
+    /// `end`, or a partition running past it.
     fn partitions_until(
         &mut self,
-        end: Option<usize>,
+        end: Option<Seam>,
         mut inside: Option<TopicPartition>,
     ) -> Option<Vec<(TopicPartition, Vec<Pending>)>> {
         let mut partitions = Vec::new();
-        let stop = end.map(|end| (end, self.s.get(end).copied()));
         loop {
             let (tp, (records, stopped)) = match inside.take() {
                 Some(tp) => {
-                    let records = self.records_until(&tp, stop)?;
+                    let records = self.records_until(&tp, end)?;
                     (tp, records)
                 }
                 None => {
                     let key = std::str::from_utf8(self.key()?).ok()?;
                     let tp = TopicPartition::from_key(key)?;
-                    let records = self.record_list(&tp, stop)?;
+                    let records = self.record_list(&tp, end)?;
                     (tp, records)
                 }
             };
@@ -703,12 +724,16 @@ impl<'a> Parser<'a> {
                 // Inside the list, before the next chunk's first record.
                 return Some(partitions);
             }
-            if let Some((end, at)) = stop {
-                if at == Some(b'"') && self.peek()? == b',' && self.i + 1 == end {
-                    self.i = end;
+            if let Some(seam) = end {
+                let at = seam.start();
+                if let Seam::Partition(_) = seam
+                    && self.peek()? == b','
+                    && self.i + 1 == at
+                {
+                    self.i = at;
                     return Some(partitions);
                 }
-                if self.i >= end {
+                if self.i >= at {
                     return None;
                 }
             }
@@ -718,27 +743,26 @@ impl<'a> Parser<'a> {
         }
     }
 
-    /// A partition's list (`[records]`), up to its `]` (consumed), or up to `stop` as
+    /// A partition's list (`[records]`), up to its `]` (consumed), or up to `end` as
     /// [`records_until`](Self::records_until) says.
     fn record_list(
         &mut self,
         tp: &TopicPartition,
-        stop: Option<(usize, Option<u8>)>,
+        end: Option<Seam>,
     ) -> Option<(Vec<Pending>, bool)> {
         if !self.open(b'[', b']')? {
             return Some((Vec::new(), false));
         }
-        self.records_until(tp, stop)
+        self.records_until(tp, end)
     }
 
     /// The records of `tp`'s list from the cursor (at a record), up to the list's `]`
-    /// (consumed); or, when `stop` is the next chunk's start at a record's `{`, up to it
-    /// if it comes right after a `,` that follows a record here (the cursor is left there,
-    /// and `true` says so).
+    /// (consumed); or, when `end` is a [`Seam::Record`], up to it if it comes right after a
+    /// `,` that follows a record here (the cursor is left there, and `true` says so).
     fn records_until(
         &mut self,
         tp: &TopicPartition,
-        stop: Option<(usize, Option<u8>)>,
+        end: Option<Seam>,
     ) -> Option<(Vec<Pending>, bool)> {
         let mut records: Vec<Pending> = Vec::new();
         loop {
@@ -755,7 +779,7 @@ impl<'a> Parser<'a> {
                 }
             }
             records.push(record);
-            if let Some((end, Some(b'{'))) = stop {
+            if let Some(Seam::Record(end)) = end {
                 if self.peek()? == b',' && self.i + 1 == end {
                     self.i = end;
                     return Some((records, true));
