@@ -204,12 +204,14 @@ fn record_tp(s: &[u8], at: usize) -> Option<TopicPartition> {
     Some(TopicPartition::new(topic, partition))
 }
 
-/// Where a chunk of the `records` object ends: the next chunk's start, and what starts there.
+/// Where a chunk of the `records` object starts, and so where the chunk before ends: the
+/// place, and what starts there.
 #[derive(Clone, Copy)]
 enum Seam {
-    /// A partition's key: the chunk ends at the `,` after a partition.
+    /// A partition's key: the chunk before ends at the `,` after a partition.
     Partition(usize),
-    /// A record inside a partition's list: the chunk ends at the `,` after a record of it.
+    /// A record inside a partition's list: the chunk before ends at the `,` after a record
+    /// of that list.
     Record(usize),
 }
 
@@ -223,7 +225,7 @@ impl Seam {
         }
     }
 
-    /// Where the next chunk starts.
+    /// The place: where the chunk starts.
     fn start(self) -> usize {
         match self {
             Seam::Partition(at) | Seam::Record(at) => at,
