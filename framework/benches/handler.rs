@@ -15,6 +15,10 @@
 //!   `handler/lambda_streams_six_one_thread`: the same on one thread (the handler rows decode
 //!   a large event and deserialize its values on the cores available, up to 4; in Lambda
 //!   one per 1,769 MB of memory: what a function under 3,538 MB gets is this row).
+//!   `handler/lambda_streams_six_overlap`: the same with `BatchOptions::overlap_reading` (the
+//!   next window of values read while the topology takes from this one).
+//! - The bench `handler_mimalloc` is this one with mimalloc as the global allocator (what
+//!   `overlap_reading` is for): `cargo bench -p lambda-streams --bench handler_mimalloc`.
 //! - `handler/lambda_streams_borrowed`: the ten-field values read into a view that borrows
 //!   its text (`Cow<str>`) by `serdes::json::from_slice` (`Json<T>`'s arbitration), in a
 //!   `ReadWith` serde that filters and maps in the source: what borrowing gains.
@@ -38,7 +42,7 @@
 //!   and exit;
 //! - `LAMBDA_STREAMS_BENCH_LOOPS=<n>` with `LAMBDA_STREAMS_BENCH_WHAT=<group/name>` (one of
 //!   `decode/lambda_streams`, `decode/lambda_streams_one_thread`, `decode/naive_rust`, `handler/lambda_streams`,
-//!   `handler/lambda_streams_six`, `handler/lambda_streams_six_one_thread`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
+//!   `handler/lambda_streams_six`, `handler/lambda_streams_six_one_thread`, `handler/lambda_streams_six_overlap`, `handler/lambda_streams_borrowed`, `handler/naive_rust`, `json/serde_json`, `json/lambda_streams`): run that `n` times and exit, for `valgrind --tool=callgrind`,
 //!   which counts instructions reliably on a busy machine; `LAMBDA_STREAMS_BENCH_EVENT=<file>`
 //!   runs it on that event JSON instead of the bench's own (to see what a part of the event
 //!   costs, e.g. the same records without headers).
@@ -406,6 +410,25 @@ fn lambda_streams_handler(
     (sink, report.records_out)
 }
 
+/// [`lambda_streams_handler`] with the next window of values read while the topology takes
+/// from this one (`BatchOptions::overlap_reading`).
+fn lambda_streams_handler_overlap(
+    rt: &tokio::runtime::Runtime,
+    topology: &Topology,
+    json: &[u8],
+) -> (MemorySink, u64) {
+    let event = KafkaEvent::decode(json).unwrap();
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
+    let options = BatchOptions {
+        overlap_reading: true,
+        ..BatchOptions::default()
+    };
+    let outcome = rt
+        .block_on(topology.process_with(&event, &store, &sink, &options))
+        .unwrap();
+    (sink, outcome.report.records_out)
+}
+
 /// [`lambda_streams_handler`] on this thread alone: the event decoded and its values
 /// deserialized on one thread.
 fn lambda_streams_handler_one_thread(
@@ -545,6 +568,9 @@ fn benches(c: &mut Criterion) {
     });
     group.bench_function("lambda_streams_six_one_thread", |b| {
         b.iter(|| lambda_streams_handler_one_thread(&rt, &six, black_box(&json)))
+    });
+    group.bench_function("lambda_streams_six_overlap", |b| {
+        b.iter(|| lambda_streams_handler_overlap(&rt, &six, black_box(&json)))
     });
     group.bench_function("lambda_streams_borrowed", |b| {
         b.iter(|| lambda_streams_handler(&rt, &borrowed, black_box(&json)))
@@ -697,7 +723,7 @@ mod avro_bench {
 
 criterion_group!(handler, benches);
 
-fn main() {
+pub(crate) fn main() {
     if let Some(path) = std::env::var_os("LAMBDA_STREAMS_BENCH_WRITE_EVENT") {
         let json = event().to_json();
         std::fs::write(&path, &json).unwrap();
@@ -736,6 +762,9 @@ fn main() {
                 }
                 "handler/lambda_streams_six_one_thread" => {
                     lambda_streams_handler_one_thread(&rt, &six, black_box(&json)).1 as usize
+                }
+                "handler/lambda_streams_six_overlap" => {
+                    lambda_streams_handler_overlap(&rt, &six, black_box(&json)).1 as usize
                 }
                 "handler/lambda_streams_borrowed" => {
                     lambda_streams_handler(&rt, &borrowed, black_box(&json)).1 as usize

@@ -54,7 +54,7 @@ impl Config {
     /// `LAMBDA_STREAMS_GUARANTEE`, `LAMBDA_STREAMS_POISON_POLICY`,
     /// `LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE`, `LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS`,
     /// `LAMBDA_STREAMS_SOURCE_PARTITIONS` (`<topic>:<partitions>,…`),
-    /// `LAMBDA_STREAMS_DESERIALIZE_THREADS`,
+    /// `LAMBDA_STREAMS_DESERIALIZE_THREADS`, `LAMBDA_STREAMS_OVERLAP_READING`,
     /// `LAMBDA_STREAMS_METRICS`, `LAMBDA_STREAMS_AWS_TLS_ROOTS`,
     /// `LAMBDA_STREAMS_STATE_CACHE_BYTES`, `LAMBDA_STREAMS_OUTPUT_GUARANTEE`
     /// (`at_least_once` or `exactly_once`), `LAMBDA_STREAMS_APPLICATION_ID` (required with
@@ -107,6 +107,15 @@ impl Config {
                 ))
             })?,
             None => 0,
+        };
+        let overlap_reading = match var("LAMBDA_STREAMS_OVERLAP_READING").as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(StreamError::Config(format!(
+                    "LAMBDA_STREAMS_OVERLAP_READING: {other:?} is not true or false"
+                )));
+            }
         };
         let mut source_partitions = std::collections::BTreeMap::new();
         for entry in var("LAMBDA_STREAMS_SOURCE_PARTITIONS")
@@ -203,6 +212,7 @@ impl Config {
                 source_partitions,
                 output,
                 deserialize_threads,
+                overlap_reading,
             },
             metrics_function,
             kafka: KafkaSettings::from_vars(vars.clone())?,
@@ -272,6 +282,7 @@ mod tests {
             ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "2500"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:3, b-c:12"),
             ("LAMBDA_STREAMS_DESERIALIZE_THREADS", "1"),
+            ("LAMBDA_STREAMS_OVERLAP_READING", "true"),
             ("LAMBDA_STREAMS_METRICS", "off"),
             ("AWS_LAMBDA_FUNCTION_NAME", "f"),
         ])
@@ -282,6 +293,11 @@ mod tests {
         assert!(c.batch.partial_batch_response);
         assert_eq!(c.batch.idle_partition_timeout, Duration::from_millis(2500));
         assert_eq!(c.batch.deserialize_threads, 1);
+        assert!(c.batch.overlap_reading);
+        assert!(
+            !config(&[]).unwrap().batch.overlap_reading,
+            "off by default"
+        );
         assert_eq!(
             c.batch.source_partitions.into_iter().collect::<Vec<_>>(),
             vec![("a".to_owned(), 3), ("b-c".to_owned(), 12)]
@@ -307,6 +323,7 @@ mod tests {
             ("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE", "yes"),
             ("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS", "5s"),
             ("LAMBDA_STREAMS_DESERIALIZE_THREADS", "two"),
+            ("LAMBDA_STREAMS_OVERLAP_READING", "yes"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a"),
             ("LAMBDA_STREAMS_SOURCE_PARTITIONS", "a:0"),
             ("LAMBDA_STREAMS_METRICS", "prometheus"),

@@ -4,8 +4,12 @@
 //! the same way under every policy, the same partial batch response, the same error.
 //!
 //! The batch (three partitions, ~2.6 MB of keys and values: above the 256 KiB from which a
-//! topic is read ahead, and read in two windows of 2 MiB, the first ending inside a partition) holds values that are not JSON, keys that are not UTF-8 and values
-//! on which the value serde panics, among valid records. Expected outputs come from
+//! topic is read ahead, and read in windows of 1 MiB, which end inside partitions) holds
+//! values that are not JSON, keys that are not UTF-8 and values on which the value serde
+//! panics, among valid records. Each is run with every window read before the topology
+//! takes from it, and with the next window read while it does
+//! (`BatchOptions::overlap_reading`); once more with outputs enough to be sent in chunks
+//! (the threads' scope ends and starts again around each send). Expected outputs come from
 //! `serde_json` and plain Rust over the same records, not from the framework.
 
 use std::collections::BTreeMap;
@@ -140,19 +144,42 @@ fn topology(panics: &Arc<AtomicUsize>) -> lambda_streams::Topology {
 
 type Run = (Result<BatchOutcome, String>, Vec<OutputRecord>);
 
-fn run(poison: PoisonPolicy, partial: bool, threads: usize) -> Run {
-    run_counting_panics(poison, partial, threads).0
+/// How the batch reads ahead: on how many threads, and whether the next window is read
+/// while the topology takes from this one.
+#[derive(Debug, Clone, Copy)]
+struct Reading {
+    threads: usize,
+    overlap: bool,
+}
+
+/// One thread: every record read where it stands.
+const ONE: Reading = Reading {
+    threads: 1,
+    overlap: false,
+};
+
+/// Each number of threads, with and without the overlap.
+fn readings(threads: &[usize]) -> Vec<Reading> {
+    threads
+        .iter()
+        .flat_map(|&threads| [false, true].map(|overlap| Reading { threads, overlap }))
+        .collect()
+}
+
+fn run(poison: PoisonPolicy, partial: bool, reading: Reading) -> Run {
+    run_counting_panics(poison, partial, reading).0
 }
 
 /// [`run`], and how many times the value serde panicked.
-fn run_counting_panics(poison: PoisonPolicy, partial: bool, threads: usize) -> (Run, usize) {
+fn run_counting_panics(poison: PoisonPolicy, partial: bool, reading: Reading) -> (Run, usize) {
     let panics = Arc::new(AtomicUsize::new(0));
     let (topology, event) = (topology(&panics), event());
     let (store, sink) = (MemoryStore::new(), MemorySink::new());
     let options = BatchOptions {
         poison,
         partial_batch_response: partial,
-        deserialize_threads: threads,
+        deserialize_threads: reading.threads,
+        overlap_reading: reading.overlap,
         ..BatchOptions::default()
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -216,12 +243,12 @@ fn skipped_poison_records_and_every_output_as_on_one_thread_and_as_the_reference
         .flat_map(|p| p.records.iter())
         .map(|r| 64 + r.key().map_or(0, <[u8]>::len) + r.value().map_or(0, <[u8]>::len))
         .sum();
-    assert!(weight > 2 << 20, "read in two windows: {weight}");
-    let one = run(PoisonPolicy::Skip, false, 1);
+    assert!(weight > 2 << 20, "read in three windows: {weight}");
+    let one = run(PoisonPolicy::Skip, false, ONE);
     let before = ON_READ_THREADS.load(Ordering::Relaxed);
-    for threads in [2, 3, 4] {
-        let many = run(PoisonPolicy::Skip, false, threads);
-        assert_eq!(many, one, "{threads} threads against one");
+    for reading in readings(&[2, 3, 4]) {
+        let many = run(PoisonPolicy::Skip, false, reading);
+        assert_eq!(many, one, "{reading:?} against one thread");
     }
     assert!(
         ON_READ_THREADS.load(Ordering::Relaxed) > before,
@@ -245,21 +272,17 @@ fn dead_letters_and_partial_failures_as_on_one_thread_and_as_the_reference() {
     let dead = PoisonPolicy::DeadLetter {
         topic: "dlq".to_owned(),
     };
-    let one = run(dead.clone(), false, 1);
-    for threads in [2, 4] {
-        assert_eq!(run(dead.clone(), false, threads), one, "{threads} threads");
+    let one = run(dead.clone(), false, ONE);
+    for reading in readings(&[2, 4]) {
+        assert_eq!(run(dead.clone(), false, reading), one, "{reading:?}");
     }
     let poison = read.iter().filter(|r| r.2.is_none()).count();
     assert_eq!(one.1.iter().filter(|r| r.topic == "dlq").count(), poison);
 
     // Fail with a partial batch response: each partition stops at its first poison record.
-    let one = run(PoisonPolicy::Fail, true, 1);
-    for threads in [2, 3] {
-        assert_eq!(
-            run(PoisonPolicy::Fail, true, threads),
-            one,
-            "{threads} threads"
-        );
+    let one = run(PoisonPolicy::Fail, true, ONE);
+    for reading in readings(&[2, 3]) {
+        assert_eq!(run(PoisonPolicy::Fail, true, reading), one, "{reading:?}");
     }
     let mut first: Vec<(TopicPartition, i64)> = Vec::new();
     for (tp, offset, read) in &read {
@@ -270,13 +293,9 @@ fn dead_letters_and_partial_failures_as_on_one_thread_and_as_the_reference() {
     assert_eq!(one.0.expect("a partial batch response").failures, first);
 
     // Fail without: the batch fails on the event's first poison record.
-    let one = run(PoisonPolicy::Fail, false, 1);
-    for threads in [2, 4] {
-        assert_eq!(
-            run(PoisonPolicy::Fail, false, threads),
-            one,
-            "{threads} threads"
-        );
+    let one = run(PoisonPolicy::Fail, false, ONE);
+    for reading in readings(&[2, 4]) {
+        assert_eq!(run(PoisonPolicy::Fail, false, reading), one, "{reading:?}");
     }
     let error = one.0.expect_err("the batch fails");
     let (tp, offset) = &first[0];
@@ -303,8 +322,75 @@ fn a_serde_that_panics_on_a_read_thread_runs_once_per_record() {
         panicking > 10,
         "the batch holds panicking values: {panicking}"
     );
-    for threads in [1, 2, 4] {
-        let (_, panics) = run_counting_panics(PoisonPolicy::Skip, false, threads);
-        assert_eq!(panics, panicking, "{threads} threads: one panic per record");
+    for reading in [ONE].into_iter().chain(readings(&[2, 4])) {
+        let (_, panics) = run_counting_panics(PoisonPolicy::Skip, false, reading);
+        assert_eq!(panics, panicking, "{reading:?}: one panic per record");
+    }
+}
+
+/// Keeps each send apart.
+#[derive(Default)]
+struct Sends(std::sync::Mutex<Vec<Vec<OutputRecord>>>);
+
+#[async_trait::async_trait]
+impl lambda_streams::sink::Sink for Sends {
+    async fn send(
+        &self,
+        records: Vec<OutputRecord>,
+    ) -> Result<(), lambda_streams::sink::SinkError> {
+        self.0.lock().expect("not poisoned").push(records);
+        Ok(())
+    }
+}
+
+/// Each valid view as eight outputs (`user:ms:i`): ~130,000 outputs, sent in chunks of
+/// [`OUTPUT_CHUNK`](lambda_streams::OUTPUT_CHUNK) while the batch goes on, so that the
+/// reading ahead stops and starts again around each send, a window read or being read.
+fn chunked(reading: Reading) -> (Result<u64, String>, Vec<Vec<OutputRecord>>) {
+    let panics = Arc::new(AtomicUsize::new(0));
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("in", Utf8, Panicky(Json::new(), Arc::clone(&panics)))
+        .flat_map_values(|v| (0..8).map(move |i| format!("{}:{}:{i}", v.user, v.ms)))
+        .to("many", Utf8, Utf8);
+    let (topology, event) = (builder.build(), event());
+    let (store, sink) = (MemoryStore::new(), Sends::default());
+    let options = BatchOptions {
+        poison: PoisonPolicy::Skip,
+        deserialize_threads: reading.threads,
+        overlap_reading: reading.overlap,
+        ..BatchOptions::default()
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let outcome = runtime
+        .block_on(topology.process_with(&event, &store, &sink, &options))
+        .map(|o| o.report.records_out)
+        .map_err(|e| e.to_string());
+    (outcome, sink.0.into_inner().expect("not poisoned"))
+}
+
+#[test]
+fn outputs_sent_in_chunks_while_reading_ahead_as_on_one_thread_and_as_the_reference() {
+    let expected: Vec<(String, Vec<u8>)> = read_all()
+        .into_iter()
+        .filter_map(|r| r.2)
+        .flat_map(|(key, user, ms)| {
+            (0..8).map(move |i| (key.clone(), format!("{user}:{ms}:{i}").into_bytes()))
+        })
+        .collect();
+    assert!(
+        expected.len() > 5 * lambda_streams::OUTPUT_CHUNK,
+        "{} outputs",
+        expected.len()
+    );
+    let one = chunked(ONE);
+    assert!(one.1.len() > 5, "sent in {} chunks", one.1.len());
+    let all: Vec<OutputRecord> = one.1.concat();
+    assert_eq!(values(&all, "many"), expected);
+    assert_eq!(one.0, Ok(expected.len() as u64));
+    for reading in readings(&[2, 3]) {
+        assert_eq!(chunked(reading), one, "{reading:?}");
     }
 }

@@ -4,8 +4,10 @@
 //! longer retries injected, the engaged views counted per user in DynamoDB on the emulator
 //! with the poison records skipped. The counts in the table and on the output topic equal
 //! those computed here with `serde_json`, and the values were read on the framework's
-//! read-ahead threads. Twice: on three partitions, and on one (each large event then one
-//! partition, decoded in chunks split between its records).
+//! read-ahead threads. Three times: on three partitions, on one (each large event then one
+//! partition, decoded in chunks split between its records), and on three with the next
+//! window of values read while the topology takes from this one
+//! (`LAMBDA_STREAMS_OVERLAP_READING`, `BatchOptions::overlap_reading`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -94,7 +96,13 @@ fn reference(values: &[String]) -> BTreeMap<String, i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_batches_read_ahead_on_two_threads_count_exactly_once() {
-    count_exactly_once(PARTITIONS, "ra").await;
+    count_exactly_once(PARTITIONS, "ra", false).await;
+}
+
+/// The same with the reading of the next window overlapping the topology.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_batches_read_ahead_while_the_topology_runs_count_exactly_once() {
+    count_exactly_once(PARTITIONS, "rao", true).await;
 }
 
 /// The same on a topic of one partition: each event of a megabyte or more holds one
@@ -102,12 +110,12 @@ async fn large_batches_read_ahead_on_two_threads_count_exactly_once() {
 /// CI) as well as read ahead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_batches_of_one_partition_count_exactly_once() {
-    count_exactly_once(1, "ra1").await;
+    count_exactly_once(1, "ra1", false).await;
 }
 
 /// Produces 6,000 views (≈ 2 MB) to a new topic of `partitions`, counts them through the
 /// runner with redeliveries, and checks the table and the output against the reference.
-async fn count_exactly_once(partitions: i32, name: &str) {
+async fn count_exactly_once(partitions: i32, name: &str, overlap_reading: bool) {
     require_services();
     let input = new_topic(&format!("{name}-views"), partitions).await;
     let output = new_topic(&format!("{name}-counts"), partitions).await;
@@ -123,6 +131,7 @@ async fn count_exactly_once(partitions: i32, name: &str) {
         BatchOptions {
             poison: PoisonPolicy::Skip,
             deserialize_threads: 2,
+            overlap_reading,
             ..BatchOptions::default()
         },
     );

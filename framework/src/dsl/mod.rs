@@ -44,7 +44,7 @@ pub use windowed::{EmitStrategy, TimeWindowedKStream, TimeWindows, Windowed};
 use crate::error::{StreamError, TopologyError};
 use crate::event::Record;
 use crate::serdes::Serde;
-use crate::topology::ahead::{Read, ReadAheadFn, read_ahead};
+use crate::topology::ahead::{Read, ReadAheadFn, read_run};
 use crate::topology::context::Ctx;
 pub(crate) use crate::topology::{Downstream, Shared, Source, SourceFn, StoreSpec, UpdateFn, lock};
 
@@ -228,12 +228,10 @@ impl StreamsBuilder {
         lock(&self.shared).learn_nulls(value_serde.nulls());
         let serdes = Arc::new((key_serde, value_serde));
         let read = Arc::clone(&serdes);
-        let ahead: ReadAheadFn = Arc::new(move |partitions, threads| {
+        let ahead: ReadAheadFn = Arc::new(move |records| {
             let read = |record: &Record| read_record(record, &read.0, &read.1);
-            read_ahead(partitions, threads, &read)
-                .into_iter()
-                .map(|slots| Box::new(slots) as Box<dyn std::any::Any + Send>)
-                .collect()
+            let (slots, stopped) = read_run(records, &read);
+            (Box::new(slots) as Box<dyn std::any::Any + Send>, stopped)
         });
         let read: SourceFn = Arc::new(move |ctx, record, ahead| {
             let (key, value) = match ahead.take::<Read<K, V>>() {

@@ -11,6 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::claims::WindowClaims;
 use super::options::{BatchOptions, OutputGuarantee, PoisonPolicy};
 use super::poison::{dead_letter, failure, guarded, rejected_record};
+use super::records::{Pass, Records};
 use super::report::{BatchOutcome, BatchReport};
 use crate::error::StreamError;
 use crate::event::{KafkaEvent, TopicPartition};
@@ -171,83 +172,43 @@ impl Topology {
         let mut dead_letters = Vec::new();
         let exactly_once = options.output == OutputGuarantee::ExactlyOnce;
         // A large batch's records deserialized ahead, on the cores available, a window at a
-        // time.
+        // time, the next one while the topology takes from this one.
         let readers =
             self.inner.sources.iter().map(|(topic, sources)| {
                 (topic, sources.iter().map(|s| s.ahead.as_ref()).collect())
             });
-        let mut ahead = BatchAhead::new(event, options.read_ahead_threads(), readers);
-        'partitions: for (index, batch) in event.partitions.iter().enumerate() {
-            let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
-                return Err(StreamError::UnknownTopic {
-                    tp: batch.tp.clone(),
-                    offset: batch.records.first().map_or(-1, |r| r.offset),
-                });
-            };
-            let tp_index = u32::try_from(index).unwrap_or(u32::MAX);
-            // A topic read with a timestamp extractor: its source sets the stream time.
-            let record_time = !self.inner.extracted.contains(&batch.tp.topic);
-            for (position, record) in batch.records.iter().enumerate() {
-                // Records waiting at joins will produce repartition records below the ones
-                // held now, which must then be sorted with them (see `sort_hops`).
-                let may_send = !self.inner.sort_hops || ctx.deferred.is_empty();
-                if ctx.outputs.len() >= OUTPUT_CHUNK && may_send {
-                    // Bounded memory: a record may emit many (a flat_map ahead of a
-                    // repartition), so the outputs go out in chunks while the batch goes on.
-                    let chunk = std::mem::take(&mut ctx.outputs);
+        let threads = options.read_ahead_threads();
+        let mut ahead = BatchAhead::new(event, threads, options.overlap_reading, readers);
+        let mut records = Records {
+            event,
+            options,
+            next: (0, 0),
+        };
+        loop {
+            // The threads reading ahead live in a scope that ends before anything is
+            // awaited: the next window's reading finished and kept for the records after
+            // the chunk of outputs sent, or given up at the batch's end.
+            let pass = std::thread::scope(|scope| {
+                let pass = self.run_records(
+                    &mut records,
+                    scope,
+                    &mut ahead,
+                    &mut ctx,
+                    &mut outcome,
+                    &mut dead_letters,
+                );
+                match pass {
+                    Ok(Pass::Send(_)) => ahead.pause(),
+                    Ok(Pass::Done) | Err(_) => ahead.abandon(),
+                }
+                pass
+            })?;
+            match pass {
+                Pass::Send(chunk) => {
                     outcome.report.records_out += chunk.len() as u64;
                     sink.send(chunk).await?;
                 }
-                let mark = ctx.outputs.len();
-                ctx.origin = Origin::Record {
-                    tp: tp_index,
-                    offset: record.offset,
-                    timestamp: record.timestamp,
-                };
-                ctx.source = None;
-                // A poison record's timestamp must not count (a far-future one would close
-                // every window): restored below when the record fails.
-                let (stream_time, late) = (ctx.stream_times[index], ctx.late_records);
-                ctx.prior_stream_time = stream_time;
-                if record_time {
-                    ctx.stream_times[index] = ctx.stream_times[index].max(record.timestamp);
-                }
-                let result = catch_unwind(AssertUnwindSafe(|| {
-                    sources.iter().enumerate().try_for_each(|(s, source)| {
-                        (source.read)(&mut ctx, record, ahead.get(index, s, position))
-                    })
-                }));
-                let Some(error) = failure(result, &batch.tp, record.offset)? else {
-                    if exactly_once {
-                        tag_transaction(&mut ctx.outputs[mark..], &batch.tp, record.offset);
-                    }
-                    if let Some(source) = ctx.source {
-                        ctx.hopped.insert(source, (tp_index, record.offset));
-                    }
-                    outcome.report.records_in += 1;
-                    continue;
-                };
-                // Undo what the record did before it failed (its outputs, contributions,
-                // stream time, also one a timestamp extractor set, and late windows); the
-                // batch goes on without it.
-                ctx.stream_times[index] = stream_time;
-                ctx.late_records = late;
-                ctx.outputs.truncate(mark);
-                let (source, offset) = ctx.source.unwrap_or((tp_index, record.offset));
-                ctx.forget(source, offset);
-                outcome.report.poison_records += 1;
-                tracing::warn!(error = %error, policy = ?options.poison, "poison record");
-                match &options.poison {
-                    PoisonPolicy::Skip => {}
-                    PoisonPolicy::DeadLetter { topic } => {
-                        dead_letters.push(dead_letter(topic, &batch.tp, record, &error))
-                    }
-                    PoisonPolicy::Fail if options.partial_batch_response => {
-                        outcome.failures.push((batch.tp.clone(), record.offset));
-                        continue 'partitions;
-                    }
-                    PoisonPolicy::Fail => return Err(error),
-                }
+                Pass::Done => break,
             }
         }
         if let Some(shadow) = shadow.map(|s| s.offsets.as_slice()) {

@@ -4,6 +4,7 @@ pub(crate) mod batch;
 pub(crate) mod claims;
 pub(crate) mod options;
 pub(crate) mod poison;
+pub(crate) mod records;
 pub(crate) mod report;
 
 pub use crate::wire::ERROR_HEADER;
