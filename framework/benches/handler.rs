@@ -403,11 +403,7 @@ fn lambda_streams_handler(
     json: &[u8],
 ) -> (MemorySink, u64) {
     let event = KafkaEvent::decode(json).unwrap();
-    let (store, sink) = (MemoryStore::new(), MemorySink::new());
-    let report = rt
-        .block_on(topology.process(&event, &store, &sink))
-        .unwrap();
-    (sink, report.records_out)
+    process(rt, topology, event, &BatchOptions::default())
 }
 
 /// [`lambda_streams_handler`] with the next window of values read while the topology takes
@@ -418,15 +414,11 @@ fn lambda_streams_handler_overlap(
     json: &[u8],
 ) -> (MemorySink, u64) {
     let event = KafkaEvent::decode(json).unwrap();
-    let (store, sink) = (MemoryStore::new(), MemorySink::new());
     let options = BatchOptions {
         overlap_reading: true,
         ..BatchOptions::default()
     };
-    let outcome = rt
-        .block_on(topology.process_with(&event, &store, &sink, &options))
-        .unwrap();
-    (sink, outcome.report.records_out)
+    process(rt, topology, event, &options)
 }
 
 /// [`lambda_streams_handler`] on this thread alone: the event decoded and its values
@@ -437,13 +429,23 @@ fn lambda_streams_handler_one_thread(
     json: &[u8],
 ) -> (MemorySink, u64) {
     let event = KafkaEvent::decode_with_threads(json, 1).unwrap();
-    let (store, sink) = (MemoryStore::new(), MemorySink::new());
     let options = BatchOptions {
         deserialize_threads: 1,
         ..BatchOptions::default()
     };
+    process(rt, topology, event, &options)
+}
+
+/// Runs the topology on the decoded event with `options` (the event dropped here).
+fn process(
+    rt: &tokio::runtime::Runtime,
+    topology: &Topology,
+    event: KafkaEvent,
+    options: &BatchOptions,
+) -> (MemorySink, u64) {
+    let (store, sink) = (MemoryStore::new(), MemorySink::new());
     let outcome = rt
-        .block_on(topology.process_with(&event, &store, &sink, &options))
+        .block_on(topology.process_with(&event, &store, &sink, options))
         .unwrap();
     (sink, outcome.report.records_out)
 }

@@ -83,15 +83,15 @@ impl Config {
                 .map_err(|e| StreamError::Config(format!("LAMBDA_STREAMS_POISON_POLICY: {e}")))?,
             None => PoisonPolicy::default(),
         };
-        let partial_batch_response = match var("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(StreamError::Config(format!(
-                    "LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE: {other:?} is not true or false"
-                )));
-            }
+        // A flag: unset or `false`, or `true`; anything else names the variable.
+        let flag = |name: &str| match var(name).as_deref() {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(StreamError::Config(format!(
+                "{name}: {other:?} is not true or false"
+            ))),
         };
+        let partial_batch_response = flag("LAMBDA_STREAMS_PARTIAL_BATCH_RESPONSE")?;
         let idle_partition_timeout = match var("LAMBDA_STREAMS_IDLE_PARTITION_TIMEOUT_MS") {
             Some(ms) => Duration::from_millis(ms.trim().parse().map_err(|_| {
                 StreamError::Config(format!(
@@ -108,15 +108,7 @@ impl Config {
             })?,
             None => 0,
         };
-        let overlap_reading = match var("LAMBDA_STREAMS_OVERLAP_READING").as_deref() {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => {
-                return Err(StreamError::Config(format!(
-                    "LAMBDA_STREAMS_OVERLAP_READING: {other:?} is not true or false"
-                )));
-            }
-        };
+        let overlap_reading = flag("LAMBDA_STREAMS_OVERLAP_READING")?;
         let mut source_partitions = std::collections::BTreeMap::new();
         for entry in var("LAMBDA_STREAMS_SOURCE_PARTITIONS")
             .unwrap_or_default()

@@ -144,6 +144,20 @@ fn topology(panics: &Arc<AtomicUsize>) -> lambda_streams::Topology {
 
 type Run = (Result<BatchOutcome, String>, Vec<OutputRecord>);
 
+/// Processes `event` on a runtime of its own.
+fn process(
+    topology: &lambda_streams::Topology,
+    event: &KafkaEvent,
+    store: &MemoryStore,
+    sink: &dyn lambda_streams::sink::Sink,
+    options: &BatchOptions,
+) -> Result<BatchOutcome, StreamError> {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime")
+        .block_on(topology.process_with(event, store, sink, options))
+}
+
 /// How the batch reads ahead: on how many threads, and whether the next window is read
 /// while the topology takes from this one.
 #[derive(Debug, Clone, Copy)]
@@ -182,11 +196,7 @@ fn run_counting_panics(poison: PoisonPolicy, partial: bool, reading: Reading) ->
         overlap_reading: reading.overlap,
         ..BatchOptions::default()
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a runtime");
-    let outcome = runtime
-        .block_on(topology.process_with(&event, &store, &sink, &options))
+    let outcome = process(&topology, &event, &store, &sink, &options)
         .map(|mut o| {
             o.report.duration = Duration::ZERO;
             o
@@ -361,11 +371,7 @@ fn chunked(reading: Reading) -> (Result<u64, String>, Vec<Vec<OutputRecord>>) {
         overlap_reading: reading.overlap,
         ..BatchOptions::default()
     };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a runtime");
-    let outcome = runtime
-        .block_on(topology.process_with(&event, &store, &sink, &options))
+    let outcome = process(&topology, &event, &store, &sink, &options)
         .map(|o| o.report.records_out)
         .map_err(|e| e.to_string());
     (outcome, sink.0.into_inner().expect("not poisoned"))

@@ -181,6 +181,15 @@ fn pass_skipping(
     }
 }
 
+/// Partitions of valid text values of these sizes.
+fn texts(sizes: &[Vec<usize>]) -> Vec<Vec<Record>> {
+    let values: Vec<Vec<Value>> = sizes
+        .iter()
+        .map(|p| p.iter().map(|&n| Value::Text(n)).collect())
+        .collect();
+    partitions(&values)
+}
+
 fn sizes() -> impl Strategy<Value = Sizes> {
     (0usize..6_000, 0usize..2_000).prop_map(|(window, piece)| Sizes { window, piece })
 }
@@ -285,11 +294,7 @@ proptest! {
         overlap in any::<bool>(),
         sizes in sizes(),
     ) {
-        let values: Vec<Vec<Value>> = sizes_of
-            .iter()
-            .map(|p| p.iter().map(|&n| Value::Text(n)).collect())
-            .collect();
-        let records = partitions(&values);
+        let records = texts(&sizes_of);
         let event = event(&records, &vec![true; records.len()]);
         for (records, slots) in records.iter().zip(pass(&event, threads, overlap, sizes).slots) {
             let read: Vec<_> = records.iter().map(|r| Some(Ok(read(r)))).collect();
@@ -305,11 +310,7 @@ proptest! {
         overlap in any::<bool>(),
         sizes in sizes(),
     ) {
-        let values: Vec<Vec<Value>> = sizes_of
-            .iter()
-            .map(|p| p.iter().map(|&n| Value::Text(n)).collect())
-            .collect();
-        let records = partitions(&values);
+        let records = texts(&sizes_of);
         let event = event(&records, &vec![true; records.len()]);
         let seen = pass_skipping(&event, threads, overlap, sizes, &stops);
         for (p, (records, slots)) in records.iter().zip(&seen.slots).enumerate() {
