@@ -6,12 +6,14 @@
 //! record's bytes alone (a [`Serde`](crate::serdes::Serde) is `Send + Sync` and sees
 //! nothing of the batch), and on a batch of JSON values it is most of the work; the second
 //! must run record by record in the event's order. So a batch whose records hold at least
-//! [`MIN_BYTES`] reads them ahead, a window of [`WINDOW_BYTES`] at a time, and the two steps
+//! [`MIN_BYTES`] reads them ahead, a window of [`WINDOW_BYTES`] at a time. A window is cut
+//! into pieces of [`PIECE_BYTES`] (runs of one partition), each taken in order by whichever
+//! thread is free, deserialized into a slot per record; the batch's own thread joins in when
+//! it needs the window, so the threads finish it together. The topology then takes each
+//! record's slot in the event's order. With `BatchOptions::overlap_reading` the two steps
 //! overlap: while the topology takes the records of one window, the next one is read on the
-//! other threads. A window is cut into pieces of [`PIECE_BYTES`] (runs of one partition),
-//! each taken in order by whichever thread is free, deserialized into a slot per record;
-//! the batch's own thread joins in when it needs the window, so the threads finish it
-//! together. The topology then takes each record's slot in the event's order. It reads the
+//! other threads (off by default: glibc's `malloc` serializes the values then allocated on
+//! one thread and freed on another at the same time, see the option). It reads the
 //! same values and the same errors as deserializing the record where it stands, because an
 //! empty slot is read there:
 //!
@@ -91,8 +93,8 @@ impl Ahead<'_> {
 
 /// A batch's reading ahead, one window of the event at a time: from the record the
 /// topology asks for, the next [`WINDOW_BYTES`] of the records of topics read ahead, so that
-/// the values read ahead and not yet taken stay bounded (two windows: the one the topology
-/// takes from, and the next one, read meanwhile).
+/// the values read ahead and not yet taken stay bounded (one window, or with the overlap
+/// two: the one the topology takes from, and the next one, read meanwhile).
 pub(crate) struct BatchAhead<'e> {
     event: &'e KafkaEvent,
     /// The topics read ahead (their records hold at least [`MIN_BYTES`] in the event), with
