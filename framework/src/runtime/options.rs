@@ -97,10 +97,10 @@ pub struct BatchOptions {
     /// every thread and then runs the topology over it (`false`, the default). The overlap
     /// hands values allocated on one thread to another to be freed and reallocated while
     /// the first goes on allocating: glibc's `malloc` (Rust's default global allocator on
-    /// Linux) serializes that on its arenas' locks, and the benchmark's handler ran 40%
-    /// slower with the overlap than without; with an allocator of thread-local free lists
-    /// as the function's `#[global_allocator]` (mimalloc), 10–20% faster (BENCHMARKS.md
-    /// section 1). The same values and errors in the same order either way.
+    /// Linux) serializes that on its arenas' locks, so the overlap is slower there than
+    /// without it; it is meant for a function whose `#[global_allocator]` keeps free lists
+    /// per thread (e.g. mimalloc). Measure it on the function (BENCHMARKS.md section 1 has
+    /// the benchmark's figures). The same values and errors in the same order either way.
     pub overlap_reading: bool,
 }
 

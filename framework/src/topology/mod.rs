@@ -23,11 +23,10 @@ pub(crate) type Processor<K, V> =
 /// The children of a node: each record the node emits goes to all of them.
 ///
 /// Children are added while the topology is built and only read after. The first record
-/// forwarded freezes the list into a slice that is read without a lock (a lock per
-/// forward was ≈ 3% of the batch thread's time on the handler benchmark: an atomic
-/// read-modify-write pair per operator and record); a child added after that is a
-/// programming error and panics with a message saying so, rather than being left out
-/// silently.
+/// forwarded freezes the list into a slice that is read without a lock (a lock would be
+/// an atomic read-modify-write pair per operator and record, on the batch's hot path); a
+/// child added after that is a programming error and panics with a message saying so,
+/// rather than being left out silently.
 pub(crate) struct Downstream<K, V>(Arc<Children<K, V>>);
 
 /// [`Downstream`]'s list: open while building, frozen from the first record on.
