@@ -50,19 +50,6 @@ impl Topology {
         let (event, options) = (records.event, records.options);
         let exactly_once = options.output == OutputGuarantee::ExactlyOnce;
         let (first, mut from) = records.next;
-        if ctx.outputs.capacity() == 0 && !self.inner.sink_topics.is_empty() {
-            // A topology that produces emits about one record per record: its list of
-            // outputs sized for the records left (up to a chunk) from the start, instead of
-            // grown by doubling, which copies every output held at each step.
-            let left: usize = event
-                .partitions
-                .iter()
-                .skip(first)
-                .map(|p| p.records.len())
-                .sum();
-            ctx.outputs
-                .reserve(left.saturating_sub(from).min(OUTPUT_CHUNK));
-        }
         'partitions: for (index, batch) in event.partitions.iter().enumerate().skip(first) {
             let skip = std::mem::take(&mut from);
             let Some(sources) = self.inner.sources.get(&batch.tp.topic) else {
