@@ -345,19 +345,20 @@ impl<'e> BatchAhead<'e> {
         let event: &'e KafkaEvent = self.event;
         let mut pieces = Vec::new();
         let mut filled = 0;
+        // A window holds its first record and a piece its own, whatever the sizes: the
+        // limits count the bytes beyond them.
         for (index, batch) in event.partitions.iter().enumerate().skip(partition) {
-            if filled >= self.sizes.window {
+            if filled >= self.sizes.window && !pieces.is_empty() {
                 break;
             }
             let Some(readers) = self.readers.get(batch.tp.topic.as_str()) else {
                 continue;
             };
             let mut start = if index == partition { position } else { 0 };
-            while start < batch.records.len() && filled < self.sizes.window {
+            while start < batch.records.len() && (pieces.is_empty() || filled < self.sizes.window) {
                 let (mut end, mut piece) = (start, 0);
                 while end < batch.records.len()
-                    && piece < self.sizes.piece
-                    && filled < self.sizes.window
+                    && (end == start || piece < self.sizes.piece && filled < self.sizes.window)
                 {
                     let bytes = weight(&batch.records[end]);
                     (piece, filled) = (piece + bytes, filled + bytes);
