@@ -325,3 +325,55 @@ proptest! {
         }
     }
 }
+
+/// A window holds its first record and a piece its own whatever the sizes (the limits count
+/// the bytes beyond them): windows and pieces of 0 bytes read one record each, pieces of 0
+/// bytes in a large window one record each too, and every record is read ahead. (The plan
+/// once read nothing with a window of 0 bytes, and never ended with pieces of 0 bytes.)
+#[test]
+fn a_window_and_a_piece_hold_their_first_record_whatever_the_sizes() {
+    let records = texts(&[vec![10, 20, 30], vec![40]]);
+    let event = event(&records, &[true, true]);
+    let single = |p, i| (p, i, i + 1);
+    let cases: [(Sizes, Vec<Vec<Piece>>); 3] = [
+        (
+            Sizes {
+                window: 0,
+                piece: 0,
+            },
+            vec![
+                vec![single(0, 0)],
+                vec![single(0, 1)],
+                vec![single(0, 2)],
+                vec![single(1, 0)],
+            ],
+        ),
+        (
+            Sizes {
+                window: 1 << 20,
+                piece: 0,
+            },
+            vec![vec![single(0, 0), single(0, 1), single(0, 2), single(1, 0)]],
+        ),
+        (
+            Sizes {
+                window: 0,
+                piece: 1 << 20,
+            },
+            vec![
+                vec![single(0, 0)],
+                vec![single(0, 1)],
+                vec![single(0, 2)],
+                vec![single(1, 0)],
+            ],
+        ),
+    ];
+    for (sizes, windows) in cases {
+        let seen = pass(&event, 2, false, sizes);
+        assert_eq!(seen.windows, windows, "{sizes:?}");
+        for (records, slots) in records.iter().zip(&seen.slots) {
+            let read: Vec<_> = records.iter().map(|r| Some(Ok(read(r)))).collect();
+            assert_eq!(slots, &read, "{sizes:?}");
+        }
+    }
+}
