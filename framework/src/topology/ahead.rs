@@ -358,7 +358,7 @@ impl<'e> BatchAhead<'e> {
             while start < batch.records.len() && (pieces.is_empty() || filled < self.sizes.window) {
                 let (mut end, mut piece) = (start, 0);
                 while end < batch.records.len()
-                    && (end == start || piece < self.sizes.piece && filled < self.sizes.window)
+                    && (end == start || (piece < self.sizes.piece && filled < self.sizes.window))
                 {
                     let bytes = weight(&batch.records[end]);
                     (piece, filled) = (piece + bytes, filled + bytes);
