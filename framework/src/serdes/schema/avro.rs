@@ -1,6 +1,8 @@
 //! Avro values: [`Avro<T>`] for serde-derived types, [`AvroGeneric`] for `apache_avro`'s
 //! generic [`Value`].
 
+mod direct;
+
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -30,6 +32,9 @@ struct Writer {
     /// The named types the schema refers to (its references), for resolution.
     dependencies: Vec<Schema>,
     same_as_reader: bool,
+    /// The schema as the direct read walks it ([`direct`]), when the writer's schema is the
+    /// reader's, has no references and holds only the types that read covers.
+    direct: Option<direct::Node>,
 }
 
 /// A schema with the named types it refers to, dependencies first, as `apache_avro`
@@ -99,8 +104,13 @@ impl Core {
                 format!("the writer's schema is not valid Avro: {e}"),
             )
         })?;
+        let same_as_reader = schema.canonical_form() == self.canonical;
+        let direct = (same_as_reader && dependencies.is_empty())
+            .then(|| direct::Node::of(&schema))
+            .flatten();
         let writer = Arc::new(Writer {
-            same_as_reader: schema.canonical_form() == self.canonical,
+            same_as_reader,
+            direct,
             schema,
             dependencies,
         });
@@ -321,6 +331,14 @@ impl<T: Serialize + DeserializeOwned + 'static> PayloadCodec<T> for Avro<T> {
     }
 
     fn decode_payload(&self, id: &SchemaId, payload: &[u8]) -> Result<T, SerdeError> {
+        // The direct read first; where it gives up, the generic read decides.
+        let writer = self.core.writer(id).map_err(SerdeError)?;
+        if let Some(node) = &writer.direct {
+            let max_bytes = apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
+            if let Some(value) = direct::read(node, payload, max_bytes) {
+                return Ok(value);
+            }
+        }
         let value = self.core.decode(id, payload)?;
         apache_avro::from_value::<T>(&value).map_err(|e| {
             SerdeError(self.core.common.error(

@@ -1,0 +1,469 @@
+//! The direct read against the reference, `apache_avro`'s generic read as
+//! [`super::super::Core::decode`] does it (the bytes into a `Value`, nothing left over, the
+//! value valid for the schema, then `from_value`): on random schemas and values, on their
+//! encodings cut, changed and extended, and on a typed struct that takes every method the
+//! direct read serves. Wherever the direct read returns a value, the reference returns the
+//! same; on every valid encoding it reads, it does return one (it is used, not only safe).
+
+use apache_avro::Schema;
+use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::types::Value;
+use apache_avro::writer::datum::GenericDatumWriter;
+use proptest::prelude::*;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use super::{Node, read};
+
+/// `apache_avro`'s allocation limit as the serde sets it.
+const MAX_BYTES: usize = super::super::MAX_ALLOCATION_BYTES;
+
+/// The reference: what [`super::super::Core::decode`] and `from_value` make of `bytes`.
+fn reference<T: DeserializeOwned>(schema: &Schema, bytes: &[u8]) -> Option<T> {
+    let mut rest = bytes;
+    let reader = GenericDatumReader::builder(schema).build().ok()?;
+    let value = reader.read_value(&mut rest).ok()?;
+    if !rest.is_empty() || !value.validate(schema) {
+        return None;
+    }
+    apache_avro::from_value::<T>(&value).ok()
+}
+
+/// `value` encoded as [`super::super::Core::encode`] encodes.
+fn encode(schema: &Schema, value: &Value) -> Vec<u8> {
+    let writer = GenericDatumWriter::builder(schema)
+        .build()
+        .expect("a writer");
+    let mut out = Vec::new();
+    writer
+        .write_value_ref(&mut out, value)
+        .expect("a value of the schema encodes");
+    out
+}
+
+/// The direct read of `bytes`, after the limit is set as the serde sets it.
+fn direct<T: DeserializeOwned>(node: &Node, bytes: &[u8]) -> Option<T> {
+    let max = apache_avro::util::max_allocation_bytes(MAX_BYTES);
+    read(node, bytes, max)
+}
+
+/// A small deterministic generator (splitmix64), so that one seed makes one case.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn long(&mut self) -> i64 {
+        match self.below(5) {
+            0 => [0, -1, 1, i64::MIN, i64::MAX][self.below(5) as usize],
+            1 => self.next() as i64,
+            _ => self.below(2_000) as i64 - 1_000,
+        }
+    }
+
+    fn string(&mut self) -> String {
+        let pieces = ["", "a", "é", "x", "日本", "🦀", "order-", "0"];
+        (0..self.below(4))
+            .map(|_| pieces[self.below(pieces.len() as u64) as usize])
+            .collect()
+    }
+}
+
+/// A random schema (JSON) of the types the direct read covers, and some it does not (a
+/// map, a fixed, a logical type), `depth` levels deep at most.
+fn schema_json(rng: &mut Rng, depth: u32, names: &mut u32) -> String {
+    let leaf = [
+        "null", "boolean", "int", "long", "float", "double", "bytes", "string",
+    ];
+    let kind = if depth == 0 {
+        rng.below(8)
+    } else {
+        rng.below(14)
+    };
+    match kind {
+        0..=7 => format!("\"{}\"", leaf[kind as usize]),
+        8 => format!(
+            r#"{{"type":"array","items":{}}}"#,
+            schema_json(rng, depth - 1, names)
+        ),
+        9 | 10 => {
+            // A union of distinct unnamed kinds, often with null first (an option).
+            let mut kinds: Vec<&str> = Vec::new();
+            if rng.below(2) == 0 {
+                kinds.push("\"null\"");
+            }
+            for _ in 0..1 + rng.below(2) {
+                let k = leaf[1 + rng.below(7) as usize];
+                let quoted = format!("\"{k}\"");
+                if !kinds.iter().any(|q| *q == quoted) {
+                    kinds.push(leaf_quoted(k));
+                }
+            }
+            if rng.below(3) == 0 {
+                *names += 1;
+                let record = record_json(rng, depth - 1, names);
+                return format!("[{},{record}]", kinds.join(","));
+            }
+            format!("[{}]", kinds.join(","))
+        }
+        11 => {
+            *names += 1;
+            format!(
+                r#"{{"type":"enum","name":"E{}","symbols":["A","B","C"]}}"#,
+                names
+            )
+        }
+        12 => {
+            *names += 1;
+            record_json(rng, depth - 1, names)
+        }
+        _ => match rng.below(3) {
+            0 => format!(
+                r#"{{"type":"map","values":{}}}"#,
+                schema_json(rng, depth - 1, names)
+            ),
+            1 => {
+                *names += 1;
+                format!(r#"{{"type":"fixed","name":"F{names}","size":2}}"#)
+            }
+            _ => r#"{"type":"long","logicalType":"timestamp-millis"}"#.to_owned(),
+        },
+    }
+}
+
+fn leaf_quoted(kind: &str) -> &'static str {
+    match kind {
+        "boolean" => "\"boolean\"",
+        "int" => "\"int\"",
+        "long" => "\"long\"",
+        "float" => "\"float\"",
+        "double" => "\"double\"",
+        "bytes" => "\"bytes\"",
+        _ => "\"string\"",
+    }
+}
+
+fn record_json(rng: &mut Rng, depth: u32, names: &mut u32) -> String {
+    let name = *names;
+    let fields: Vec<String> = (0..1 + rng.below(4))
+        .map(|i| {
+            format!(
+                r#"{{"name":"f{i}","type":{}}}"#,
+                schema_json(rng, depth, names)
+            )
+        })
+        .collect();
+    format!(
+        r#"{{"type":"record","name":"R{name}","fields":[{}]}}"#,
+        fields.join(",")
+    )
+}
+
+/// A random value of `schema`.
+fn value_of(schema: &Schema, rng: &mut Rng) -> Value {
+    match schema {
+        Schema::Null => Value::Null,
+        Schema::Boolean => Value::Boolean(rng.below(2) == 1),
+        Schema::Int => Value::Int(rng.long() as i32),
+        Schema::Long => Value::Long(rng.long()),
+        Schema::TimestampMillis => Value::TimestampMillis(rng.long()),
+        Schema::Float => Value::Float(f32::from_bits(rng.next() as u32)),
+        Schema::Double => Value::Double(match rng.below(3) {
+            0 => f64::from_bits(rng.next()),
+            _ => rng.long() as f64 / 8.0,
+        }),
+        Schema::Bytes => Value::Bytes(rng.string().into_bytes()),
+        Schema::String => Value::String(rng.string()),
+        Schema::Fixed(fixed) => Value::Fixed(fixed.size, vec![rng.below(256) as u8; fixed.size]),
+        Schema::Array(array) => Value::Array(
+            (0..rng.below(4))
+                .map(|_| value_of(&array.items, rng))
+                .collect(),
+        ),
+        Schema::Map(map) => Value::Map(
+            (0..rng.below(3))
+                .map(|i| (format!("k{i}"), value_of(&map.types, rng)))
+                .collect(),
+        ),
+        Schema::Union(union) => {
+            let index = rng.below(union.variants().len() as u64);
+            let inner = value_of(&union.variants()[index as usize], rng);
+            Value::Union(index as u32, Box::new(inner))
+        }
+        Schema::Record(record) => Value::Record(
+            record
+                .fields
+                .iter()
+                .map(|f| (f.name.clone(), value_of(&f.schema, rng)))
+                .collect(),
+        ),
+        Schema::Enum(e) => {
+            let index = rng.below(e.symbols.len() as u64) as usize;
+            Value::Enum(index as u32, e.symbols[index].clone())
+        }
+        other => unreachable!("the generator makes no {other:?}"),
+    }
+}
+
+/// The encoding of `value` and variants of it: cut short, a byte changed, a byte added.
+fn encodings(schema: &Schema, value: Value, rng: &mut Rng) -> (Vec<u8>, Vec<Vec<u8>>) {
+    let bytes = encode(schema, &value);
+    let mut variants = Vec::new();
+    if !bytes.is_empty() {
+        variants.push(bytes[..rng.below(bytes.len() as u64) as usize].to_vec());
+        let mut changed = bytes.clone();
+        let at = rng.below(bytes.len() as u64) as usize;
+        changed[at] = rng.below(256) as u8;
+        variants.push(changed);
+    }
+    let mut longer = bytes.clone();
+    longer.push(rng.below(256) as u8);
+    variants.push(longer);
+    (bytes, variants)
+}
+
+/// Checks the direct read of `bytes` as `T` against the reference: the same value whenever
+/// it returns one (compared by their `Debug` text, so that NaN equals a NaN of the same bits); when `valid` (an encoding of a value of the schema) and `must_read`, a
+/// value whenever the reference has one.
+fn agree<T: DeserializeOwned + std::fmt::Debug>(
+    schema: &Schema,
+    node: &Node,
+    bytes: &[u8],
+    must_read: bool,
+) -> Result<(), TestCaseError> {
+    let expected = reference::<T>(schema, bytes);
+    match direct::<T>(node, bytes) {
+        Some(got) => prop_assert_eq!(
+            format!("{:?}", Some(got)),
+            format!("{expected:?}"),
+            "bytes {:?}",
+            bytes
+        ),
+        None => prop_assert!(
+            !must_read || expected.is_none(),
+            "the direct read gave up on {:?}, which the reference reads as {:?}",
+            bytes,
+            expected
+        ),
+    }
+    Ok(())
+}
+
+/// Every field type of [`Typed`]'s schema, and a field it does not have.
+const TYPED_SCHEMA: &str = r#"{"type":"record","name":"Typed","fields":[
+  {"name":"s","type":"string"},{"name":"l","type":"long"},{"name":"i","type":"int"},
+  {"name":"u","type":"long"},{"name":"small","type":"int"},{"name":"opt","type":["null","string"]},
+  {"name":"d","type":"double"},{"name":"f","type":"float"},{"name":"b","type":"boolean"},
+  {"name":"items","type":{"type":"array","items":"long"}},
+  {"name":"status","type":{"type":"enum","name":"Status","symbols":["NEW","PAID","SHIPPED"]}},
+  {"name":"status_text","type":"string"},
+  {"name":"c","type":"string"},{"name":"extra","type":["null","long","string"]},
+  {"name":"nested","type":["null",{"type":"record","name":"Inner","fields":[
+    {"name":"x","type":"int"},{"name":"tags","type":{"type":"array","items":"string"}}]}]},
+  {"name":"maybe_list","type":["null",{"type":"array","items":"int"}]},
+  {"name":"num_or_text","type":["long","string"]},{"name":"nothing","type":"null"},
+  {"name":"label","type":"string"}]}"#;
+
+#[derive(Debug, PartialEq, Deserialize)]
+enum Status {
+    #[serde(rename = "NEW")]
+    New,
+    #[serde(rename = "PAID")]
+    Paid,
+    #[serde(rename = "SHIPPED")]
+    Shipped,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+struct Inner {
+    x: i32,
+    tags: Vec<String>,
+}
+
+#[derive(Debug, PartialEq, Deserialize)]
+struct Label(String);
+
+#[derive(Debug, PartialEq, Deserialize)]
+struct Typed {
+    s: String,
+    l: i64,
+    i: i32,
+    u: u64,
+    small: u8,
+    opt: Option<String>,
+    d: f64,
+    f: f32,
+    b: bool,
+    items: Vec<i64>,
+    status: Status,
+    status_text: String,
+    c: char,
+    nested: Option<Inner>,
+    maybe_list: Vec<i32>,
+    num_or_text: serde_json::Value,
+    nothing: (),
+    label: Label,
+}
+
+/// A value of [`TYPED_SCHEMA`], its strings sometimes one character (for `c`) and its
+/// `status_text` sometimes a symbol (both read as their Rust types only then).
+fn typed_value(schema: &Schema, rng: &mut Rng) -> Value {
+    let Value::Record(mut fields) = value_of(schema, rng) else {
+        unreachable!("a record")
+    };
+    for (name, value) in &mut fields {
+        match name.as_str() {
+            "c" if rng.below(3) > 0 => {
+                *value = Value::String(["x", "é", "🦀"][rng.below(3) as usize].into())
+            }
+            "small" if rng.below(2) > 0 => *value = Value::Int(rng.below(300) as i32),
+            "u" if rng.below(2) > 0 => *value = Value::Long(rng.below(1 << 40) as i64),
+            _ => {}
+        }
+    }
+    Value::Record(fields)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Random schemas read as `serde_json::Value` (every value through `deserialize_any`).
+    #[test]
+    fn the_direct_read_agrees_with_the_generic_read_on_random_schemas(seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let json = record_json(&mut rng, 3, &mut 0);
+        let schema = Schema::parse_str(&json).expect("the generator makes valid schemas");
+        let value = value_of(&schema, &mut rng);
+        let (bytes, variants) = encodings(&schema, value, &mut rng);
+        match Node::of(&schema) {
+            Some(node) => {
+                agree::<serde_json::Value>(&schema, &node, &bytes, true)?;
+                for variant in &variants {
+                    agree::<serde_json::Value>(&schema, &node, variant, false)?;
+                }
+            }
+            // Only the types the direct read leaves to the generic read keep it out.
+            None => prop_assert!(
+                json.contains("\"map\"") || json.contains("\"fixed\"") || json.contains("logicalType"),
+                "no direct read for {}", json
+            ),
+        }
+    }
+
+    /// A struct that takes every `Deserializer` method the direct read serves (strings,
+    /// integers converted, options, sequences, enums, chars, a unit, a newtype, a union
+    /// as a JSON value), and a field it does not have (skipped).
+    #[test]
+    fn the_direct_read_agrees_with_the_generic_read_on_a_typed_struct(seed in any::<u64>()) {
+        let mut rng = Rng(seed);
+        let schema = Schema::parse_str(TYPED_SCHEMA).expect("valid");
+        let node = Node::of(&schema).expect("covered");
+        let value = typed_value(&schema, &mut rng);
+        let (bytes, variants) = encodings(&schema, value, &mut rng);
+        agree::<Typed>(&schema, &node, &bytes, true)?;
+        for variant in &variants {
+            agree::<Typed>(&schema, &node, variant, false)?;
+        }
+    }
+}
+
+/// An array written in blocks, one with a negative count (its byte size after it), as
+/// other Avro writers write them: the same items both ways.
+#[test]
+fn arrays_in_blocks_with_negative_counts_read_the_same() {
+    let schema = Schema::parse_str(r#"{"type":"array","items":"long"}"#).expect("valid");
+    let node = Node::of(&schema).expect("covered");
+    // [-2 items, 2 bytes] 1 2, [1 item] 3, end. Zigzag: -2 = 3, 2 = 4, 1 = 2, 3 = 6.
+    let bytes = [3, 4, 2, 4, 2, 6, 0];
+    let expected: Option<Vec<i64>> = reference(&schema, &bytes);
+    assert_eq!(expected, Some(vec![1, 2, 3]));
+    assert_eq!(direct::<Vec<i64>>(&node, &bytes), expected);
+}
+
+/// A visitor that stops reading a record early or catches an error still gets the
+/// reference's value: the direct read keeps the input in step, or gives up.
+#[test]
+fn values_a_type_leaves_unread_or_an_error_it_catches_do_not_change_the_result() {
+    #[derive(Debug, PartialEq)]
+    struct FirstFieldOnly(String);
+    impl<'de> Deserialize<'de> for FirstFieldOnly {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl<'de> serde::de::Visitor<'de> for V {
+                type Value = FirstFieldOnly;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a record")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<FirstFieldOnly, A::Error> {
+                    let (_, first): (String, String) = map
+                        .next_entry()?
+                        .ok_or_else(|| serde::de::Error::custom("empty"))?;
+                    Ok(FirstFieldOnly(first))
+                }
+            }
+            d.deserialize_map(V)
+        }
+    }
+    #[derive(Debug, PartialEq, Deserialize)]
+    struct Outer {
+        a: FirstFieldOnly,
+        tail: i64,
+        #[serde(deserialize_with = "zero_on_error")]
+        caught: u64,
+        after: String,
+    }
+    fn zero_on_error<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        Ok(u64::deserialize(d).unwrap_or(0))
+    }
+    let schema = Schema::parse_str(
+        r#"{"type":"record","name":"Outer","fields":[
+            {"name":"a","type":{"type":"record","name":"A","fields":[
+                {"name":"x","type":"string"},{"name":"y","type":"string"},{"name":"z","type":"long"}]}},
+            {"name":"tail","type":"long"},{"name":"caught","type":"long"},{"name":"after","type":"string"}]}"#,
+    )
+    .expect("valid");
+    let node = Node::of(&schema).expect("covered");
+    for caught in [7, -7] {
+        let value = Value::Record(vec![
+            (
+                "a".into(),
+                Value::Record(vec![
+                    ("x".into(), Value::String("first".into())),
+                    ("y".into(), Value::String("second".into())),
+                    ("z".into(), Value::Long(9)),
+                ]),
+            ),
+            ("tail".into(), Value::Long(42)),
+            ("caught".into(), Value::Long(caught)),
+            ("after".into(), Value::String("end".into())),
+        ]);
+        let bytes = encode(&schema, &value);
+        let expected: Option<Outer> = reference(&schema, &bytes);
+        assert_eq!(
+            expected
+                .as_ref()
+                .map(|o| (o.a.0.as_str(), o.tail, o.caught)),
+            Some(("first", 42, caught.max(0) as u64))
+        );
+        let got = direct::<Outer>(&node, &bytes);
+        if caught >= 0 {
+            assert_eq!(got, expected, "read straight");
+        } else {
+            // u64 of a negative long is an error `zero_on_error` catches: given up.
+            assert_eq!(got, None);
+        }
+    }
+}
