@@ -67,6 +67,16 @@ struct Core {
     registered: RegisteredSchema,
     canonical: String,
     writers: BoundedCache<SchemaId, Arc<Writer>>,
+    /// The serde's own schema as the direct write walks it ([`direct`]), when it has no
+    /// references and holds only the types that write covers.
+    direct: Option<direct::Node>,
+}
+
+/// What `apache_avro`'s serializer and deserializer tell the types that ask whether the
+/// format is human-readable: its process-wide setting (this initialises it to its default
+/// if nothing set it, as its own first use would).
+fn human_readable() -> bool {
+    apache_avro::util::set_serde_human_readable(apache_avro::util::DEFAULT_SERDE_HUMAN_READABLE)
 }
 
 impl Core {
@@ -82,7 +92,12 @@ impl Core {
         apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
         let (parsed, dependencies) = parse_with_dependencies(&schema)
             .map_err(|e| SchemaError(format!("subject {subject}: invalid Avro schema: {e}")))?;
+        let direct = dependencies
+            .is_empty()
+            .then(|| direct::Node::of(&parsed))
+            .flatten();
         Ok(Core {
+            direct,
             canonical: parsed.canonical_form(),
             schema: parsed,
             dependencies,
@@ -335,7 +350,7 @@ impl<T: Serialize + DeserializeOwned + 'static> PayloadCodec<T> for Avro<T> {
         let writer = self.core.writer(id).map_err(SerdeError)?;
         if let Some(node) = &writer.direct {
             let max_bytes = apache_avro::util::max_allocation_bytes(MAX_ALLOCATION_BYTES);
-            if let Some(value) = direct::read(node, payload, max_bytes) {
+            if let Some(value) = direct::read(node, payload, max_bytes, human_readable()) {
                 return Ok(value);
             }
         }
@@ -357,6 +372,12 @@ impl<T: Serialize + DeserializeOwned + 'static> PayloadCodec<T> for Avro<T> {
     }
 
     fn encode_payload(&self, value: &T, out: &mut Vec<u8>) -> Result<(), SerdeError> {
+        // The direct write first; where it gives up, the generic write decides.
+        if let Some(node) = &self.core.direct
+            && direct::write(node, value, out, human_readable())
+        {
+            return Ok(());
+        }
         let generic = apache_avro::to_value(value).map_err(|e| {
             SerdeError(format!(
                 "subject {}: the value does not match the Avro schema: {e}",

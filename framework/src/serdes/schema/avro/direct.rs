@@ -83,16 +83,19 @@ impl Node {
 
 /// Reads `bytes`, all of them, as one value of `node` into a `T`; `None` when the direct
 /// read gives up (the caller then reads the generic way). `max_bytes` is `apache_avro`'s
-/// allocation limit, which bounds lengths and collections as it does there.
+/// allocation limit, which bounds lengths and collections as it does there;
+/// `human_readable` what `from_value` tells the types that ask.
 pub(super) fn read<'de, T: Deserialize<'de>>(
     node: &'de Node,
     bytes: &'de [u8],
     max_bytes: usize,
+    human_readable: bool,
 ) -> Option<T> {
     let gave_up = Cell::new(false);
     let mut input = Input {
         bytes,
         max_bytes,
+        human_readable,
         gave_up: &gave_up,
     };
     let value = T::deserialize(De {
@@ -130,6 +133,7 @@ impl de::Error for GaveUp {
 struct Input<'a, 'de> {
     bytes: &'de [u8],
     max_bytes: usize,
+    human_readable: bool,
     gave_up: &'a Cell<bool>,
 }
 
@@ -529,11 +533,8 @@ impl<'de> de::Deserializer<'de> for De<'_, '_, 'de> {
         de::Deserializer::deserialize_any(self, visitor)
     }
 
-    /// `apache_avro` answers by a process-wide setting this module cannot read: a type that
-    /// asks is read the generic way.
     fn is_human_readable(&self) -> bool {
-        self.input.gave_up.set(true);
-        true
+        self.input.human_readable
     }
 
     /// Read the generic way (`from_value` converts with methods of its own).
@@ -759,6 +760,9 @@ impl<'de> de::VariantAccess<'de> for UnitVariant<'de> {
         Err(GaveUp)
     }
 }
+
+mod write;
+pub(super) use write::write;
 
 #[cfg(test)]
 mod tests;

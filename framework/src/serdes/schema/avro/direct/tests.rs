@@ -1,4 +1,5 @@
-//! The direct read against the reference, `apache_avro`'s generic read as
+//! The direct read and write against the references, `apache_avro`'s generic read and
+//! write. The read: the generic read as
 //! [`super::super::Core::decode`] does it (the bytes into a `Value`, nothing left over, the
 //! value valid for the schema, then `from_value`): on random schemas and values, on their
 //! encodings cut, changed and extended, and on a typed struct that takes every method the
@@ -11,10 +12,10 @@ use apache_avro::types::Value;
 use apache_avro::writer::datum::GenericDatumWriter;
 use proptest::prelude::*;
 use proptest::test_runner::{RngAlgorithm, TestRng};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use super::{Node, read};
+use super::{Node, read, write};
 
 /// `apache_avro`'s allocation limit as the serde sets it.
 const MAX_BYTES: usize = super::super::MAX_ALLOCATION_BYTES;
@@ -45,7 +46,7 @@ fn encode(schema: &Schema, value: &Value) -> Vec<u8> {
 /// The direct read of `bytes`, after the limit is set as the serde sets it.
 fn direct<T: DeserializeOwned>(node: &Node, bytes: &[u8]) -> Option<T> {
     let max = apache_avro::util::max_allocation_bytes(MAX_BYTES);
-    read(node, bytes, max)
+    read(node, bytes, max, super::super::human_readable())
 }
 
 /// The cases' randomness: proptest's generator, seeded by the case.
@@ -467,6 +468,216 @@ fn values_a_type_leaves_unread_or_an_error_it_catches_do_not_change_the_result()
         } else {
             // u64 of a negative long is an error `zero_on_error` catches: given up.
             assert_eq!(got, None);
+        }
+    }
+}
+
+/// The reference write: what [`super::super::Avro`]'s generic write makes of `value`
+/// (`to_value`, the resolution to the schema, the writer).
+fn reference_write<T: Serialize>(schema: &Schema, value: &T) -> Option<Vec<u8>> {
+    let generic = apache_avro::to_value(value).ok()?;
+    let resolved = generic.resolve(schema).ok()?;
+    let writer = GenericDatumWriter::builder(schema).build().ok()?;
+    let mut out = Vec::new();
+    writer.write_value_ref(&mut out, &resolved).ok()?;
+    Some(out)
+}
+
+/// The direct write of `value` after bytes already in the buffer (kept as they were when it
+/// gives up).
+fn direct_write<T: Serialize>(node: &Node, value: &T) -> Option<Vec<u8>> {
+    let mut out = vec![0xAB];
+    let written = write(node, value, &mut out, super::super::human_readable());
+    assert_eq!(out[0], 0xAB, "the bytes before are kept");
+    if written {
+        Some(out[1..].to_vec())
+    } else {
+        assert_eq!(
+            out.len(),
+            1,
+            "nothing is left behind when the write gives up"
+        );
+        None
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+enum Stage {
+    #[serde(rename = "NEW")]
+    New,
+    #[serde(rename = "PAID")]
+    Paid,
+    #[serde(rename = "SHIPPED")]
+    Shipped,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct InnerOut {
+    x: i32,
+    tags: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Name(String);
+
+#[derive(Debug, Clone, Serialize)]
+struct Out {
+    s: String,
+    l: i64,
+    i: i32,
+    small: u8,
+    u: u32,
+    opt: Option<String>,
+    d: f64,
+    f: f32,
+    b: bool,
+    items: Vec<i64>,
+    stage: Stage,
+    c: char,
+    nested: Option<InnerOut>,
+    unit: (),
+    name: Name,
+}
+
+fn out_value(rng: &mut Draw) -> Out {
+    Out {
+        s: rng.string(),
+        l: rng.long(),
+        i: rng.long() as i32,
+        small: rng.below(256) as u8,
+        u: match rng.below(2) {
+            0 => rng.below(1000) as u32,
+            _ => rng.next() as u32,
+        },
+        opt: (rng.below(2) == 0).then(|| rng.string()),
+        d: rng.long() as f64 / 4.0,
+        f: rng.long() as f32 / 2.0,
+        b: rng.below(2) == 0,
+        items: (0..rng.below(4)).map(|_| rng.long()).collect(),
+        stage: [Stage::New, Stage::Paid, Stage::Shipped][rng.below(3) as usize],
+        c: ['a', 'é', '🦀'][rng.below(3) as usize],
+        nested: (rng.below(2) == 0).then(|| InnerOut {
+            x: rng.long() as i32,
+            tags: (0..rng.below(3)).map(|_| rng.string()).collect(),
+        }),
+        unit: (),
+        name: Name(rng.string()),
+    }
+}
+
+/// Schemas `Out` is written with, and whether the direct write must write every value the
+/// generic write writes (`false`: it may give up where the generic way resolves otherwise).
+fn out_schemas() -> Vec<(&'static str, bool)> {
+    let inner = r#"{"type":"record","name":"InnerOut","fields":[{"name":"x","type":"int"},{"name":"tags","type":{"type":"array","items":"string"}}]}"#;
+    let stage = r#"{"type":"enum","name":"Stage","symbols":["NEW","PAID","SHIPPED"]}"#;
+    let make = |fields: &[(&str, String)]| -> &'static str {
+        let fields: Vec<String> = fields
+            .iter()
+            .map(|(name, schema)| format!(r#"{{"name":"{name}","type":{schema}}}"#))
+            .collect();
+        Box::leak(
+            format!(
+                r#"{{"type":"record","name":"Out","fields":[{}]}}"#,
+                fields.join(",")
+            )
+            .into_boxed_str(),
+        )
+    };
+    let base = |over: &[(&str, &str)]| -> Vec<(&'static str, String)> {
+        let mut fields: Vec<(&'static str, String)> = vec![
+            ("s", r#""string""#.into()),
+            ("l", r#""long""#.into()),
+            ("i", r#""int""#.into()),
+            ("small", r#""int""#.into()),
+            ("u", r#""long""#.into()),
+            ("opt", r#"["null","string"]"#.into()),
+            ("d", r#""double""#.into()),
+            ("f", r#""float""#.into()),
+            ("b", r#""boolean""#.into()),
+            ("items", r#"{"type":"array","items":"long"}"#.into()),
+            ("stage", stage.into()),
+            ("c", r#""string""#.into()),
+            ("nested", format!(r#"["null",{inner}]"#)),
+            ("unit", r#""null""#.into()),
+            ("name", r#""string""#.into()),
+        ];
+        for (name, schema) in over {
+            let field = fields.iter_mut().find(|(n, _)| n == name).expect("a field");
+            field.1 = (*schema).to_owned();
+        }
+        fields
+    };
+    let exact = base(&[]);
+    // Promotions and other branch orders: int to long, float to double, long to double, an
+    // enum's symbol as a string, null second in a union.
+    let promoted = base(&[
+        ("i", r#""long""#),
+        ("small", r#""double""#),
+        ("f", r#""double""#),
+        ("l", r#""double""#),
+        ("items", r#"{"type":"array","items":"double"}"#),
+        ("stage", r#""string""#),
+        ("opt", r#"["string","null"]"#),
+    ]);
+    let mut nested_second = base(&[]);
+    nested_second[12].1 = format!(r#"[{inner},"null"]"#);
+    // Where the generic way resolves by trying branches, by defaults or by narrowing.
+    let unions = base(&[
+        ("opt", r#"["null","long","string"]"#),
+        ("i", r#"["null","long"]"#),
+        ("d", r#"["float","double"]"#),
+        ("l", r#"["null","long"]"#),
+        ("stage", r#"["null","string"]"#),
+    ]);
+    let narrowed = base(&[("l", r#""int""#), ("d", r#""float""#)]);
+    let mut permuted = base(&[]);
+    permuted.swap(0, 1);
+    let mut with_default = base(&[]);
+    with_default.push(("extra", r#""long","default":7"#.into()));
+    let mut missing = base(&[]);
+    missing.remove(3);
+    let fewer_symbols = base(&[(
+        "stage",
+        r#"{"type":"enum","name":"Stage","symbols":["NEW","PAID"],"default":"NEW"}"#,
+    )]);
+    vec![
+        (make(&exact), true),
+        (make(&promoted), true),
+        (make(&nested_second), true),
+        (make(&unions), false),
+        (make(&narrowed), false),
+        (make(&permuted), false),
+        (make(&with_default), false),
+        (make(&missing), false),
+        (make(&fewer_symbols), false),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A struct of every kind the direct write serves, written with schemas that take it
+    /// as it is, promote it, or make the generic way choose (unions by trial, defaults,
+    /// narrowing, another field order, a missing field, an enum's default): the direct
+    /// write's bytes are the generic write's whenever it writes, and it writes whenever
+    /// the schema takes the value as it is or by promotion.
+    #[test]
+    fn the_direct_write_agrees_with_the_generic_write(seed in any::<u64>()) {
+        let mut rng = Draw::new(seed);
+        let value = out_value(&mut rng);
+        for (json, must_write) in out_schemas() {
+            let schema = Schema::parse_str(json).expect("valid");
+            let node = Node::of(&schema).expect("covered");
+            let expected = reference_write(&schema, &value);
+            match direct_write(&node, &value) {
+                Some(bytes) => prop_assert_eq!(Some(bytes), expected, "{}", json),
+                None => prop_assert!(
+                    !must_write || expected.is_none(),
+                    "the direct write gave up on {:?} with {}, which the generic write writes",
+                    value,
+                    json
+                ),
+            }
         }
     }
 }
