@@ -9,9 +9,10 @@
 //! values, in the same order), so a type decodes to the same value either way.
 //!
 //! It is a fast path, as the event decoder's is: it covers the common schema types (null,
-//! boolean, int, long, float, double, bytes, string, record, array, enum and unions of
-//! them; a schema with any other type, e.g. a map, a fixed or a logical type, is not read
-//! here at all: [`Node::of`] is `None`), and **gives up** on anything it is not sure to
+//! boolean, int, long, float, double, bytes, string, record, array, enum, the date, time and
+//! timestamp logical types, and unions of them; a schema with any other type, e.g. a map, a
+//! fixed, a decimal or a uuid, is not read here at all: [`Node::of`] is `None`), and
+//! **gives up** on anything it is not sure to
 //! read as `apache_avro` does: bytes that `apache_avro` would reject or read oddly
 //! (truncated input, a bad length, a union index at the end of the input), a visitor call
 //! `from_value` answers with an error, and any error at all, even one the type's own
@@ -50,8 +51,19 @@ impl Node {
         Some(match schema {
             Schema::Null => Node::Null,
             Schema::Boolean => Node::Boolean,
-            Schema::Int => Node::Int,
-            Schema::Long => Node::Long,
+            // The logical types on an `int` or a `long` read and write as one: `from_value`
+            // presents their values as it presents an `int`'s or a `long`'s, and the
+            // resolution takes the same values for them (`int` only for a date or a time in
+            // milliseconds; `int` or `long` for the others).
+            Schema::Int | Schema::Date | Schema::TimeMillis => Node::Int,
+            Schema::Long
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => Node::Long,
             Schema::Float => Node::Float,
             Schema::Double => Node::Double,
             Schema::Bytes => Node::Bytes,

@@ -84,50 +84,48 @@ impl Draw {
 }
 
 /// A random schema (JSON) of the types the direct read covers, and some it does not (a
-/// map, a fixed, a logical type), `depth` levels deep at most.
+/// map, a fixed, a uuid), `depth` levels deep at most.
 fn schema_json(rng: &mut Draw, depth: u32, names: &mut u32) -> String {
-    let leaf = [
-        "null", "boolean", "int", "long", "float", "double", "bytes", "string",
-    ];
     let kind = if depth == 0 {
-        rng.below(8)
+        rng.below(10)
     } else {
-        rng.below(14)
+        rng.below(16)
     };
     match kind {
-        0..=7 => format!("\"{}\"", leaf[kind as usize]),
-        8 => format!(
+        0..=9 => PRIMITIVES[kind as usize].1.to_owned(),
+        10 => format!(
             r#"{{"type":"array","items":{}}}"#,
             schema_json(rng, depth - 1, names)
         ),
-        9 | 10 => {
-            // A union of distinct unnamed kinds, often with null first (an option).
-            let mut kinds: Vec<&str> = Vec::new();
+        11 | 12 => {
+            // A union of kinds of distinct base types (a timestamp is a long), often with
+            // null first (an option).
+            let mut kinds: Vec<(&str, &str)> = Vec::new();
             if rng.below(2) == 0 {
-                kinds.push("\"null\"");
+                kinds.push(PRIMITIVES[0]);
             }
             for _ in 0..1 + rng.below(2) {
-                let k = leaf[1 + rng.below(7) as usize];
-                let quoted = format!("\"{k}\"");
-                if !kinds.iter().any(|q| *q == quoted) {
-                    kinds.push(leaf_quoted(k));
+                let kind = PRIMITIVES[1 + rng.below(9) as usize];
+                if !kinds.iter().any(|(base, _)| *base == kind.0) {
+                    kinds.push(kind);
                 }
             }
+            let mut branches: Vec<String> =
+                kinds.iter().map(|(_, json)| (*json).to_owned()).collect();
             if rng.below(3) == 0 {
                 *names += 1;
-                let record = record_json(rng, depth - 1, names);
-                return format!("[{},{record}]", kinds.join(","));
+                branches.push(record_json(rng, depth - 1, names));
             }
-            format!("[{}]", kinds.join(","))
+            format!("[{}]", branches.join(","))
         }
-        11 => {
+        13 => {
             *names += 1;
             format!(
                 r#"{{"type":"enum","name":"E{}","symbols":["A","B","C"]}}"#,
                 names
             )
         }
-        12 => {
+        14 => {
             *names += 1;
             record_json(rng, depth - 1, names)
         }
@@ -140,22 +138,28 @@ fn schema_json(rng: &mut Draw, depth: u32, names: &mut u32) -> String {
                 *names += 1;
                 format!(r#"{{"type":"fixed","name":"F{names}","size":2}}"#)
             }
-            _ => r#"{"type":"long","logicalType":"timestamp-millis"}"#.to_owned(),
+            _ => r#"{"type":"string","logicalType":"uuid"}"#.to_owned(),
         },
     }
 }
 
-fn leaf_quoted(kind: &str) -> &'static str {
-    match kind {
-        "boolean" => "\"boolean\"",
-        "int" => "\"int\"",
-        "long" => "\"long\"",
-        "float" => "\"float\"",
-        "double" => "\"double\"",
-        "bytes" => "\"bytes\"",
-        _ => "\"string\"",
-    }
-}
+/// The unnamed types the generator draws, by base type (a union holds one of each), null
+/// first.
+const PRIMITIVES: [(&str, &str); 10] = [
+    ("null", r#""null""#),
+    ("boolean", r#""boolean""#),
+    ("int", r#""int""#),
+    ("long", r#""long""#),
+    ("float", r#""float""#),
+    ("double", r#""double""#),
+    ("bytes", r#""bytes""#),
+    ("string", r#""string""#),
+    (
+        "long",
+        r#"{"type":"long","logicalType":"timestamp-millis"}"#,
+    ),
+    ("int", r#"{"type":"int","logicalType":"date"}"#),
+];
 
 fn record_json(rng: &mut Draw, depth: u32, names: &mut u32) -> String {
     let name = *names;
@@ -181,6 +185,13 @@ fn value_of(schema: &Schema, rng: &mut Draw) -> Value {
         Schema::Int => Value::Int(rng.long() as i32),
         Schema::Long => Value::Long(rng.long()),
         Schema::TimestampMillis => Value::TimestampMillis(rng.long()),
+        Schema::Date => Value::Date(rng.long() as i32),
+        Schema::Uuid(_) => Value::String(format!(
+            "{:08x}-0000-4000-8000-000000000000",
+            rng.next() as u32
+        ))
+        .resolve(schema)
+        .expect("a uuid"),
         Schema::Float => Value::Float(f32::from_bits(rng.next() as u32)),
         Schema::Double => Value::Double(match rng.below(3) {
             0 => f64::from_bits(rng.next()),
@@ -358,7 +369,7 @@ proptest! {
             }
             // Only the types the direct read leaves to the generic read keep it out.
             None => prop_assert!(
-                json.contains("\"map\"") || json.contains("\"fixed\"") || json.contains("logicalType"),
+                json.contains("\"map\"") || json.contains("\"fixed\"") || json.contains("uuid"),
                 "no direct read for {}", json
             ),
         }
@@ -537,6 +548,9 @@ struct Out {
     nested: Option<InnerOut>,
     unit: (),
     name: Name,
+    ts: i64,
+    day: i32,
+    maybe_ts: Option<i64>,
 }
 
 fn out_value(rng: &mut Draw) -> Out {
@@ -562,6 +576,9 @@ fn out_value(rng: &mut Draw) -> Out {
         }),
         unit: (),
         name: Name(rng.string()),
+        ts: rng.long(),
+        day: rng.long() as i32,
+        maybe_ts: (rng.below(2) == 0).then(|| rng.long()),
     }
 }
 
@@ -600,6 +617,15 @@ fn out_schemas() -> Vec<(&'static str, bool)> {
             ("nested", format!(r#"["null",{inner}]"#)),
             ("unit", r#""null""#.into()),
             ("name", r#""string""#.into()),
+            (
+                "ts",
+                r#"{"type":"long","logicalType":"timestamp-millis"}"#.into(),
+            ),
+            ("day", r#"{"type":"int","logicalType":"date"}"#.into()),
+            (
+                "maybe_ts",
+                r#"["null",{"type":"long","logicalType":"timestamp-micros"}]"#.into(),
+            ),
         ];
         for (name, schema) in over {
             let field = fields.iter_mut().find(|(n, _)| n == name).expect("a field");

@@ -14,7 +14,8 @@
 //! promoted to `long`, `float` and `double` as the schema says; `char`, strings and unit
 //! variants a string or, for an enum, the symbol's index; `None` and `()` a null;
 //! `Some(v)` is `v`; a union takes the branch of the value's kind; a record's fields are
-//! written in the schema's order; an array in one block.
+//! written in the schema's order; an array in one block. The date, time and timestamp
+//! logical types are written as the `int` or `long` under them ([`Node::of`]).
 
 use serde::ser::{self, Serialize};
 
