@@ -12,11 +12,10 @@
 //! boolean, int, long, float, double, bytes, string, record, array, enum, the date, time and
 //! timestamp logical types, and unions of them; a schema with any other type, e.g. a map, a
 //! fixed, a decimal or a uuid, is not read here at all: [`Node::of`] is `None`), and
-//! **gives up** on anything it is not sure to
-//! read as `apache_avro` does: bytes that `apache_avro` would reject or read oddly
-//! (truncated input, a bad length, a union index at the end of the input), a visitor call
-//! `from_value` answers with an error, and any error at all, even one the type's own
-//! `Deserialize` catches. Giving up means the record is read again the generic way, which
+//! **gives up** on anything it is not sure to read as `apache_avro` does: bytes that
+//! `apache_avro` would reject or read oddly (truncated input, a bad length, a union index at
+//! the end of the input), a visitor call `from_value` answers with an error, and any error
+//! at all, even one the type's own `Deserialize` catches. Giving up means the record is read again the generic way, which
 //! decides: every error comes from there, and the tests check that both ways agree.
 
 use std::cell::Cell;
