@@ -289,7 +289,7 @@ const TYPED_SCHEMA: &str = r#"{"type":"record","name":"Typed","fields":[
   {"name":"num_or_text","type":["long","string"]},{"name":"nothing","type":"null"},
   {"name":"label","type":"string"}]}"#;
 
-#[derive(Debug, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum Status {
     #[serde(rename = "NEW")]
     New,
@@ -512,16 +512,6 @@ fn direct_write<T: Serialize>(node: &Node, value: &T) -> Option<Vec<u8>> {
     }
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
-enum Stage {
-    #[serde(rename = "NEW")]
-    New,
-    #[serde(rename = "PAID")]
-    Paid,
-    #[serde(rename = "SHIPPED")]
-    Shipped,
-}
-
 #[derive(Debug, Clone, Serialize)]
 struct InnerOut {
     x: i32,
@@ -543,7 +533,7 @@ struct Out {
     f: f32,
     b: bool,
     items: Vec<i64>,
-    stage: Stage,
+    stage: Status,
     c: char,
     nested: Option<InnerOut>,
     unit: (),
@@ -568,7 +558,7 @@ fn out_value(rng: &mut Draw) -> Out {
         f: rng.long() as f32 / 2.0,
         b: rng.below(2) == 0,
         items: (0..rng.below(4)).map(|_| rng.long()).collect(),
-        stage: [Stage::New, Stage::Paid, Stage::Shipped][rng.below(3) as usize],
+        stage: [Status::New, Status::Paid, Status::Shipped][rng.below(3) as usize],
         c: ['a', 'é', '🦀'][rng.below(3) as usize],
         nested: (rng.below(2) == 0).then(|| InnerOut {
             x: rng.long() as i32,
