@@ -32,8 +32,9 @@ struct Writer {
     /// The named types the schema refers to (its references), for resolution.
     dependencies: Vec<Schema>,
     same_as_reader: bool,
-    /// The schema as the direct read walks it ([`direct`]), when the writer's schema is the
-    /// reader's, has no references and holds only the types that read covers.
+    /// The schema as the direct read walks it ([`direct`]), when neither schema has
+    /// references, the writer's holds only the types that read covers, and it is the
+    /// reader's or differs from it only by fields the reader lacks.
     direct: Option<direct::Node>,
 }
 
@@ -120,9 +121,13 @@ impl Core {
             )
         })?;
         let same_as_reader = schema.canonical_form() == self.canonical;
-        let direct = (same_as_reader && dependencies.is_empty())
-            .then(|| direct::Node::of(&schema))
-            .flatten();
+        let direct = if !dependencies.is_empty() || !self.dependencies.is_empty() {
+            None
+        } else if same_as_reader {
+            direct::Node::of(&schema)
+        } else {
+            direct::Node::projection(&schema, &self.schema)
+        };
         let writer = Arc::new(Writer {
             same_as_reader,
             direct,

@@ -26,7 +26,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, Visitor};
 use serde::{Deserialize, forward_to_deserialize_any};
 
 /// A schema as the direct read walks it.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 pub(super) enum Node {
     Null,
     Boolean,
@@ -38,10 +38,20 @@ pub(super) enum Node {
     String,
     Array(Box<Node>),
     Union(Box<[Node]>),
-    /// The fields' names and schemas, in the schema's order.
-    Record(Box<[(String, Node)]>),
+    /// The fields, in the (writer's) schema's order.
+    Record(Box<[Field]>),
     /// The symbols.
     Enum(Box<[String]>),
+}
+
+/// A record's field.
+#[derive(Debug, PartialEq)]
+pub(super) struct Field {
+    pub(super) name: String,
+    pub(super) node: Node,
+    /// A field of the writer's schema that the reader's lacks: read (and checked) but not
+    /// shown to the type, as the resolution drops it ([`Node::projection`]).
+    pub(super) dropped: bool,
 }
 
 impl Node {
@@ -83,12 +93,69 @@ impl Node {
                 record
                     .fields
                     .iter()
-                    .map(|field| Some((field.name.clone(), Node::of(&field.schema)?)))
+                    .map(|field| {
+                        Some(Field {
+                            name: field.name.clone(),
+                            node: Node::of(&field.schema)?,
+                            dropped: false,
+                        })
+                    })
                     .collect::<Option<_>>()?,
             ),
             Schema::Enum(schema) => Node::Enum(schema.symbols.clone().into()),
             _ => return None,
         })
+    }
+
+    /// The node that reads records of the `writer`'s schema as `apache_avro` resolves them
+    /// to the `reader`'s, in the one case where the resolution only drops fields: both
+    /// records, every field of the reader's in the writer's with the same schema and in the
+    /// same order (the writer's other fields dropped: the resolution skips them, and shows
+    /// the rest in the reader's order, which is then the writer's). `None` for anything
+    /// else, e.g. a field the writer lacks (its default applies), a promotion, fields in
+    /// another order, or a union of two records among the fields (the resolution picks the
+    /// first record a value fits).
+    pub(super) fn projection(writer: &Schema, reader: &Schema) -> Option<Node> {
+        let (Node::Record(writer), Node::Record(reader)) = (Node::of(writer)?, Node::of(reader)?)
+        else {
+            return None;
+        };
+        let mut wanted = reader.iter().peekable();
+        let fields: Box<[Field]> = writer
+            .into_iter()
+            .map(|mut field| {
+                match wanted.peek() {
+                    Some(next) if next.name == field.name => {
+                        if next.node != field.node || field.node.picks_among_records() {
+                            return None;
+                        }
+                        wanted.next();
+                    }
+                    // A field the reader has further on is out of order.
+                    _ if reader.iter().any(|r| r.name == field.name) => return None,
+                    _ => field.dropped = true,
+                }
+                Some(field)
+            })
+            .collect::<Option<_>>()?;
+        wanted.peek().is_none().then_some(Node::Record(fields))
+    }
+
+    /// Whether a union in the node holds two records or more.
+    fn picks_among_records(&self) -> bool {
+        match self {
+            Node::Union(variants) => {
+                variants
+                    .iter()
+                    .filter(|v| matches!(v, Node::Record(_)))
+                    .count()
+                    > 1
+                    || variants.iter().any(Node::picks_among_records)
+            }
+            Node::Array(item) => item.picks_among_records(),
+            Node::Record(fields) => fields.iter().any(|f| f.node.picks_among_records()),
+            _ => false,
+        }
     }
 }
 
@@ -562,7 +629,7 @@ impl<'de> de::Deserializer<'de> for De<'_, '_, 'de> {
 /// A record's fields as a map, each name then its value; fields the visitor leaves unread
 /// are read (and checked) after it returns, so the input stays in step.
 fn record<'de, V: Visitor<'de>>(
-    fields: &'de [(String, Node)],
+    fields: &'de [Field],
     input: &mut Input<'_, 'de>,
     visitor: V,
 ) -> Result<V::Value, GaveUp> {
@@ -579,7 +646,7 @@ fn record<'de, V: Visitor<'de>>(
 }
 
 struct Fields<'a, 'b, 'de> {
-    fields: &'de [(String, Node)],
+    fields: &'de [Field],
     at: usize,
     /// The field whose name was read and value not yet.
     unread: Option<&'de Node>,
@@ -597,9 +664,9 @@ impl<'de> Fields<'_, '_, 'de> {
     /// Reads the fields the visitor left.
     fn finish(&mut self) -> Result<(), GaveUp> {
         self.skip_unread()?;
-        while let Some((_, node)) = self.fields.get(self.at) {
+        while let Some(field) = self.fields.get(self.at) {
             self.at += 1;
-            IgnoredAny::deserialize(De::at(node, self.input))?;
+            IgnoredAny::deserialize(De::at(&field.node, self.input))?;
         }
         Ok(())
     }
@@ -613,12 +680,17 @@ impl<'de> de::MapAccess<'de> for Fields<'_, '_, 'de> {
         seed: K,
     ) -> Result<Option<K::Value>, GaveUp> {
         self.skip_unread()?;
-        let Some((name, node)) = self.fields.get(self.at) else {
+        // The writer's fields the reader's schema lacks are read past.
+        while let Some(field) = self.fields.get(self.at).filter(|f| f.dropped) {
+            self.at += 1;
+            IgnoredAny::deserialize(De::at(&field.node, self.input))?;
+        }
+        let Some(field) = self.fields.get(self.at) else {
             return Ok(None);
         };
         self.at += 1;
-        self.unread = Some(node);
-        let key = seed.deserialize(Name(name));
+        self.unread = Some(&field.node);
+        let key = seed.deserialize(Name(&field.name));
         self.input.check(key).map(Some)
     }
 

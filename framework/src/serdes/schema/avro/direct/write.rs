@@ -19,7 +19,7 @@
 
 use serde::ser::{self, Serialize};
 
-use super::Node;
+use super::{Field, Node};
 
 /// Writes `value` as Avro of `node` to `out`; `false`, with `out` as it was, when the
 /// direct write gives up. `human_readable` is what `apache_avro`'s serializer tells the
@@ -507,7 +507,7 @@ impl ser::SerializeTuple for Items<'_> {
 
 /// A record's fields, each the next of the schema's.
 pub(in crate::serdes::schema::avro) struct Fields<'a> {
-    fields: &'a [(String, Node)],
+    fields: &'a [Field],
     at: usize,
     out: &'a mut Vec<u8>,
     human_readable: bool,
@@ -523,10 +523,10 @@ impl ser::SerializeStruct for Fields<'_> {
         value: &T,
     ) -> Result<(), GaveUp> {
         match self.fields.get(self.at) {
-            Some((name, node)) if name == key => {
+            Some(field) if field.name == key && !field.dropped => {
                 self.at += 1;
                 value.serialize(Enc {
-                    node,
+                    node: &field.node,
                     out: self.out,
                     human_readable: self.human_readable,
                 })
