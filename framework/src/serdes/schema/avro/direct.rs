@@ -116,23 +116,37 @@ impl Node {
     /// another order, or a union of two records among the fields (the resolution picks the
     /// first record a value fits).
     pub(super) fn projection(writer: &Schema, reader: &Schema) -> Option<Node> {
-        let (Node::Record(writer), Node::Record(reader)) = (Node::of(writer)?, Node::of(reader)?)
+        let (Schema::Record(writer_record), Schema::Record(reader_record)) = (writer, reader)
         else {
             return None;
         };
-        let mut wanted = reader.iter().peekable();
-        let fields: Box<[Field]> = writer
-            .into_iter()
-            .map(|mut field| {
+        let (Node::Record(nodes), Some(_)) = (Node::of(writer)?, Node::of(reader)) else {
+            return None;
+        };
+        // The same schema, logical types and all (a timestamp the reader reads as a plain
+        // `long` fails the resolution): compared as their JSON.
+        let same = |a: &Schema, b: &Schema| match (serde_json::to_value(a), serde_json::to_value(b))
+        {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        let mut wanted = reader_record.fields.iter().peekable();
+        let fields: Box<[Field]> = writer_record
+            .fields
+            .iter()
+            .zip(nodes)
+            .map(|(schema, mut field)| {
                 match wanted.peek() {
                     Some(next) if next.name == field.name => {
-                        if next.node != field.node || field.node.picks_among_records() {
+                        if !same(&next.schema, &schema.schema) || field.node.picks_among_records() {
                             return None;
                         }
                         wanted.next();
                     }
                     // A field the reader has further on is out of order.
-                    _ if reader.iter().any(|r| r.name == field.name) => return None,
+                    _ if reader_record.fields.iter().any(|r| r.name == field.name) => {
+                        return None;
+                    }
                     _ => field.dropped = true,
                 }
                 Some(field)

@@ -800,6 +800,11 @@ fn a_projection_is_only_of_dropped_fields() {
             r#"{"name":"a","type":"int"},{"name":"b","type":"string"}"#,
             false,
         ),
+        // A timestamp the reader reads as a plain long: the resolution refuses it (below).
+        (
+            r#"{"name":"x","type":"int"},{"name":"a","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"b","type":"string"}"#,
+            false,
+        ),
     ];
     for (fields, projected) in cases {
         let writer = record(fields);
@@ -809,6 +814,20 @@ fn a_projection_is_only_of_dropped_fields() {
             "{fields}"
         );
     }
+    let timestamp = record(cases[6].0);
+    let bytes = encode(
+        &timestamp,
+        &Value::Record(vec![
+            ("x".into(), Value::Int(1)),
+            ("a".into(), Value::TimestampMillis(2)),
+            ("b".into(), Value::String("b".into())),
+        ]),
+    );
+    assert_eq!(
+        reference_resolved::<serde_json::Value>(&timestamp, &reader, &bytes),
+        None,
+        "the resolution refuses a timestamp for a long"
+    );
     let two_records = r#"["null",{"type":"record","name":"P","fields":[{"name":"p","type":"int"}]},
         {"type":"record","name":"Q","fields":[{"name":"p","type":"int"}]}]"#;
     let reader = record(&format!(r#"{{"name":"u","type":{two_records}}}"#));
