@@ -20,6 +20,7 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::marker::PhantomData;
 
 use apache_avro::Schema;
 use serde::de::{self, DeserializeSeed, IgnoredAny, Visitor};
@@ -52,6 +53,10 @@ pub(super) struct Field {
     /// A field of the writer's schema that the reader's lacks: read (and checked) but not
     /// shown to the type, as the resolution drops it ([`Node::projection`]).
     pub(super) dropped: bool,
+    /// A field of the reader's schema that the writer's lacks, a union with null first and
+    /// a default: not in the bytes; the type is shown the union's null, as the resolution
+    /// gives it ([`Node::projection`]).
+    pub(super) null_default: bool,
 }
 
 impl Node {
@@ -98,6 +103,7 @@ impl Node {
                             name: field.name.clone(),
                             node: Node::of(&field.schema)?,
                             dropped: false,
+                            null_default: false,
                         })
                     })
                     .collect::<Option<_>>()?,
@@ -108,19 +114,23 @@ impl Node {
     }
 
     /// The node that reads records of the `writer`'s schema as `apache_avro` resolves them
-    /// to the `reader`'s, in the one case where the resolution only drops fields: both
-    /// records, every field of the reader's in the writer's with the same schema and in the
-    /// same order (the writer's other fields dropped: the resolution skips them, and shows
-    /// the rest in the reader's order, which is then the writer's). `None` for anything
-    /// else, e.g. a field the writer lacks (its default applies), a promotion, fields in
-    /// another order, or a union of two records among the fields (the resolution picks the
+    /// to the `reader`'s, in the cases where the resolution only drops and adds fields:
+    /// both records; every field of the reader's either in the writer's with the same
+    /// schema (logical types and all), these in the same order in both, or missing there
+    /// and a union with null first and a default (the resolution gives it the union's null,
+    /// whatever the default says); the writer's other fields dropped (the resolution skips
+    /// them). The reader's fields are then shown in its order, as the resolution shows
+    /// them. `None` for anything else, e.g. another default, a promotion, fields in another
+    /// order, or a union of two records among the shared fields (the resolution picks the
     /// first record a value fits).
     pub(super) fn projection(writer: &Schema, reader: &Schema) -> Option<Node> {
         let (Schema::Record(writer_record), Schema::Record(reader_record)) = (writer, reader)
         else {
             return None;
         };
-        let (Node::Record(nodes), Some(_)) = (Node::of(writer)?, Node::of(reader)) else {
+        let (Node::Record(writer_nodes), Node::Record(reader_nodes)) =
+            (Node::of(writer)?, Node::of(reader)?)
+        else {
             return None;
         };
         // The same schema, logical types and all (a timestamp the reader reads as a plain
@@ -130,29 +140,52 @@ impl Node {
             (Ok(a), Ok(b)) => a == b,
             _ => false,
         };
-        let mut wanted = reader_record.fields.iter().peekable();
-        let fields: Box<[Field]> = writer_record
-            .fields
-            .iter()
-            .zip(nodes)
-            .map(|(schema, mut field)| {
-                match wanted.peek() {
-                    Some(next) if next.name == field.name => {
-                        if !same(&next.schema, &schema.schema) || field.node.picks_among_records() {
+        let in_reader = |name: &str| reader_record.fields.iter().any(|f| f.name == name);
+        let mut writer_fields = writer_record.fields.iter().zip(writer_nodes);
+        let mut fields = Vec::new();
+        for (reader_field, reader_node) in reader_record.fields.iter().zip(reader_nodes) {
+            if writer_record
+                .fields
+                .iter()
+                .any(|f| f.name == reader_field.name)
+            {
+                // The writer's fields up to this one; it must come later than the last.
+                loop {
+                    let (schema, mut field) = writer_fields.next()?;
+                    if field.name == reader_field.name {
+                        if !same(&schema.schema, &reader_field.schema)
+                            || field.node.picks_among_records()
+                        {
                             return None;
                         }
-                        wanted.next();
+                        fields.push(field);
+                        break;
                     }
-                    // A field the reader has further on is out of order.
-                    _ if reader_record.fields.iter().any(|r| r.name == field.name) => {
+                    if in_reader(&field.name) {
                         return None;
                     }
-                    _ => field.dropped = true,
+                    field.dropped = true;
+                    fields.push(field);
                 }
-                Some(field)
-            })
-            .collect::<Option<_>>()?;
-        wanted.peek().is_none().then_some(Node::Record(fields))
+            } else {
+                let null_first = matches!(&reader_field.schema,
+                    Schema::Union(union) if matches!(union.variants().first(), Some(Schema::Null)));
+                if !(null_first && reader_field.default.is_some()) {
+                    return None;
+                }
+                let mut field = reader_node;
+                field.null_default = true;
+                fields.push(field);
+            }
+        }
+        for (_, mut field) in writer_fields {
+            if in_reader(&field.name) {
+                return None;
+            }
+            field.dropped = true;
+            fields.push(field);
+        }
+        Some(Node::Record(fields.into()))
     }
 
     /// Whether a union in the node holds two records or more.
@@ -663,16 +696,40 @@ struct Fields<'a, 'b, 'de> {
     fields: &'de [Field],
     at: usize,
     /// The field whose name was read and value not yet.
-    unread: Option<&'de Node>,
+    unread: Option<&'de Field>,
     input: &'a mut Input<'b, 'de>,
 }
 
 impl<'de> Fields<'_, '_, 'de> {
-    fn skip_unread(&mut self) -> Result<(), GaveUp> {
-        if let Some(node) = self.unread.take() {
-            IgnoredAny::deserialize(De::at(node, self.input))?;
+    /// Reads `field`'s value with `seed`: from the input or, for a null default, from the
+    /// encoding of the union's null (index 0).
+    fn value<S: DeserializeSeed<'de>>(
+        &mut self,
+        field: &'de Field,
+        seed: S,
+    ) -> Result<S::Value, GaveUp> {
+        if field.null_default {
+            let mut default = Input {
+                bytes: &[0],
+                max_bytes: self.input.max_bytes,
+                human_readable: self.input.human_readable,
+                gave_up: self.input.gave_up,
+            };
+            seed.deserialize(De::at(&field.node, &mut default))
+        } else {
+            seed.deserialize(De::at(&field.node, self.input))
         }
-        Ok(())
+    }
+
+    fn skip(&mut self, field: &'de Field) -> Result<(), GaveUp> {
+        self.value(field, PhantomData::<IgnoredAny>).map(drop)
+    }
+
+    fn skip_unread(&mut self) -> Result<(), GaveUp> {
+        match self.unread.take() {
+            Some(field) => self.skip(field),
+            None => Ok(()),
+        }
     }
 
     /// Reads the fields the visitor left.
@@ -680,7 +737,7 @@ impl<'de> Fields<'_, '_, 'de> {
         self.skip_unread()?;
         while let Some(field) = self.fields.get(self.at) {
             self.at += 1;
-            IgnoredAny::deserialize(De::at(&field.node, self.input))?;
+            self.skip(field)?;
         }
         Ok(())
     }
@@ -697,20 +754,20 @@ impl<'de> de::MapAccess<'de> for Fields<'_, '_, 'de> {
         // The writer's fields the reader's schema lacks are read past.
         while let Some(field) = self.fields.get(self.at).filter(|f| f.dropped) {
             self.at += 1;
-            IgnoredAny::deserialize(De::at(&field.node, self.input))?;
+            self.skip(field)?;
         }
         let Some(field) = self.fields.get(self.at) else {
             return Ok(None);
         };
         self.at += 1;
-        self.unread = Some(&field.node);
+        self.unread = Some(field);
         let key = seed.deserialize(Name(&field.name));
         self.input.check(key).map(Some)
     }
 
     fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, GaveUp> {
         match self.unread.take() {
-            Some(node) => seed.deserialize(De::at(node, self.input)),
+            Some(field) => self.value(field, seed),
             None => self.input.give_up(),
         }
     }

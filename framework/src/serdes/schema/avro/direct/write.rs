@@ -523,7 +523,7 @@ impl ser::SerializeStruct for Fields<'_> {
         value: &T,
     ) -> Result<(), GaveUp> {
         match self.fields.get(self.at) {
-            Some(field) if field.name == key && !field.dropped => {
+            Some(field) if field.name == key && !field.dropped && !field.null_default => {
                 self.at += 1;
                 value.serialize(Enc {
                     node: &field.node,
