@@ -33,8 +33,9 @@ struct Writer {
     dependencies: Vec<Schema>,
     same_as_reader: bool,
     /// The schema as the direct read walks it ([`direct`]), when neither schema has
-    /// references, the writer's holds only the types that read covers, and it is the
-    /// reader's or differs from it only by fields the reader lacks.
+    /// references, both hold only the types that read covers, and the writer's is the
+    /// reader's or differs from it only by fields the reader lacks and optional fields the
+    /// writer lacks ([`direct::Node::projection`]).
     direct: Option<direct::Node>,
 }
 
