@@ -387,6 +387,9 @@ impl<'a, 'b, 'de> De<'a, 'b, 'de> {
 
     /// The value as `from_value`'s `deserialize_any` presents it.
     fn any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GaveUp> {
+        if let Node::Union(_) = self.node {
+            return self.unwrap()?.any(visitor);
+        }
         let input = self.input;
         match self.node {
             Node::Null => visitor.visit_unit(),
@@ -398,12 +401,10 @@ impl<'a, 'b, 'de> De<'a, 'b, 'de> {
             Node::Bytes => visitor.visit_bytes(input.bytes()?),
             Node::String => visitor.visit_borrowed_str(input.string()?),
             Node::Enum(symbols) => visitor.visit_borrowed_str(input.symbol(symbols)?),
-            Node::Union(variants) => {
-                let node = input.branch(variants)?;
-                De::at(node, input).any(visitor)
-            }
             Node::Record(fields) => record(fields, input, visitor),
             Node::Array(item) => array(item, true, input, visitor),
+            // Read as its branch above (a branch is never a union: `Node::of`).
+            Node::Union(_) => input.give_up(),
         }
     }
 
